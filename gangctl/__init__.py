@@ -1,0 +1,1 @@
+"""gangctl: gang-scheduled, elastic PyTorch training on Kubernetes."""

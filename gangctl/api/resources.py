@@ -1,0 +1,45 @@
+"""The API resources gangctl reads and writes, and how to build their URL paths (pure data)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One API resource (group/version/plural) and how to build its paths."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace)}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{quote(name)}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+
+TRAINER_GROUP = "trainer.kubeflow.org"
+TRAINJOBS = Resource(TRAINER_GROUP, "v1alpha1", "trainjobs", "TrainJob")
+TRAINING_RUNTIMES = Resource(TRAINER_GROUP, "v1alpha1", "trainingruntimes", "TrainingRuntime")
+CLUSTER_TRAINING_RUNTIMES = Resource(TRAINER_GROUP, "v1alpha1", "clustertrainingruntimes", "ClusterTrainingRuntime", namespaced=False)
+JOBS = Resource("batch", "v1", "jobs", "Job")
+PODS = Resource("", "v1", "pods", "Pod")
+SERVICES = Resource("", "v1", "services", "Service")
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+EVENTS = Resource("events.k8s.io", "v1", "events", "Event")
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False)
+POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")

@@ -1,0 +1,121 @@
+"""The `gangctl` command. Typer (on click) for the command tree, rich for progress and tables."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from enum import Enum
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gangctl.config import ClusterSettings, ControllerSettings
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Gang-scheduled, elastic PyTorch training on Kubernetes.")
+cluster_app = typer.Typer(no_args_is_help=True, help="A real local control plane (kube-apiserver, scheduler, controllers, KWOK GPU nodes).")
+app.add_typer(cluster_app, name="cluster")
+err = Console(stderr=True)
+out = Console()
+
+
+class Output(str, Enum):
+    text = "text"
+    json = "json"
+
+
+def _fail(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(1)
+
+
+@cluster_app.command("up")
+def cluster_up(
+    gpu_nodes: int = typer.Option(4, help="KWOK GPU nodes to create"),
+    gpus_per_node: int = typer.Option(8, help="nvidia.com/gpu allocatable on each GPU node"),
+) -> None:
+    """Build the pinned binaries (once; minutes the first time), start the cluster, install CRDs and nodes."""
+    from gangctl.cluster.build import BuildError
+    from gangctl.cluster.lifecycle import UpOptions, up
+    from gangctl.cluster.local import ClusterError
+
+    settings = ClusterSettings()
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), TextColumn("[dim]{task.fields[line]}"), console=err, transient=True) as bar:
+        task = bar.add_task("building binaries", total=None, line="")
+
+        def progress(what: str, done: int, total: int, line: str) -> None:
+            bar.update(task, description=f"building {what}", completed=done, total=total, line=line[-60:])
+
+        try:
+            cluster = up(settings, UpOptions(gpu_nodes, gpus_per_node), lambda m: err.print(f"• {m}"), progress)
+        except (BuildError, ClusterError, TimeoutError) as exc:
+            _fail(str(exc))
+    err.print(f"[green]cluster {settings.cluster_name!r} is up.[/] Use it with:\n  export KUBECONFIG={cluster.kubeconfig}")
+
+
+@cluster_app.command("down")
+def cluster_down() -> None:
+    """Stop every component and delete the cluster's state."""
+    from gangctl.cluster.lifecycle import down
+    from gangctl.cluster.local import ClusterError
+
+    try:
+        down(ClusterSettings(), lambda m: err.print(f"• {m}"))
+    except ClusterError as exc:
+        _fail(str(exc))
+
+
+@cluster_app.command("status")
+def cluster_status(output: Output = typer.Option(Output.text, "-o", "--output")) -> None:
+    """Which components run, and how many GPU nodes are Ready."""
+    from gangctl.cluster.lifecycle import status
+
+    info = status(ClusterSettings())
+    if output is Output.json:
+        print(json.dumps(info, indent=2))
+        return
+    table = Table(title=f"cluster {info['name']}: {'running' if info['running'] else 'not running'}")
+    table.add_column("component")
+    table.add_column("process")
+    for comp in info["components"]:
+        table.add_row(comp["name"], "[green]running" if comp["running"] else "[red]stopped")
+    out.print(table)
+    if info.get("nodes"):
+        out.print(f"KWOK GPU nodes Ready: {info['nodes']['kwok_ready']}")
+    out.print(f"kubeconfig: {info['kubeconfig']}")
+
+
+@cluster_app.command("env")
+def cluster_env() -> None:
+    """Print the export line that points kubectl and the SDK at the local cluster."""
+    print(f"export KUBECONFIG={ClusterSettings().kubeconfig}")
+
+
+@app.command("controller")
+def controller(
+    kubeconfig: str = typer.Option(None, envvar="KUBECONFIG", help="kubeconfig file (default: in-cluster or ~/.kube/config)"),
+    metrics_port: int = typer.Option(8080, help="port of /metrics, /healthz and /readyz on 127.0.0.1"),
+    log_level: str = typer.Option("INFO"),
+) -> None:
+    """Run the TrainJob controller until interrupted."""
+    import asyncio
+
+    from gangctl.runtime.controller import run_controller
+
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = ControllerSettings(kubeconfig=kubeconfig, metrics_port=metrics_port)
+    try:
+        asyncio.run(run_controller(settings))
+    except KeyboardInterrupt:
+        pass
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

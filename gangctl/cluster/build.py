@@ -1,0 +1,143 @@
+"""Build the control-plane programs from their pinned Go modules, once, into a cache outside the repo.
+
+The pins live in the wrapper modules under integrations/ (go.mod + go.sum). The cache folder is
+keyed by a hash of those files and the Go version, so changing a pin builds a fresh set and an
+unchanged pin reuses the binaries (and Go's own build cache makes a rebuild mostly linking).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+
+class BuildError(RuntimeError):
+    """A build step failed; the message says what to do next."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    package: str
+    binary: str
+
+
+@dataclass(frozen=True)
+class GoModule:
+    """A wrapper module under integrations/ and the programs built from it."""
+
+    folder: str
+    tools: tuple[Tool, ...]
+
+
+CONTROL_PLANE = GoModule("controlplane", (
+    Tool("k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
+    Tool("k8s.io/kubernetes/cmd/kube-controller-manager", "kube-controller-manager"),
+    # scheduler-plugins' scheduler: a full kube-scheduler with the Coscheduling plugin compiled in.
+    Tool("sigs.k8s.io/scheduler-plugins/cmd/scheduler", "kube-scheduler"),
+    Tool("go.etcd.io/etcd/server/v3", "etcd"),
+))
+KWOK = GoModule("kwok", (
+    Tool("sigs.k8s.io/kwok/cmd/kwok", "kwok"),
+    Tool("sigs.k8s.io/kwok/cmd/kwokctl", "kwokctl"),
+))
+MODULES = (CONTROL_PLANE, KWOK)
+
+# Report progress as (what, done, total, line) while building.
+Progress = Callable[[str, int, int, str], None]
+
+
+def go_binary() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError("Go is not installed or not on PATH. Install Go 1.24 or newer "
+                         "(Debian: apt-get install golang-go), then run the command again.")
+    return go
+
+
+def go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # go.sum in the repo pins every module hash, so the checksum database is not needed.
+    env.setdefault("GOSUMDB", "off")
+    env.setdefault("GOFLAGS", "-mod=readonly")
+    return env
+
+
+def go_version(go: str) -> str:
+    return subprocess.run([go, "env", "GOVERSION"], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def module_key(module_dir: Path, goversion: str) -> str:
+    digest = hashlib.sha256(goversion.encode())
+    for name in ("go.mod", "go.sum"):
+        digest.update((module_dir / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def pinned_version(module_dir: Path, module_path: str) -> str | None:
+    """The version a wrapper module pins for `module_path` (a replace wins over a require)."""
+    text = (module_dir / "go.mod").read_text()
+    replaced = re.search(rf"^\s*{re.escape(module_path)}\s*=>\s*\S+\s+(v\S+)", text, re.M)
+    if replaced:
+        return replaced.group(1)
+    required = re.search(rf"^\s*{re.escape(module_path)}\s+(v\S+)", text, re.M)
+    return required.group(1) if required else None
+
+
+def version_ldflags(module_dir: Path) -> list[str]:
+    """Stamp Kubernetes binaries with their real version so /version and kwokctl see the truth."""
+    version = pinned_version(module_dir, "k8s.io/kubernetes")
+    if version is None:
+        return []
+    major, minor = version.lstrip("v").split(".")[:2]
+    flags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {pkg}.gitVersion={version}", f"-X {pkg}.gitMajor={major}",
+                  f"-X {pkg}.gitMinor={minor}", f"-X {pkg}.gitTreeState=clean"]
+    return ["-ldflags", "-s -w " + " ".join(flags)]
+
+
+def ensure_built(integrations: Path, bin_root: Path, progress: Progress | None = None) -> Path:
+    """Build (or reuse) every pinned program; returns the folder that holds all binaries."""
+    go = go_binary()
+    goversion = go_version(go)
+    keys = [module_key(integrations / m.folder, goversion) for m in MODULES]
+    out = bin_root / "-".join(k[:8] for k in keys)
+    stamp = out / ".complete"
+    if stamp.exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    tools = [(m, t) for m in MODULES for t in m.tools]
+    for number, (module, tool) in enumerate(tools, 1):
+        target = out / tool.binary
+        if target.exists():
+            continue
+        _build_one(go, integrations / module.folder, tool, target, out / "build.log",
+                   lambda line, n=number: progress and progress(tool.binary, n - 1, len(tools), line))
+        if progress:
+            progress(tool.binary, number, len(tools), "built")
+    stamp.write_text(goversion + "\n")
+    return out
+
+
+def _build_one(go: str, module_dir: Path, tool: Tool, target: Path, log: Path, on_line: Callable[[str], None]) -> None:
+    cmd = [go, "build", "-v", "-trimpath", *version_ldflags(module_dir), "-o", str(target) + ".tmp", tool.package]
+    with log.open("a") as sink:
+        sink.write(f"$ (cd {module_dir} && {' '.join(cmd)})\n")
+        proc = subprocess.Popen(cmd, cwd=module_dir, env=go_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        tail: list[str] = []
+        for line in proc.stdout:
+            sink.write(line)
+            tail = (tail + [line.rstrip()])[-25:]
+            on_line(line.strip())
+        if proc.wait() != 0:
+            raise BuildError(f"building {tool.binary} ({tool.package}) failed; full log: {log}\n"
+                             + "\n".join(tail)
+                             + "\nIf a module download failed, check the Go module proxy is reachable (go env GOPROXY) and retry.")
+    os.replace(str(target) + ".tmp", target)

@@ -1,0 +1,96 @@
+"""`gangctl cluster up|down|status|env`: build, start, prepare and stop the local cluster."""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from gangctl.cluster import setup
+from gangctl.cluster.build import ensure_built
+from gangctl.cluster.local import ClusterError, LocalCluster, coscheduling_crd
+from gangctl.config import ClusterSettings
+from gangctl.kube.client import Kube
+
+Say = Callable[[str], None]
+BuildProgress = Callable[[str, int, int, str], None]
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    gpu_nodes: int = 4
+    gpus_per_node: int = 8
+
+
+def local_cluster(settings: ClusterSettings, progress: BuildProgress | None = None) -> LocalCluster:
+    bin_dir = ensure_built(settings.integrations_dir, settings.bin_root, progress)
+    return LocalCluster(settings, bin_dir)
+
+
+def up(settings: ClusterSettings, options: UpOptions, say: Say, progress: BuildProgress | None = None) -> LocalCluster:
+    cluster = local_cluster(settings, progress)
+    if cluster.exists():
+        say(f"cluster {settings.cluster_name!r} exists; starting its components")
+        cluster.start()
+    else:
+        say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler (coscheduling), kwok-controller")
+        cluster.create()
+    asyncio.run(prepare(cluster, options, say))
+    return cluster
+
+
+async def prepare(cluster: LocalCluster, options: UpOptions, say: Say) -> None:
+    settings = cluster.settings
+    kube = await Kube.connect(cluster.kubeconfig)
+    try:
+        crds = setup.load_manifests(settings.deploy_dir / "crds") + [coscheduling_crd(settings.integrations_dir)]
+        names = await setup.install_crds(kube, crds)
+        say(f"installed {len(names)} CRDs: {', '.join(names)}")
+        runtimes = setup.load_manifests(settings.deploy_dir / "runtimes")
+        say(f"applied ClusterTrainingRuntimes: {', '.join(await setup.apply_cluster_runtimes(kube, runtimes))}")
+        if options.gpu_nodes:
+            await setup.create_gpu_nodes(kube, options.gpu_nodes, options.gpus_per_node)
+
+            async def all_ready() -> bool:
+                return await setup.count_ready_nodes(kube) >= options.gpu_nodes
+            await setup.wait_for(all_ready, 120, f"{options.gpu_nodes} GPU nodes to be Ready")
+            say(f"{options.gpu_nodes} KWOK GPU nodes Ready, {options.gpus_per_node} x nvidia.com/gpu each")
+    finally:
+        await kube.close()
+
+
+def down(settings: ClusterSettings, say: Say) -> None:
+    cluster = LocalCluster(settings, Path("/nonexistent"))
+    if not cluster.exists():
+        say(f"no cluster {settings.cluster_name!r}; nothing to do")
+        return
+    kwokctl = _any_kwokctl(settings)
+    if kwokctl is None:
+        raise ClusterError("kwokctl binary not found in the cache; run `gangctl cluster up` once to build it")
+    LocalCluster(settings, kwokctl).delete()
+    say(f"cluster {settings.cluster_name!r} deleted; no component is running")
+
+
+def _any_kwokctl(settings: ClusterSettings) -> Path | None:
+    for folder in sorted(settings.bin_root.glob("*"), key=lambda p: p.stat().st_mtime, reverse=True):
+        if (folder / "kwokctl").exists():
+            return folder
+    return None
+
+
+def status(settings: ClusterSettings) -> dict:
+    cluster = LocalCluster(settings, Path("/nonexistent"))
+    info: dict = {"name": settings.cluster_name, "exists": cluster.exists(),
+                  "kubeconfig": str(cluster.kubeconfig), "components": cluster.components()}
+    info["running"] = bool(info["components"]) and all(c["running"] for c in info["components"])
+    if info["running"]:
+        info["nodes"] = asyncio.run(_node_summary(cluster.kubeconfig))
+    return info
+
+
+async def _node_summary(kubeconfig: Path) -> dict:
+    kube = await Kube.connect(kubeconfig)
+    try:
+        return {"kwok_ready": await setup.count_ready_nodes(kube, "type=kwok")}
+    finally:
+        await kube.close()

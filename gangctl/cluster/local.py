@@ -1,0 +1,221 @@
+"""The local real control plane: kube-apiserver, kube-controller-manager, the coscheduling scheduler,
+etcd and the KWOK controller, all started by kwokctl's binary runtime from binaries built here.
+
+Everything listens on loopback. State lives under the cache folder, not in ~/.kube or ~/.kwok.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from gangctl.cluster.build import BuildError, pinned_version
+from gangctl.config import ClusterSettings
+
+# kube-controller-manager settings that make node loss visible in seconds, not minutes.
+NODE_MONITOR_ARGS = {
+    "node-monitor-period": "2s",
+    "node-monitor-grace-period": "16s",
+}
+# KWOK manages only nodes with this annotation, so process nodes (real workers) stay real.
+KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+LOOPBACK = "127.0.0.1"
+
+# KWOK stages (read from the pinned kwok module) that drive fake nodes and their pods. A Stage list
+# in kwokctl's --config replaces the defaults, so the node heartbeat must be listed too.
+KWOK_STAGES = (
+    "stage/node/fast/node-initialize.yaml",
+    "stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "stage/node/chaos/node-not-ready.yaml",
+    "stage/pod/general/pod-ready.yaml",
+    # Job pods finish after the delay in the annotation pod-complete.stage.kwok.x-k8s.io/delay.
+    "stage/pod/general/pod-complete.yaml",
+    "stage/pod/general/pod-delete.yaml",
+    # A pod labelled pod-container-running-failed.stage.kwok.x-k8s.io=true fails (exit code by annotation).
+    "stage/pod/chaos/pod-container-running-failed.yaml",
+)
+
+
+@dataclass(frozen=True)
+class Ports:
+    apiserver: int
+    etcd: int
+    etcd_peer: int
+    controller_manager: int
+    scheduler: int
+    kwok: int
+
+    @classmethod
+    def pick(cls) -> "Ports":
+        """Free loopback ports, chosen by the kernel."""
+        socks = []
+        try:
+            for _ in range(6):
+                sock = socket.socket()
+                sock.bind((LOOPBACK, 0))
+                socks.append(sock)
+            return cls(*(s.getsockname()[1] for s in socks))
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started, stopped or read; the message says what to do next."""
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    settings: ClusterSettings
+    bin_dir: Path
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.settings.kubeconfig
+
+    def _kwokctl(self, *args: str, check: bool = True, capture: bool = False) -> subprocess.CompletedProcess:
+        env = dict(os.environ, KWOK_WORKDIR=str(self.settings.kwok_workdir))
+        cmd = [str(self.bin_dir / "kwokctl"), "--name", self.settings.cluster_name, *args]
+        result = subprocess.run(cmd, env=env, text=True, capture_output=capture)
+        if check and result.returncode != 0:
+            detail = (result.stderr or "").strip()[-2000:] if capture else ""
+            raise ClusterError(f"`kwokctl {' '.join(args[:3])}` failed (exit {result.returncode}). {detail}\n"
+                               f"Component logs: {self.logs_dir}")
+        return result
+
+    @property
+    def state_dir(self) -> Path:
+        return self.settings.kwok_workdir / "clusters" / self.settings.cluster_name
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    def exists(self) -> bool:
+        return (self.state_dir / "kwok.yaml").exists()
+
+    def component_args(self, ports: "Ports") -> dict[str, dict[str, str]]:
+        """Flags added to kwokctl's own, so every component listens on loopback only."""
+        etcd_client = f"http://{LOOPBACK}:{ports.etcd}"
+        etcd_peer = f"http://{LOOPBACK}:{ports.etcd_peer}"
+        annotation = "=".join(KWOK_NODE_ANNOTATION)
+        return {
+            "etcd": {"listen-client-urls": etcd_client, "advertise-client-urls": etcd_client,
+                     "listen-peer-urls": etcd_peer, "initial-advertise-peer-urls": etcd_peer,
+                     "initial-cluster": f"node0={etcd_peer}"},
+            "kube-apiserver": {"bind-address": LOOPBACK, "advertise-address": LOOPBACK},
+            "kube-controller-manager": {"bind-address": LOOPBACK, **NODE_MONITOR_ARGS},
+            "kube-scheduler": {"bind-address": LOOPBACK},
+            "kwok-controller": {"server-address": f"{LOOPBACK}:{ports.kwok}", "manage-all-nodes": "false",
+                                "manage-nodes-with-annotation-selector": annotation},
+        }
+
+    def write_config(self, ports: "Ports") -> Path:
+        """The kwokctl configuration: component args and the KWOK stages, as one multi-document file."""
+        kwok_dir = kwok_module_dir(self.settings.integrations_dir)
+        options: dict = {"runtime": "binary", "disableQPSLimits": True}
+        kubectl = shutil.which("kubectl")
+        if kubectl:
+            options["kubectlBinary"] = kubectl
+        docs: list[dict] = [{
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "kind": "KwokctlConfiguration",
+            "options": options,
+            "componentsPatches": [
+                {"name": name, "extraArgs": [{"key": k, "value": v} for k, v in args.items()]}
+                for name, args in self.component_args(ports).items()
+            ],
+        }]
+        for rel in KWOK_STAGES:
+            docs.append(yaml.safe_load((kwok_dir / "kustomize" / rel).read_text()))
+        path = self.settings.cache_dir / f"{self.settings.cluster_name}-kwokctl.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        return path
+
+    def create(self) -> None:
+        b = self.bin_dir
+        ports = Ports.pick()
+        self._kwokctl(
+            "create", "cluster",
+            "--runtime", "binary",
+            "--config", str(self.write_config(ports)),
+            "--kube-apiserver-port", str(ports.apiserver),
+            "--etcd-port", str(ports.etcd),
+            "--kube-controller-manager-port", str(ports.controller_manager),
+            "--kube-scheduler-port", str(ports.scheduler),
+            "--controller-port", str(ports.kwok),
+            "--kube-apiserver-binary", str(b / "kube-apiserver"),
+            "--kube-controller-manager-binary", str(b / "kube-controller-manager"),
+            "--kube-scheduler-binary", str(b / "kube-scheduler"),
+            "--kwok-controller-binary", str(b / "kwok"),
+            "--etcd-binary", str(b / "etcd"),
+            "--kube-scheduler-config", str(self.settings.integrations_dir / "coscheduling" / "scheduler-config.yaml"),
+            "--kubeconfig", "",  # leave ~/.kube/config alone; use `gangctl cluster env`
+            "--wait", "120s",
+        )
+
+    def start(self) -> None:
+        self._kwokctl("start", "cluster", "--wait", "120s")
+
+    def stop(self) -> None:
+        self._kwokctl("stop", "cluster", check=False)
+
+    def delete(self) -> None:
+        if self.exists():
+            self._kwokctl("delete", "cluster", check=False)
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def components(self) -> list[dict]:
+        """Each component's name and whether its process is running."""
+        if not self.exists():
+            return []
+        conf = next(d for d in yaml.safe_load_all((self.state_dir / "kwok.yaml").read_text())
+                    if d and d.get("kind") == "KwokctlConfiguration")
+        rows = []
+        for comp in conf.get("components") or []:
+            pid_file = self.state_dir / "pids" / f"{comp['name']}.pid"
+            rows.append({"name": comp["name"], "running": _pid_alive(pid_file)})
+        return rows
+
+
+def _pid_alive(pid_file: Path) -> bool:
+    try:
+        os.kill(int(pid_file.read_text().strip()), 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def kwok_module_dir(integrations: Path) -> Path:
+    """The pinned kwok module in the Go module cache (downloaded by the build)."""
+    version = pinned_version(integrations / "kwok", "sigs.k8s.io/kwok")
+    return go_module_dir("sigs.k8s.io/kwok", version or "", integrations / "kwok")
+
+
+def go_module_dir(module: str, version: str, wrapper: Path) -> Path:
+    """Folder of `module@version` in the Go module cache, downloading it if needed."""
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError("Go is not installed or not on PATH; install Go 1.24 or newer and retry.")
+    env = dict(os.environ, GOSUMDB=os.environ.get("GOSUMDB", "off"), GOFLAGS="-mod=mod")
+    out = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], cwd=wrapper, env=env,
+                         capture_output=True, text=True)
+    info = json.loads(out.stdout or "{}")
+    if out.returncode != 0 or "Dir" not in info:
+        raise BuildError(f"could not find {module}@{version} in the Go module cache: {info.get('Error') or out.stderr}")
+    return Path(info["Dir"])
+
+
+def coscheduling_crd(integrations: Path) -> dict:
+    """The scheduler-plugins PodGroup CRD at the pinned version, from the Go module cache."""
+    version = pinned_version(integrations / "controlplane", "sigs.k8s.io/scheduler-plugins")
+    root = go_module_dir("sigs.k8s.io/scheduler-plugins", version or "", integrations / "controlplane")
+    docs = [d for d in yaml.safe_load_all((root / "manifests" / "coscheduling" / "crd.yaml").read_text()) if d]
+    return next(d for d in docs if d["metadata"]["name"] == "podgroups.scheduling.x-k8s.io")

@@ -1,0 +1,120 @@
+"""What a fresh local cluster needs before gangctl runs: CRDs, the shipped runtimes, fake GPU nodes."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Callable, Iterable
+
+import yaml
+
+from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, CRDS, NODES
+from gangctl.cluster.local import KWOK_NODE_ANNOTATION
+from gangctl.kube.client import ApiError, Kube
+
+FIELD_MANAGER = "gangctl-cluster"
+GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
+ZONES = ("zone-a", "zone-b", "zone-c", "zone-d")
+
+
+def load_manifests(folder: Path) -> list[dict]:
+    docs: list[dict] = []
+    for path in sorted(folder.glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+async def install_crds(kube: Kube, crds: Iterable[dict], timeout: float = 60) -> list[str]:
+    names = []
+    for crd in crds:
+        await kube.apply(CRDS.path(name=crd["metadata"]["name"]), crd, FIELD_MANAGER)
+        names.append(crd["metadata"]["name"])
+    for name in names:
+        await _wait_established(kube, name, timeout)
+    return names
+
+
+async def _wait_established(kube: Kube, name: str, timeout: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        crd = await kube.get(CRDS.path(name=name))
+        conds = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
+        if conds.get("Established") == "True":
+            return
+        if loop.time() > deadline:
+            raise TimeoutError(f"CRD {name} not Established after {timeout:.0f}s: {conds}")
+        await asyncio.sleep(0.2)
+
+
+async def apply_cluster_runtimes(kube: Kube, runtimes: Iterable[dict]) -> list[str]:
+    names = []
+    for rt in runtimes:
+        await kube.apply(CLUSTER_TRAINING_RUNTIMES.path(name=rt["metadata"]["name"]), rt, FIELD_MANAGER)
+        names.append(rt["metadata"]["name"])
+    return names
+
+
+def gpu_node(index: int, gpus: int, *, cpu: int = 96, memory_gi: int = 1024, prefix: str = "gpu-node") -> dict:
+    """A KWOK-managed Node with `gpus` nvidia.com/gpu, labelled like a real GPU node."""
+    allocatable = {"cpu": str(cpu), "memory": f"{memory_gi}Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    name = f"{prefix}-{index:03d}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE_ANNOTATION[0]: KWOK_NODE_ANNOTATION[1], "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "type": "kwok",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "nvidia.com/gpu.product": GPU_PRODUCT,
+                "nvidia.com/gpu.count": str(gpus),
+                "topology.kubernetes.io/zone": ZONES[index % len(ZONES)],
+                "gangctl.io/node-kind": "kwok-gpu",
+            },
+        },
+        "status": {"capacity": allocatable, "allocatable": allocatable},
+    }
+
+
+async def create_gpu_nodes(kube: Kube, count: int, gpus: int, on_progress: Callable[[int], None] | None = None,
+                           concurrency: int = 16) -> list[str]:
+    sem = asyncio.Semaphore(concurrency)
+    done = 0
+
+    async def one(i: int) -> str:
+        nonlocal done
+        node = gpu_node(i, gpus)
+        async with sem:
+            try:
+                await kube.create(NODES.path(), node)
+            except ApiError as err:
+                if not err.conflict:
+                    raise
+        done += 1
+        if on_progress:
+            on_progress(done)
+        return node["metadata"]["name"]
+
+    return list(await asyncio.gather(*(one(i) for i in range(count))))
+
+
+async def count_ready_nodes(kube: Kube, label_selector: str = "type=kwok") -> int:
+    nodes = await kube.get(NODES.path(), labelSelector=label_selector)
+    ready = 0
+    for node in nodes.get("items", []):
+        conds = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
+        ready += conds.get("Ready") == "True"
+    return ready
+
+
+async def wait_for(check: Callable[[], "asyncio.Future[bool]"], timeout: float, what: str, interval: float = 0.25) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await check():
+        if loop.time() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(interval)
+

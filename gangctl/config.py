@@ -1,0 +1,56 @@
+"""Settings for every gangctl command, read from flags and GANGCTL_* environment variables.
+
+Built once in the entry point and passed down; nothing reads settings from module globals.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _default_cache_dir() -> Path:
+    return Path.home() / ".cache" / "gangctl"
+
+
+class ClusterSettings(BaseSettings):
+    """Where the local control plane keeps its binaries and state."""
+
+    model_config = SettingsConfigDict(env_prefix="GANGCTL_", extra="ignore")
+
+    cache_dir: Path = Field(default_factory=_default_cache_dir, description="binaries and cluster state (outside the repo)")
+    cluster_name: str = "gangctl"
+    integrations_dir: Path = REPO_ROOT / "integrations"
+    deploy_dir: Path = REPO_ROOT / "deploy"
+
+    @property
+    def bin_root(self) -> Path:
+        return self.cache_dir / "bin"
+
+    @property
+    def kwok_workdir(self) -> Path:
+        return self.cache_dir / "kwok"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.kwok_workdir / "clusters" / self.cluster_name / "kubeconfig.yaml"
+
+
+class ControllerSettings(BaseSettings):
+    """How `gangctl controller` runs."""
+
+    model_config = SettingsConfigDict(env_prefix="GANGCTL_", extra="ignore")
+
+    kubeconfig: Path | None = None
+    namespace: str | None = Field(None, description="watch one namespace; all namespaces when unset")
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 8080
+    workers: int = 4
+    field_manager: str = "gangctl"
+    scheduler_name: str = Field("scheduler-plugins-scheduler", description="scheduler profile with Coscheduling")
+    resync_seconds: float = 300.0
+    backoff_base_seconds: float = 0.5
+    backoff_max_seconds: float = 60.0

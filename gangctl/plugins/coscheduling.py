@@ -1,0 +1,45 @@
+"""scheduler-plugins Coscheduling: a PodGroup scheduling.x-k8s.io/v1alpha1 and labelled pods.
+
+The scheduler's Permit stage holds pods until minMember of them fit, then binds them together;
+PreFilter rejects a gang at once when minResources exceed what the cluster has free.
+"""
+from __future__ import annotations
+
+from gangctl.api.quantity import format_quantity
+from gangctl.api.resources import POD_GROUPS, Resource
+from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
+from gangctl.policy.gang import Gang
+from gangctl.policy.resolve import ResolvedJob
+
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+
+class Coscheduling:
+    name = "coscheduling"
+    group_resource: Resource = POD_GROUPS
+
+    def pod_labels(self, job: ResolvedJob) -> dict[str, str]:
+        return {POD_GROUP_LABEL: job.name}
+
+    def pod_annotations(self, job: ResolvedJob) -> dict[str, str]:
+        return {}
+
+    def scheduler_name(self, job: ResolvedJob, default: str) -> str | None:
+        return default
+
+    def group(self, job: ResolvedJob, gang: Gang, owner: dict) -> dict:
+        return {
+            "apiVersion": POD_GROUPS.api_version,
+            "kind": POD_GROUPS.kind,
+            "metadata": {
+                "name": job.name,
+                "namespace": job.namespace,
+                "labels": {MANAGED_BY: MANAGER, TRAINJOB_NAME: job.name},
+                "ownerReferences": [owner],
+            },
+            "spec": {
+                "minMember": gang.min_member,
+                "minResources": {k: format_quantity(v) for k, v in sorted(gang.min_resources.items())},
+                "scheduleTimeoutSeconds": gang.schedule_timeout_seconds,
+            },
+        }

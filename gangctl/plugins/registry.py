@@ -1,0 +1,19 @@
+"""Scheduler backends by the name a runtime's podGroupPolicy uses."""
+from __future__ import annotations
+
+from gangctl.plugins.base import GangBackend
+from gangctl.plugins.coscheduling import Coscheduling
+
+BACKENDS: dict[str, GangBackend] = {
+    "coscheduling": Coscheduling(),
+}
+
+
+def backend_for(name: str | None) -> GangBackend | None:
+    """The backend a runtime names, None for a job without a gang; KeyError if unsupported."""
+    if name is None:
+        return None
+    if name not in BACKENDS:
+        raise KeyError(f"spec.podGroupPolicy.{name}: this backend is not supported yet "
+                       f"(supported: {', '.join(sorted(BACKENDS))})")
+    return BACKENDS[name]

@@ -1,0 +1,100 @@
+"""Desired child objects of a TrainJob: the headless Service and the node Job.
+
+The child workload is one Indexed batch/v1 Job per replicated job, not a JobSet: the Job controller
+in kube-controller-manager then owns pod lifecycle (completion indexes, podFailurePolicy,
+successPolicy, backoffLimitPerIndex, podReplacementPolicy, elastic parallelism), no extra
+controller or webhook has to run, and the pods carry the JobSet labels the kubeflow SDK selects by.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+
+from gangctl.plugins.base import GangBackend
+from gangctl.plugins.names import (ANCESTOR_STEP, MANAGED_BY, MANAGER, SPEC_HASH, TRAINJOB_NAME,
+                                   child_job_name, child_labels)
+from gangctl.plugins.torch import torch_env
+from gangctl.policy.resolve import NODE_CONTAINER, NODE_JOB, ResolvedJob
+
+
+def owner_reference(trainjob: dict) -> dict:
+    return {
+        "apiVersion": trainjob["apiVersion"],
+        "kind": trainjob["kind"],
+        "name": trainjob["metadata"]["name"],
+        "uid": trainjob["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def with_spec_hash(obj: dict) -> dict:
+    """Stamp `obj` with a hash of itself so an unchanged object is not applied again."""
+    digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+    obj["metadata"].setdefault("annotations", {})[SPEC_HASH] = digest
+    return obj
+
+
+def headless_service(job: ResolvedJob, owner: dict) -> dict:
+    return with_spec_hash({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": job.name,
+            "namespace": job.namespace,
+            "labels": {MANAGED_BY: MANAGER, TRAINJOB_NAME: job.name},
+            "ownerReferences": [owner],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": {TRAINJOB_NAME: job.name},
+            # Workers must resolve each other while they start, before readiness.
+            "publishNotReadyAddresses": True,
+        },
+    })
+
+
+def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, scheduler_name: str) -> dict:
+    template = copy.deepcopy(job.pod_template)
+    meta = template.setdefault("metadata", {})
+    labels = {**(meta.get("labels") or {}), **child_labels(job.name, NODE_JOB), ANCESTOR_STEP: "trainer"}
+    annotations = dict(meta.get("annotations") or {})
+    spec = template.setdefault("spec", {})
+    spec.setdefault("restartPolicy", "Never")
+    spec["subdomain"] = job.name
+    if backend is not None:
+        labels.update(backend.pod_labels(job))
+        annotations.update(backend.pod_annotations(job))
+        name = backend.scheduler_name(job, scheduler_name)
+        if name:
+            spec["schedulerName"] = name
+    meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    for container in spec.get("containers") or []:
+        if container.get("name") == NODE_CONTAINER or len(spec["containers"]) == 1:
+            env = {e["name"]: e for e in container.get("env") or []}
+            env.update({e["name"]: e for e in torch_env(job)})
+            container["env"] = list(env.values())
+
+    job_spec = {
+        "backoffLimit": 0,
+        **copy.deepcopy(job.job_spec),
+        "completionMode": "Indexed",
+        "completions": job.num_nodes,
+        "parallelism": job.num_nodes,
+        "suspend": job.suspend,
+        "template": template,
+    }
+    return with_spec_hash({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": child_job_name(job.name, NODE_JOB),
+            "namespace": job.namespace,
+            "labels": child_labels(job.name, NODE_JOB),
+            "ownerReferences": [owner],
+        },
+        "spec": job_spec,
+    })

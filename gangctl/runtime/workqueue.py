@@ -1,0 +1,95 @@
+"""A work queue of keys with client-go semantics, for asyncio.
+
+- A key added many times before a worker takes it is processed once (dedupe).
+- A key is never processed by two workers at once; if it is added while being processed it is
+  processed again afterwards.
+- Failed keys come back after an exponential, per-key backoff; `forget` resets it.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+
+class WorkQueue:
+    def __init__(self, base_delay: float = 0.5, max_delay: float = 60.0):
+        self._queue: deque[str] = deque()
+        self._dirty: set[str] = set()
+        self._processing: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._signal = asyncio.Event()
+        self._base = base_delay
+        self._max = max_delay
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def add(self, key: str) -> None:
+        if self._closed or key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key not in self._processing:
+            self._queue.append(key)
+            self._wake()
+
+    def add_after(self, key: str, delay: float) -> None:
+        """Add `key` after `delay` seconds (the earliest pending request wins)."""
+        if delay <= 0:
+            self.add(key)
+            return
+        loop = asyncio.get_running_loop()
+        existing = self._timers.get(key)
+        when = loop.time() + delay
+        if existing is not None and existing.when() <= when:
+            return
+        if existing is not None:
+            existing.cancel()
+        self._timers[key] = loop.call_at(when, self._fire, key)
+
+    def add_rate_limited(self, key: str) -> float:
+        """Retry `key` after its backoff; returns the delay chosen."""
+        failures = self._failures.get(key, 0)
+        self._failures[key] = failures + 1
+        delay = min(self._base * (2 ** failures), self._max)
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+    def failures(self, key: str) -> int:
+        return self._failures.get(key, 0)
+
+    async def get(self) -> str | None:
+        """The next key to process, or None once the queue is shut down."""
+        while not self._queue and not self._closed:
+            self._signal.clear()
+            await self._signal.wait()
+        if not self._queue:
+            return None
+        key = self._queue.popleft()
+        self._processing.add(key)
+        self._dirty.discard(key)
+        return key
+
+    def done(self, key: str) -> None:
+        self._processing.discard(key)
+        if key in self._dirty:
+            self._queue.append(key)
+            self._wake()
+
+    def shutdown(self) -> None:
+        self._closed = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self._wake()
+
+    def _fire(self, key: str) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    def _wake(self) -> None:
+        self._signal.set()
