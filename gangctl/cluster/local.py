@@ -33,6 +33,9 @@ KWOK_STAGES = (
     "stage/node/fast/node-initialize.yaml",
     "stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
     "stage/node/chaos/node-not-ready.yaml",
+    "stage/pod/general/pod-create.yaml",
+    "stage/pod/general/pod-init-container-running.yaml",
+    "stage/pod/general/pod-init-container-completed.yaml",
     "stage/pod/general/pod-ready.yaml",
     # Job pods finish after the delay in the annotation pod-complete.stage.kwok.x-k8s.io/delay.
     "stage/pod/general/pod-complete.yaml",
@@ -79,14 +82,18 @@ class LocalCluster:
     def kubeconfig(self) -> Path:
         return self.settings.kubeconfig
 
-    def _kwokctl(self, *args: str, check: bool = True, capture: bool = False) -> subprocess.CompletedProcess:
+    def _kwokctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """Run kwokctl; its own log goes to kwokctl.log in the cache and is shown only on failure."""
         env = dict(os.environ, KWOK_WORKDIR=str(self.settings.kwok_workdir))
         cmd = [str(self.bin_dir / "kwokctl"), "--name", self.settings.cluster_name, *args]
-        result = subprocess.run(cmd, env=env, text=True, capture_output=capture)
+        result = subprocess.run(cmd, env=env, text=True, capture_output=True)
+        log = self.settings.cache_dir / "kwokctl.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as sink:
+            sink.write(f"$ {' '.join(cmd)}\n{result.stdout}{result.stderr}")
         if check and result.returncode != 0:
-            detail = (result.stderr or "").strip()[-2000:] if capture else ""
-            raise ClusterError(f"`kwokctl {' '.join(args[:3])}` failed (exit {result.returncode}). {detail}\n"
-                               f"Component logs: {self.logs_dir}")
+            raise ClusterError(f"`kwokctl {' '.join(args[:2])}` failed (exit {result.returncode}):\n"
+                               f"{result.stderr.strip()[-2000:]}\nkwokctl log: {log}; component logs: {self.logs_dir}")
         return result
 
     @property

@@ -1,0 +1,29 @@
+"""Prometheus metrics of the controller, on a registry the caller passes in."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PHASES = ("Pending", "Created", "Running", "Suspended", "Complete", "Failed")
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry):
+        self.registry = registry
+        self.trainjobs = Gauge("gangctl_trainjobs", "TrainJobs by phase", ["phase"], registry=registry)
+        self.reconcile_seconds = Histogram(
+            "gangctl_reconcile_duration_seconds", "Time to reconcile one TrainJob", registry=registry,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+        self.reconcile_errors = Counter("gangctl_reconcile_errors_total", "Reconciles that raised", ["reason"],
+                                        registry=registry)
+        self.queue_depth = Gauge("gangctl_workqueue_depth", "Keys waiting in the work queue", registry=registry)
+        self.gang_wait = Histogram(
+            "gangctl_gang_wait_seconds", "From the gang's pods being created to all of them bound to nodes",
+            registry=registry, buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600))
+        self.invalid = Counter("gangctl_trainjobs_invalid_total", "TrainJobs marked Failed for an invalid spec",
+                               registry=registry)
+        for phase in PHASES:
+            self.trainjobs.labels(phase).set(0)
+
+    def set_phases(self, counts: dict[str, int]) -> None:
+        for phase in PHASES:
+            self.trainjobs.labels(phase).set(counts.get(phase, 0))

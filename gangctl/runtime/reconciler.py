@@ -1,0 +1,172 @@
+"""Level-based reconcile of one TrainJob: observed state from the caches in, desired state out.
+
+Never acts on an event itself: a key comes in, everything is read from the informers' caches, the
+desired children are built by pure code and applied with server-side apply under one field
+manager, and the status is derived from what the children show.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable
+
+from gangctl.api.resources import JOBS, POD_GROUPS, SERVICES, TRAINJOBS, Resource
+from gangctl.api.trainjob import parse_trainjob
+from gangctl.kube.client import ApiError, Kube
+from gangctl.kube.events import EventRecorder
+from gangctl.kube.informer import Informer
+from gangctl.obs.metrics import Metrics
+from gangctl.plugins.names import SPEC_HASH, TRAINJOB_NAME, child_job_name
+from gangctl.plugins.registry import backend_for
+from gangctl.plugins.workload import headless_service, node_job, owner_reference
+from gangctl.policy import status as st
+from gangctl.policy.gang import size_gang
+from gangctl.policy.resolve import NODE_JOB, ResolveError, resolve
+
+log = logging.getLogger(__name__)
+
+# managedBy values this controller serves: unset, and Kubeflow Trainer's own (gangctl is a drop-in).
+SERVED_MANAGERS = {None, "", "trainer.kubeflow.org/trainjob-controller", "gangctl.io/controller"}
+
+
+@dataclass
+class Caches:
+    trainjobs: Informer
+    runtimes: Informer
+    cluster_runtimes: Informer
+    jobs: Informer
+    pods: Informer
+    pod_groups: Informer
+    services: Informer
+
+    def all(self) -> list[Informer]:
+        return [self.trainjobs, self.runtimes, self.cluster_runtimes, self.jobs, self.pods,
+                self.pod_groups, self.services]
+
+
+class Reconciler:
+    def __init__(self, kube: Kube, caches: Caches, metrics: Metrics, events: EventRecorder, *,
+                 field_manager: str, scheduler_name: str, clock: Callable[[], datetime] | None = None):
+        self.kube = kube
+        self.caches = caches
+        self.metrics = metrics
+        self.events = events
+        self.field_manager = field_manager
+        self.scheduler_name = scheduler_name
+        self.clock = clock or (lambda: datetime.now(timezone.utc))
+
+    async def reconcile(self, key: str) -> None:
+        trainjob = self.caches.trainjobs.get(key)
+        if trainjob is None or trainjob["metadata"].get("deletionTimestamp"):
+            return  # owner references let the garbage collector remove the children
+        if (trainjob.get("spec") or {}).get("managedBy") not in SERVED_MANAGERS:
+            return
+        previous = trainjob.get("status") or {}
+        if st.finished(previous):
+            # Final: release the gang, and never recreate children someone deleted (TTL, cleanup).
+            await self._release_gang(trainjob)
+            return
+
+        try:
+            parse_trainjob(trainjob)
+        except ValueError as err:
+            await self._fail(trainjob, "InvalidSpec", str(err))
+            return
+        runtime = self._runtime_for(trainjob)
+        if runtime is None:
+            ref = trainjob["spec"]["runtimeRef"]
+            message = (f"{ref.get('kind', 'ClusterTrainingRuntime')} {ref['name']!r} not found; "
+                       "create it or fix spec.runtimeRef")
+            conditions = st.set_condition(list(previous.get("conditions") or []), st.CREATED, False,
+                                          "RuntimeNotFound", message, self.clock())
+            if conditions != previous.get("conditions"):
+                await self._write_status(trainjob, {**previous, "conditions": conditions})
+            return
+        try:
+            job = resolve(trainjob, runtime)
+            backend = backend_for(job.gang_backend)
+            gang = size_gang(job.num_nodes, job.requests, min_nodes=job.min_nodes,
+                             schedule_timeout_seconds=job.gang_settings.get("scheduleTimeoutSeconds"))
+        except (ResolveError, KeyError, ValueError) as err:
+            message = err.args[0] if err.args else str(err)
+            await self._fail(trainjob, "InvalidRuntime", str(message))
+            return
+
+        owner = owner_reference(trainjob)
+        await self._ensure(SERVICES, self.caches.services, headless_service(job, owner))
+        if backend is not None and not job.suspend:
+            await self._ensure(backend.group_resource, self.caches.pod_groups, backend.group(job, gang, owner))
+        await self._ensure(JOBS, self.caches.jobs, node_job(job, owner, backend, self.scheduler_name))
+        if job.suspend:
+            await self._release_gang(trainjob)
+
+        ns = job.namespace
+        jobs = []
+        observed_job = self.caches.jobs.get(f"{ns}/{child_job_name(job.name, NODE_JOB)}")
+        if observed_job is not None:
+            jobs.append(st.ChildJob.from_job(observed_job, NODE_JOB))
+        gang_obs = st.GangObservation(gang.min_member, self._bound_pods(ns, job.name, observed_job))
+        status = st.derive_status(previous, jobs, gang_obs, job.suspend, self.clock(),
+                                  trainjob["metadata"].get("generation"))
+        if status != previous:
+            await self._write_status(trainjob, status)
+            self._record_transitions(trainjob, previous, status)
+        if st.finished(status):
+            await self._release_gang(trainjob)
+
+    def _runtime_for(self, trainjob: dict) -> dict | None:
+        ref = trainjob["spec"]["runtimeRef"]
+        if ref.get("kind", "ClusterTrainingRuntime") == "TrainingRuntime":
+            return self.caches.runtimes.get(f"{trainjob['metadata']['namespace']}/{ref['name']}")
+        return self.caches.cluster_runtimes.get(ref["name"])
+
+    def _bound_pods(self, namespace: str, name: str, job: dict | None) -> int:
+        """Pods of the current Job (by uid) that the scheduler has bound to a node."""
+        if job is None:
+            return 0
+        uid = job["metadata"].get("uid")
+        return sum(
+            1 for pod in self.caches.pods.list(namespace, {TRAINJOB_NAME: name})
+            if (pod.get("spec") or {}).get("nodeName")
+            and any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
+            and (pod.get("status") or {}).get("phase") not in ("Failed",)
+        )
+
+    async def _ensure(self, resource: Resource, cache: Informer, obj: dict) -> None:
+        meta = obj["metadata"]
+        cached = cache.get(f"{meta['namespace']}/{meta['name']}")
+        want = meta.get("annotations", {}).get(SPEC_HASH)
+        if cached is not None and want and (cached["metadata"].get("annotations") or {}).get(SPEC_HASH) == want:
+            return
+        await self.kube.apply(resource.path(meta["namespace"], meta["name"]), obj, self.field_manager)
+
+    async def _release_gang(self, trainjob: dict) -> None:
+        meta = trainjob["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        if self.caches.pod_groups.get(key) is not None:
+            await self.kube.delete(POD_GROUPS.path(meta["namespace"], meta["name"]))
+
+    async def _fail(self, trainjob: dict, reason: str, message: str) -> None:
+        previous = trainjob.get("status") or {}
+        status = st.failed_status(previous, reason, message, self.clock())
+        self.metrics.invalid.inc()
+        await self._write_status(trainjob, status)
+        await self.events.warning(trainjob, reason, message)
+        await self._release_gang(trainjob)
+
+    async def _write_status(self, trainjob: dict, status: dict) -> None:
+        meta = trainjob["metadata"]
+        body = {"apiVersion": trainjob["apiVersion"], "kind": trainjob["kind"],
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "status": status}
+        try:
+            await self.kube.apply(TRAINJOBS.path(meta["namespace"], meta["name"], "status"), body, self.field_manager)
+        except ApiError as err:
+            if not err.not_found:  # deleted meanwhile: nothing to report on
+                raise
+
+    def _record_transitions(self, trainjob: dict, previous: dict, status: dict) -> None:
+        before, after = (previous.get("gang") or {}), (status.get("gang") or {})
+        if "waitSeconds" in after and after.get("boundAt") != before.get("boundAt"):
+            self.metrics.gang_wait.observe(after["waitSeconds"])
+
