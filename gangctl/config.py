@@ -52,5 +52,6 @@ class ControllerSettings(BaseSettings):
     field_manager: str = "gangctl"
     scheduler_name: str = Field("scheduler-plugins-scheduler", description="scheduler profile with Coscheduling")
     resync_seconds: float = 300.0
+    gang_retry_seconds: float = Field(20.0, description="how often waiting gangs are handed back to the scheduler")
     backoff_base_seconds: float = 0.5
     backoff_max_seconds: float = 60.0

@@ -70,11 +70,18 @@ def set_condition(conditions: list[dict], ctype: str, status: bool, reason: str,
     if generation is not None:
         cond["observedGeneration"] = generation
     out.append(cond)
-    return sorted(out, key=lambda c: CONDITION_ORDER.index(c["type"]) if c["type"] in CONDITION_ORDER else 99)
+    # True conditions last, so the printer column (the last condition) shows the current state.
+    return sorted(out, key=lambda c: (c["status"] == "True",
+                                      CONDITION_ORDER.index(c["type"]) if c["type"] in CONDITION_ORDER else 99))
 
 
 def is_true(status: dict | None, ctype: str) -> bool:
     return any(c["type"] == ctype and c["status"] == "True" for c in (status or {}).get("conditions") or [])
+
+
+def waiting_for_gang(status: dict | None) -> bool:
+    return any(c["type"] == RUNNING and c["status"] == "False" and c.get("reason") == "WaitingForGang"
+               for c in (status or {}).get("conditions") or [])
 
 
 def finished(status: dict | None) -> bool:

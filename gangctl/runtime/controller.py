@@ -17,7 +17,7 @@ from gangctl.kube.informer import Informer, object_key
 from gangctl.obs.metrics import Metrics
 from gangctl.obs.server import make_app, serve
 from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
-from gangctl.policy.status import phase
+from gangctl.policy.status import phase, waiting_for_gang
 from gangctl.runtime.reconciler import Caches, Reconciler
 from gangctl.runtime.workqueue import WorkQueue
 
@@ -43,13 +43,17 @@ class Controller:
         )
         self.reconciler = Reconciler(kube, self.caches, self.metrics, EventRecorder(kube),
                                      field_manager=settings.field_manager, scheduler_name=settings.scheduler_name)
+        self.reconciler.on_capacity_freed = self.capacity_changed
+        self._retry_timer: asyncio.TimerHandle | None = None
 
     # --- event handlers: only enqueue keys -------------------------------------------------------
     def _on_trainjob(self, _: str, obj: dict) -> None:
         self.queue.add(object_key(obj))
 
-    def _on_child(self, _: str, obj: dict) -> None:
+    def _on_child(self, event: str, obj: dict) -> None:
         meta = obj["metadata"]
+        if event == "DELETED" and obj.get("kind") in ("Pod", "PodGroup"):
+            self.capacity_changed()
         owner = (meta.get("labels") or {}).get(TRAINJOB_NAME)
         if owner:
             self.queue.add(f"{meta['namespace']}/{owner}")
@@ -62,6 +66,21 @@ class Controller:
             if ref.get("name") == name and ref.get("kind", "ClusterTrainingRuntime") == kind:
                 self.queue.add(object_key(tj))
 
+    def capacity_changed(self) -> None:
+        """Retry waiting gangs shortly; a burst of deletions leads to one retry."""
+        if self._retry_timer is None:
+            def fire() -> None:
+                self._retry_timer = None
+                self.retry_waiting_gangs()
+            self._retry_timer = asyncio.get_running_loop().call_later(1.0, fire)
+
+    def retry_waiting_gangs(self) -> None:
+        """Ask every waiting gang's scheduler to try again (capacity changed, or periodically)."""
+        for key, tj in self.caches.trainjobs.cache.items():
+            if waiting_for_gang(tj.get("status")):
+                self.reconciler.nudge.add(key)
+                self.queue.add(key)
+
     # --- running -------------------------------------------------------------------------------
     def ready(self) -> bool:
         return all(inf.synced.is_set() for inf in self.caches.all())
@@ -72,7 +91,8 @@ class Controller:
         await asyncio.gather(*(inf.synced.wait() for inf in self.caches.all()))
         log.info("caches synced: %d TrainJobs", len(self.caches.trainjobs.cache))
         workers = [asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.settings.workers)]
-        housekeeping = [asyncio.create_task(self._resync()), asyncio.create_task(self._gauges())]
+        housekeeping = [asyncio.create_task(self._resync()), asyncio.create_task(self._gauges()),
+                        asyncio.create_task(self._retry_waiting())]
         try:
             await asyncio.gather(*informers, *workers, *housekeeping)
         finally:
@@ -104,6 +124,12 @@ class Controller:
             await asyncio.sleep(self.settings.resync_seconds)
             for key in list(self.caches.trainjobs.cache):
                 self.queue.add(key)
+
+    async def _retry_waiting(self) -> None:
+        # Capacity can also appear from pods and nodes gangctl does not manage.
+        while True:
+            await asyncio.sleep(self.settings.gang_retry_seconds)
+            self.retry_waiting_gangs()
 
     async def _gauges(self) -> None:
         while True:

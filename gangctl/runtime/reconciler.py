@@ -27,6 +27,7 @@ from gangctl.policy.resolve import NODE_JOB, ResolveError, resolve
 log = logging.getLogger(__name__)
 
 # managedBy values this controller serves: unset, and Kubeflow Trainer's own (gangctl is a drop-in).
+RETRY_ANNOTATION = "gangctl.io/retry-requested-at"
 SERVED_MANAGERS = {None, "", "trainer.kubeflow.org/trainjob-controller", "gangctl.io/controller"}
 
 
@@ -55,6 +56,10 @@ class Reconciler:
         self.field_manager = field_manager
         self.scheduler_name = scheduler_name
         self.clock = clock or (lambda: datetime.now(timezone.utc))
+        # Called when a gang lets go of its nodes, so waiting gangs are retried at once.
+        self.on_capacity_freed: Callable[[], None] = lambda: None
+        # Waiting gangs whose PodGroup should be touched on their next reconcile (see _nudge).
+        self.nudge: set[str] = set()
 
     async def reconcile(self, key: str) -> None:
         trainjob = self.caches.trainjobs.get(key)
@@ -114,6 +119,10 @@ class Reconciler:
             self._record_transitions(trainjob, previous, status)
         if st.finished(status):
             await self._release_gang(trainjob)
+        elif key in self.nudge and backend is not None and not job.suspend:
+            self.nudge.discard(key)
+            if st.waiting_for_gang(status):
+                await self._nudge(backend.group_resource, job.namespace, job.name)
 
     def _runtime_for(self, trainjob: dict) -> dict | None:
         ref = trainjob["spec"]["runtimeRef"]
@@ -146,6 +155,22 @@ class Reconciler:
         key = f"{meta['namespace']}/{meta['name']}"
         if self.caches.pod_groups.get(key) is not None:
             await self.kube.delete(POD_GROUPS.path(meta["namespace"], meta["name"]))
+            self.on_capacity_freed()
+
+    async def _nudge(self, resource: Resource, namespace: str, name: str) -> None:
+        """Touch a waiting gang's PodGroup so the scheduler tries it again now.
+
+        Coscheduling re-queues a rejected gang only on Pod add and PodGroup add/update events, not
+        when other pods go away; without this a gang waits for the scheduler's periodic flush of
+        unschedulable pods (five minutes) after capacity appears.
+        """
+        stamp = st.precise_timestamp(self.clock())
+        try:
+            await self.kube.merge_patch(resource.path(namespace, name),
+                                        {"metadata": {"annotations": {RETRY_ANNOTATION: stamp}}})
+        except ApiError as err:
+            if not err.not_found:
+                raise
 
     async def _fail(self, trainjob: dict, reason: str, message: str) -> None:
         previous = trainjob.get("status") or {}

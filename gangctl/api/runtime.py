@@ -1,0 +1,397 @@
+"""TrainingRuntime and ClusterTrainingRuntime (trainer.kubeflow.org/v1alpha1), plus the building blocks
+shared with TrainJob.
+
+Conventions: camelCase JSON names; dump with `model_dump(by_alias=True, exclude_none=True)`.
+`K8sModel` parts are closed (unknown fields ignored here, pruned by the API server); `OpenModel` parts
+mirror other APIs (JobSet, Kubernetes core) and keep unknown fields (x-kubernetes-preserve-unknown-fields).
+Validation rules for the API server (CEL) live next to the fields they check; gangctl.api.crds
+turns these models into the CRDs.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from gangctl.api.quantity import QUANTITY_PATTERN, ResourceList, parse_quantity
+
+GROUP = "trainer.kubeflow.org"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+TRAINING_RUNTIME_KIND = "TrainingRuntime"
+CLUSTER_TRAINING_RUNTIME_KIND = "ClusterTrainingRuntime"
+TRAINING_RUNTIME_PLURAL = "trainingruntimes"
+CLUSTER_TRAINING_RUNTIME_PLURAL = "clustertrainingruntimes"
+
+FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
+"""The kubeflow SDK lists only runtimes carrying this label (value e.g. "torch")."""
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+"""On a replicated job template: which TrainJob step it runs ("trainer", "dataset-initializer", ...)."""
+NODE_JOB = "node"
+"""The replicated job (and its container) that runs the trainer; the SDK requires this name."""
+
+PODGROUP_ONE_BACKEND_MESSAGE = "podGroupPolicy: set exactly one of coscheduling, volcano, kueue"
+ELASTIC_RANGE_MESSAGE = "elasticPolicy: minNodes must be less than or equal to maxNodes"
+NUM_PROC_VALUES = ("auto", "cpu", "gpu")
+NUM_PROC_MESSAGE = "numProcPerNode must be an integer >= 1 or one of auto, cpu, gpu"
+
+
+class K8sModel(BaseModel):
+    """A closed part of a CRD: camelCase names, unknown fields ignored."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The Kubernetes JSON form."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class OpenModel(K8sModel):
+    """A part that mirrors another API: unknown fields are kept, here and in the API server."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def validation_message(err: ValidationError) -> str:
+    """One line per problem, each naming the field path: "spec.trainer.numNodes: must be ≥ 1"."""
+    lines = []
+    for error in err.errors():
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"]).lstrip(".")
+        text = _error_text(error)
+        last = str(error["loc"][-1]) if error["loc"] else ""
+        if last and text.startswith(f"{last}: "):
+            text = text[len(last) + 2 :]  # the path already names it
+        lines.append(f"{path}: {text}" if path else text)
+    return "; ".join(lines)
+
+
+def _error_text(error: Any) -> str:
+    ctx = error.get("ctx") or {}
+    kind = error["type"]
+    if kind == "value_error":
+        return str(ctx.get("error", error["msg"]))
+    texts = {
+        "missing": "required",
+        "greater_than_equal": f"must be ≥ {ctx.get('ge')}",
+        "less_than_equal": f"must be ≤ {ctx.get('le')}",
+        "literal_error": f"must be one of {ctx.get('expected')}",
+        "string_too_short": "must not be empty",
+        "string_too_long": f"must be at most {ctx.get('max_length')} characters",
+        "int_type": "must be an integer",
+        "int_parsing": "must be an integer",
+        "int_from_float": "must be an integer",
+        "string_type": "must be a string",
+        "bool_type": "must be a boolean",
+        "bool_parsing": "must be a boolean",
+        "float_type": "must be a number",
+        "float_parsing": "must be a number",
+        "dict_type": "must be an object",
+        "model_type": "must be an object",
+        "model_attributes_type": "must be an object",
+        "list_type": "must be a list",
+    }
+    return texts.get(kind, error["msg"])
+
+
+# --- shared value types -------------------------------------------------------------------------
+
+
+def _check_quantity(value: Any) -> int | str:
+    # The kubeflow SDK sends {"cpu": 2.0} for cpu=2; the API server stores it as the integer 2.
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"must be an integer or a quantity string such as '500m' or '4Gi', got {value!r}")
+    parse_quantity(value)
+    return value
+
+
+Quantity = Annotated[
+    int | str,
+    PlainValidator(_check_quantity),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "x-kubernetes-int-or-string": True,
+        }
+    ),
+]
+"""A Kubernetes quantity as written ("500m", "4Gi" or an integer); parse with parse_quantity."""
+
+
+def _check_num_proc(value: Any) -> int | str:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str) and value in NUM_PROC_VALUES:
+        return value
+    raise ValueError(f"{NUM_PROC_MESSAGE}, got {value!r}")
+
+
+NumProcPerNode = Annotated[
+    int | str,
+    PlainValidator(_check_num_proc),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-int-or-string": True,
+            "x-kubernetes-validations": [
+                {
+                    "rule": "type(self) == string ? self in ['auto', 'cpu', 'gpu'] : self >= 1",
+                    "message": NUM_PROC_MESSAGE,
+                }
+            ],
+        }
+    ),
+]
+"""Processes per node for torchrun: an integer >= 1, or "auto" / "cpu" / "gpu"."""
+
+FreeForm = dict[str, Any]
+"""An object kept as is (x-kubernetes-preserve-unknown-fields)."""
+
+
+class ObjectMeta(OpenModel):
+    """metav1.ObjectMeta, the fields gangctl reads; the rest is kept."""
+
+    name: str | None = None
+    namespace: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    uid: str | None = None
+    generation: int | None = None
+    resource_version: str | None = None
+    creation_timestamp: str | None = None
+    deletion_timestamp: str | None = None
+
+
+class TemplateMetadata(OpenModel):
+    """Labels and annotations for generated objects."""
+
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class EnvVar(OpenModel):
+    """core/v1 EnvVar (valueFrom kept as is)."""
+
+    name: str = Field(min_length=1)
+    value: str | None = None
+    value_from: FreeForm | None = None
+
+
+class ResourceRequirements(OpenModel):
+    """core/v1 ResourceRequirements; limits and requests are validated quantities."""
+
+    limits: dict[str, Quantity] | None = None
+    requests: dict[str, Quantity] | None = None
+
+    def effective_requests(self) -> ResourceList:
+        """Requests, with a limit standing in for a missing request (as the API server defaults)."""
+        merged: dict[str, int | str] = dict(self.limits or {})
+        merged.update(self.requests or {})
+        return ResourceList(merged)
+
+
+# --- runtime spec -------------------------------------------------------------------------------
+
+
+class ElasticPolicy(OpenModel):
+    """gangctl extension (removed from upstream Trainer): run with minNodes..maxNodes nodes."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.minNodes) || !has(self.maxNodes) || self.minNodes <= self.maxNodes",
+                    "message": ELASTIC_RANGE_MESSAGE,
+                }
+            ]
+        }
+    )
+
+    min_nodes: int | None = Field(None, ge=1)
+    max_nodes: int | None = Field(None, ge=1)
+    max_restarts: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> ElasticPolicy:
+        if self.min_nodes is not None and self.max_nodes is not None and self.min_nodes > self.max_nodes:
+            raise ValueError(ELASTIC_RANGE_MESSAGE)
+        return self
+
+
+class TorchPolicy(OpenModel):
+    """mlPolicy.torch: torchrun settings."""
+
+    num_proc_per_node: NumProcPerNode | None = None
+    elastic_policy: ElasticPolicy | None = None
+
+
+class MLPolicy(OpenModel):
+    """mlPolicy: node count and framework; other frameworks (jax, xgboost...) are kept as is."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!(has(self.torch) && has(self.mpi))",
+                    "message": "mlPolicy: set at most one of torch, mpi",
+                }
+            ]
+        }
+    )
+
+    num_nodes: int | None = Field(None, ge=1)
+    torch: TorchPolicy | None = None
+    mpi: FreeForm | None = None
+
+
+class CoschedulingPolicy(K8sModel):
+    """scheduler-plugins coscheduling PodGroup."""
+
+    schedule_timeout_seconds: int | None = Field(None, ge=0)
+
+
+class VolcanoPolicy(OpenModel):
+    """Volcano PodGroup."""
+
+    network_topology: FreeForm | None = None
+    queue: str | None = None
+
+
+class KueuePolicy(K8sModel):
+    """Kueue admission (gangctl extension): the LocalQueue to submit to."""
+
+    queue_name: str | None = None
+
+
+class PodGroupPolicy(K8sModel):
+    """The gang-scheduling backend: exactly one of coscheduling, volcano, kueue."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.coscheduling), has(self.volcano), has(self.kueue)]"
+                    ".filter(x, x).size() == 1",
+                    "message": PODGROUP_ONE_BACKEND_MESSAGE,
+                }
+            ]
+        }
+    )
+
+    coscheduling: CoschedulingPolicy | None = None
+    volcano: VolcanoPolicy | None = None
+    kueue: KueuePolicy | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> PodGroupPolicy:
+        if sum(x is not None for x in (self.coscheduling, self.volcano, self.kueue)) != 1:
+            raise ValueError(PODGROUP_ONE_BACKEND_MESSAGE)
+        return self
+
+    @property
+    def backend(self) -> Literal["coscheduling", "volcano", "kueue"]:
+        """Which backend is set."""
+        if self.coscheduling is not None:
+            return "coscheduling"
+        return "volcano" if self.volcano is not None else "kueue"
+
+
+class ReplicatedJob(OpenModel):
+    """A JobSet replicatedJob; its batch/v1 JobTemplateSpec is kept as is."""
+
+    name: str = Field(min_length=1)
+    replicas: int | None = Field(None, ge=0)
+    template: FreeForm = Field(default_factory=dict)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """template.metadata.labels."""
+        return dict((self.template.get("metadata") or {}).get("labels") or {})
+
+    @property
+    def pod_spec(self) -> dict[str, Any]:
+        """template.spec.template.spec (the pod spec), {} when absent."""
+        return dict(((self.template.get("spec") or {}).get("template") or {}).get("spec") or {})
+
+    def container(self, name: str) -> dict[str, Any] | None:
+        """The pod template's container with this name."""
+        return next((c for c in self.pod_spec.get("containers") or [] if c.get("name") == name), None)
+
+
+class JobSetSpec(OpenModel):
+    """A JobSet spec; only replicatedJobs is modelled, failurePolicy/successPolicy/network... are kept."""
+
+    replicated_jobs: list[ReplicatedJob] | None = Field(
+        None, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+    )
+
+    def replicated_job(self, name: str) -> ReplicatedJob | None:
+        """The replicated job with this name."""
+        return next((j for j in self.replicated_jobs or [] if j.name == name), None)
+
+
+class JobSetTemplate(K8sModel):
+    """The JobSet template a TrainJob is built from."""
+
+    metadata: TemplateMetadata | None = None
+    spec: JobSetSpec = Field(default_factory=JobSetSpec)
+
+
+class TrainingRuntimeSpec(K8sModel):
+    """Spec shared by TrainingRuntime and ClusterTrainingRuntime."""
+
+    ml_policy: MLPolicy | None = None
+    pod_group_policy: PodGroupPolicy | None = None
+    template: JobSetTemplate
+
+    @property
+    def num_nodes(self) -> int:
+        """mlPolicy.numNodes, default 1."""
+        return (self.ml_policy.num_nodes if self.ml_policy else None) or 1
+
+    @property
+    def node_job(self) -> ReplicatedJob | None:
+        """The replicated job named "node"."""
+        return self.template.spec.replicated_job(NODE_JOB)
+
+
+class TrainingRuntime(K8sModel):
+    """A namespaced runtime (a TrainJob in the same namespace may reference it)."""
+
+    api_version: str = API_VERSION
+    kind: str = TRAINING_RUNTIME_KIND
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: TrainingRuntimeSpec
+
+    @property
+    def framework(self) -> str | None:
+        """The trainer.kubeflow.org/framework label."""
+        return (self.metadata.labels or {}).get(FRAMEWORK_LABEL)
+
+
+class ClusterTrainingRuntime(TrainingRuntime):
+    """A cluster-scoped runtime (any namespace may reference it)."""
+
+    kind: str = CLUSTER_TRAINING_RUNTIME_KIND
+
+
+def parse_runtime(obj: dict[str, Any]) -> TrainingRuntime:
+    """A TrainingRuntime or ClusterTrainingRuntime by obj["kind"]; ValueError names the field path."""
+    model = ClusterTrainingRuntime if obj.get("kind") == CLUSTER_TRAINING_RUNTIME_KIND else TrainingRuntime
+    try:
+        return model.model_validate(obj)
+    except ValidationError as err:
+        raise ValueError(validation_message(err)) from None

@@ -1,0 +1,205 @@
+"""TrainJob (trainer.kubeflow.org/v1alpha1), with the Kubeflow Trainer v2 field names.
+
+Status carries the upstream fields (conditions, jobsStatus, trainerStatus) plus gangctl extensions
+(restartCount, gang). Dump with `to_dict()` (by_alias, exclude_none).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, ValidationError, model_validator
+
+from gangctl.api.runtime import (
+    API_VERSION,
+    CLUSTER_TRAINING_RUNTIME_KIND,
+    GROUP,
+    TRAINING_RUNTIME_KIND,
+    EnvVar,
+    FreeForm,
+    K8sModel,
+    NumProcPerNode,
+    ObjectMeta,
+    OpenModel,
+    ResourceRequirements,
+    validation_message,
+)
+
+TRAINJOB_KIND = "TrainJob"
+TRAINJOB_PLURAL = "trainjobs"
+
+MAX_NAME_LENGTH = 51
+"""63 (a hostname label) minus len("-node-0-") minus 4 index digits: pods are "<trainjob>-node-0-<index>"."""
+DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+NAME_MESSAGE = (
+    f"metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter, "
+    f"ending with a letter or digit) of at most {MAX_NAME_LENGTH} characters: gangctl names the child Job "
+    "'<trainjob>-node-0' and its pods '<trainjob>-node-0-<index>' (index up to 4 digits), "
+    "which must stay within 63 characters"
+)
+NAME_RULE = {
+    "rule": f"self.metadata.name.size() <= {MAX_NAME_LENGTH} && self.metadata.name.matches('{DNS1035_LABEL}')",
+    "message": NAME_MESSAGE,
+}
+MANAGED_BY_MESSAGE = "spec.managedBy is immutable"
+
+
+class ConditionType:
+    """status.conditions[].type values."""
+
+    CREATED = "Created"
+    RUNNING = "Running"
+    SUSPENDED = "Suspended"
+    COMPLETE = "Complete"
+    FAILED = "Failed"
+    FINISHED = (COMPLETE, FAILED)
+
+
+class RuntimeRef(K8sModel):
+    """The runtime a TrainJob is built from."""
+
+    name: str = Field(min_length=1)
+    api_group: str = GROUP
+    kind: Literal["TrainingRuntime", "ClusterTrainingRuntime"] = CLUSTER_TRAINING_RUNTIME_KIND
+
+    @property
+    def namespaced(self) -> bool:
+        """True for a TrainingRuntime (looked up in the TrainJob's namespace)."""
+        return self.kind == TRAINING_RUNTIME_KIND
+
+
+class Initializer(OpenModel):
+    """Dataset and model initializers, kept as is."""
+
+    dataset: FreeForm | None = None
+    model: FreeForm | None = None
+
+
+class Trainer(K8sModel):
+    """Per-job overrides of the runtime's trainer ("node") container."""
+
+    image: str | None = None
+    command: list[str] | None = None
+    args: list[str] | None = None
+    env: list[EnvVar] | None = Field(
+        None, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+    )
+    num_nodes: int | None = Field(None, ge=1)
+    resources_per_node: ResourceRequirements | None = None
+    num_proc_per_node: NumProcPerNode | None = None
+
+
+class TrainJobSpec(K8sModel):
+    """What to train and with which runtime."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "has(oldSelf.managedBy) == has(self.managedBy)", "message": MANAGED_BY_MESSAGE}
+            ]
+        }
+    )
+
+    runtime_ref: RuntimeRef
+    initializer: Initializer | None = None
+    trainer: Trainer | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    pod_template_overrides: list[FreeForm] | None = None
+    runtime_patches: list[FreeForm] | None = None
+    suspend: bool | None = None
+    managed_by: str | None = Field(
+        None,
+        json_schema_extra={"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": MANAGED_BY_MESSAGE}]},
+    )
+    active_deadline_seconds: int | None = Field(None, ge=1)
+
+
+class Condition(K8sModel):
+    """metav1.Condition."""
+
+    type: str = Field(min_length=1)
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(min_length=1)
+    message: str = ""
+    last_transition_time: str = Field(json_schema_extra={"format": "date-time"})
+    observed_generation: int | None = Field(None, ge=0)
+
+
+class JobStatus(K8sModel):
+    """Counts for one child job (jobsStatus[])."""
+
+    name: str
+    ready: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    active: int = 0
+    suspended: int = 0
+
+
+class GangStatus(K8sModel):
+    """gangctl extension: how the gang was scheduled."""
+
+    wait_seconds: float | None = Field(None, ge=0)
+    bound_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
+    created_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
+
+
+class TrainJobStatus(K8sModel):
+    """Observed state."""
+
+    conditions: list[Condition] | None = Field(
+        None, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
+    )
+    jobs_status: list[JobStatus] | None = Field(
+        None, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+    )
+    trainer_status: FreeForm | None = None
+    restart_count: int | None = Field(None, ge=0, description="gangctl extension: restarts charged to the job")
+    gang: GangStatus | None = Field(None, description="gangctl extension: gang scheduling times")
+
+    def condition(self, type_: str) -> Condition | None:
+        """The condition of this type."""
+        return next((c for c in self.conditions or [] if c.type == type_), None)
+
+    def is_true(self, type_: str) -> bool:
+        """True when the condition of this type has status True."""
+        cond = self.condition(type_)
+        return cond is not None and cond.status == "True"
+
+    @property
+    def finished(self) -> bool:
+        """Complete or Failed."""
+        return any(self.is_true(t) for t in ConditionType.FINISHED)
+
+
+class TrainJob(K8sModel):
+    """A whole TrainJob object as the API server returns it."""
+
+    api_version: str = API_VERSION
+    kind: str = TRAINJOB_KIND
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: TrainJobSpec
+    status: TrainJobStatus | None = None
+
+    @model_validator(mode="after")
+    def _name_fits_child_names(self) -> TrainJob:
+        name = self.metadata.name
+        if name is not None and (len(name) > MAX_NAME_LENGTH or not re.fullmatch(DNS1035_LABEL, name)):
+            raise ValueError(f"{NAME_MESSAGE} (got {name!r})")
+        return self
+
+    @property
+    def num_nodes(self) -> int | None:
+        """spec.trainer.numNodes (None: take the runtime's)."""
+        return self.spec.trainer.num_nodes if self.spec.trainer else None
+
+
+def parse_trainjob(obj: dict[str, Any]) -> TrainJob:
+    """A TrainJob from a Kubernetes object dict; ValueError names the field path of each problem."""
+    try:
+        return TrainJob.model_validate(obj)
+    except ValidationError as err:
+        raise ValueError(validation_message(err)) from None
+

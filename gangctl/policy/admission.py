@@ -1,0 +1,358 @@
+"""Quota admission: which pending gangs may start now, in what order, and why the others wait.
+
+Pure: the caller passes the quotas, the current usage per team, the pending gangs and (for
+preemption) the admitted ones. Nothing here reads a clock or does I/O. The controller calls
+`decide` for the coscheduling backend (which has no quota system of its own); the simulator
+calls it after every event.
+
+Semantics follow Kueue's ClusterQueue/cohort model:
+
+- A team may use its nominal quota. A team in a cohort may also borrow what the other members of
+  the cohort leave unused, up to its `borrowing_limit` (no entry = unlimited). A team lends only
+  `lending_limit` of its nominal quota to the cohort (no entry = all of it); the rest is guaranteed.
+- Only the resources a team lists in `nominal` are limited for it; other requests pass unchecked.
+- Pending gangs are taken in strict priority order, FIFO within a priority (`queue_key`), across
+  all teams. Under StrictFIFO a team's queue stops at its first gang that does not fit (later gangs
+  of that team are not examined and get no decision); under BestEffortFIFO the scan goes on.
+- Preemption when the policy allows it: `preempt_within_team` evicts lower-priority gangs of the
+  same team (Kueue `withinClusterQueue: LowerPriority`); `reclaim` evicts gangs of cohort members
+  that borrow, when the gang fits within its own team's nominal quota (`reclaimWithinCohort`).
+  Victims are chosen lowest priority first, most recently admitted first, then any victim not
+  needed after all is spared.
+
+Amounts are plain numbers in whatever integer units the caller chose (the simulator uses GPUs,
+millicores and MiB); `Quotas.scale` says how many of those make one unit of the quota file, and is
+used only to print reasons in the file's units.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from enum import Enum
+from fractions import Fraction
+from typing import Callable, Iterable, Mapping, Sequence, Union
+
+Amount = Union[int, float, Fraction]
+
+GPU = "nvidia.com/gpu"
+CPU = "cpu"
+MEMORY = "memory"
+_LABELS = {GPU: "GPUs", CPU: "CPU cores", MEMORY: "GiB memory"}
+
+
+class Reclaim(str, Enum):
+    """Whom a team below its nominal quota may evict from cohort members that borrow."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    ANY = "Any"
+
+
+@dataclass(frozen=True, slots=True)
+class TeamQuota:
+    name: str
+    nominal: Mapping[str, Amount]
+    cohort: str | None = None
+    borrowing_limit: Mapping[str, Amount] = field(default_factory=dict)
+    lending_limit: Mapping[str, Amount] = field(default_factory=dict)
+    best_effort: bool = False
+    preempt_within_team: bool = False
+    reclaim: Reclaim = Reclaim.NEVER
+
+
+@dataclass(frozen=True, slots=True)
+class Quotas:
+    teams: Mapping[str, TeamQuota]
+    scale: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def preemption_enabled(self) -> bool:
+        return any(t.preempt_within_team or t.reclaim is not Reclaim.NEVER for t in self.teams.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A gang as admission sees it: `requests` is the gang's floor (`Gang.min_resources`).
+
+    For admitted workloads, `created` is the admission time (it orders preemption victims)."""
+
+    id: str
+    team: str
+    priority: int
+    created: float
+    requests: Mapping[str, Amount]
+
+
+def queue_key(w: Workload) -> tuple:
+    """The order of a team's pending queue: higher priority first, then FIFO."""
+    return (-w.priority, w.created, w.id)
+
+
+class Verdict(str, Enum):
+    ADMIT = "admit"
+    PREEMPT = "preempt"   # admit once the victims are evicted
+    WAIT = "wait"
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """The first resource a workload lacks, with the numbers that explain it."""
+
+    resource: str
+    requested: Amount
+    team: str
+    used: Amount
+    nominal: Amount
+    available: Amount
+    cohort: str | None = None
+    cohort_free: Amount | None = None
+    borrow_left: Amount | None = None  # None: no borrowing limit
+    scale: Mapping[str, int] = field(default_factory=dict)  # caller units per quota-file unit
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    workload: Workload
+    verdict: Verdict
+    victims: tuple[Workload, ...] = ()
+    shortfall: Shortfall | None = None
+    gate_reason: str = ""
+    borrows: bool = False
+
+    @property
+    def reason(self) -> str:
+        """One line for people: `kubectl describe`, the simulator's report."""
+        if self.verdict is Verdict.PREEMPT:
+            return f"admitted after evicting {len(self.victims)} workload(s): " + ", ".join(v.id for v in self.victims)
+        if self.verdict is Verdict.ADMIT:
+            return "admitted, borrowing from the cohort" if self.borrows else "admitted within nominal quota"
+        if self.gate_reason:
+            return self.gate_reason
+        return explain(self.shortfall, self.workload.team)
+
+
+def _fmt(amount: Amount, resource: str, scale: Mapping[str, int]) -> str:
+    return f"{float(amount) / scale.get(resource, 1):g}"
+
+
+def explain(s: Shortfall | None, team: str) -> str:
+    """E.g. "requests 32 GPUs, team ml-a uses 48 of 64 nominal, cohort research has 8 free"."""
+    if s is None:
+        return f"team {team} has no quota"
+    sc = s.scale
+    label = _LABELS.get(s.resource, s.resource)
+    text = (f"requests {_fmt(s.requested, s.resource, sc)} {label}, team {s.team} uses "
+            f"{_fmt(s.used, s.resource, sc)} of {_fmt(s.nominal, s.resource, sc)} nominal")
+    if s.cohort is not None:
+        text += f", cohort {s.cohort} has {_fmt(s.cohort_free, s.resource, sc)} free"
+        if s.borrow_left is not None:
+            text += f", borrowing limit leaves {_fmt(s.borrow_left, s.resource, sc)}"
+    return text
+
+
+class _Ledger:
+    """Usage per team and free lendable quota per cohort, updated as decisions are taken."""
+
+    __slots__ = ("quotas", "used", "cohort_free", "guaranteed")
+
+    def __init__(self, quotas: Quotas, usage: Mapping[str, Mapping[str, Amount]]):
+        self.quotas = quotas
+        self.used: dict[str, dict[str, Amount]] = {}
+        self.guaranteed: dict[str, dict[str, Amount]] = {}
+        self.cohort_free: dict[str, dict[str, Amount]] = {}
+        for name, team in quotas.teams.items():
+            used = self.used[name] = dict(usage.get(name, {}))
+            guaranteed = self.guaranteed[name] = {}
+            for r, nominal in team.nominal.items():
+                lendable = team.lending_limit.get(r, nominal) if team.cohort else 0
+                guaranteed[r] = nominal - lendable
+                if team.cohort:
+                    pool = self.cohort_free.setdefault(team.cohort, {})
+                    pool[r] = pool.get(r, 0) + lendable - max(0, used.get(r, 0) - guaranteed[r])
+
+    def available(self, team: TeamQuota, r: str) -> Amount:
+        used = self.used[team.name].get(r, 0)
+        nominal = team.nominal[r]
+        if team.cohort is None:
+            return nominal - used
+        own = max(0, self.guaranteed[team.name][r] - used)
+        avail = own + self.cohort_free[team.cohort][r]
+        limit = team.borrowing_limit.get(r)
+        if limit is not None:
+            avail = min(avail, nominal + limit - used)
+        return avail
+
+    def shortfall(self, team: TeamQuota, requests: Mapping[str, Amount]) -> Shortfall | None:
+        for r, amount in requests.items():
+            if r not in team.nominal or not amount:
+                continue
+            avail = self.available(team, r)
+            if amount > avail:
+                return self._shortfall(team, r, amount, avail)
+        return None
+
+    def _shortfall(self, team: TeamQuota, r: str, amount: Amount, avail: Amount) -> Shortfall:
+        used = self.used[team.name].get(r, 0)
+        nominal = team.nominal[r]
+        limit = team.borrowing_limit.get(r)
+        return Shortfall(r, amount, team.name, used, nominal, max(0, avail), team.cohort,
+                         self.cohort_free[team.cohort][r] if team.cohort else None,
+                         None if limit is None or team.cohort is None else max(0, nominal + limit - used),
+                         self.quotas.scale)
+
+    def borrows(self, team: TeamQuota, requests: Mapping[str, Amount]) -> bool:
+        used = self.used[team.name]
+        return any(used.get(r, 0) + a > team.nominal[r] for r, a in requests.items() if r in team.nominal)
+
+    def charge(self, team_name: str, requests: Mapping[str, Amount], sign: int = 1) -> None:
+        team = self.quotas.teams[team_name]
+        used = self.used[team_name]
+        guaranteed = self.guaranteed[team_name]
+        pool = self.cohort_free.get(team.cohort) if team.cohort else None
+        for r, amount in requests.items():
+            before = used.get(r, 0)
+            after = before + sign * amount
+            used[r] = after
+            if pool is not None and r in guaranteed:
+                g = guaranteed[r]
+                pool[r] -= max(0, after - g) - max(0, before - g)
+
+
+def usage_of(workloads: Iterable[Workload]) -> dict[str, dict[str, Amount]]:
+    """Sum the requests of admitted workloads per team (the `usage` argument of `decide`)."""
+    usage: dict[str, dict[str, Amount]] = {}
+    for w in workloads:
+        team = usage.setdefault(w.team, {})
+        for r, amount in w.requests.items():
+            team[r] = team.get(r, 0) + amount
+    return usage
+
+
+def headroom(quotas: Quotas, usage: Mapping[str, Mapping[str, Amount]], team: str) -> dict[str, Amount]:
+    """What the team could still take now, per limited resource (e.g. for an elastic job to grow)."""
+    ledger = _Ledger(quotas, usage)
+    tq = quotas.teams[team]
+    return {r: max(0, ledger.available(tq, r)) for r in tq.nominal}
+
+
+def never_fits(quotas: Quotas, w: Workload) -> Shortfall | None:
+    """The shortfall that remains even with the whole cohort idle (such a gang can never start)."""
+    team = quotas.teams.get(w.team)
+    if team is None:
+        return None
+    return _Ledger(quotas, {}).shortfall(team, w.requests)
+
+
+def decide(
+    quotas: Quotas,
+    usage: Mapping[str, Mapping[str, Amount]],
+    pending: Mapping[str, Sequence[Workload]],
+    admitted: Mapping[str, Iterable[Workload]] | None = None,
+    gate: Callable[[Workload], str | None] | None = None,
+) -> list[Decision]:
+    """Decide, in queue order, which pending workloads to admit now.
+
+    `pending` maps each team to its queue, already sorted by `queue_key`. `admitted` (per team) is
+    only read when the policy allows preemption. `gate`, if given, is asked after quota fits and may
+    veto with a reason (e.g. the simulator's Volcano model admits only gangs the nodes can hold); it
+    is not asked for preemptors, whose room only appears once the victims are gone.
+    Workloads of teams without a quota get a WAIT decision. Returns decisions in the order taken.
+    """
+    ledger = _Ledger(quotas, usage)
+    decisions: list[Decision] = []
+    evicted: set[str] = set()
+    heads: list[tuple[tuple, str, int]] = []
+    for team, queue in pending.items():
+        if queue:
+            heads.append((queue_key(queue[0]), team, 0))
+    heapq.heapify(heads)
+    while heads:
+        _, team_name, index = heapq.heappop(heads)
+        queue = pending[team_name]
+        w = queue[index]
+        team = quotas.teams.get(team_name)
+        if team is None:
+            decisions.append(Decision(w, Verdict.WAIT))
+            continue
+        decision = _decide_one(ledger, team, w, admitted, evicted, gate)
+        decisions.append(decision)
+        if decision.verdict is Verdict.WAIT and not team.best_effort:
+            continue
+        if index + 1 < len(queue):
+            heapq.heappush(heads, (queue_key(queue[index + 1]), team_name, index + 1))
+    return decisions
+
+
+def _decide_one(ledger: _Ledger, team: TeamQuota, w: Workload,
+                admitted: Mapping[str, Iterable[Workload]] | None,
+                evicted: set[str], gate: Callable[[Workload], str | None] | None) -> Decision:
+    short = ledger.shortfall(team, w.requests)
+    if short is None:
+        if gate is not None:
+            veto = gate(w)
+            if veto:
+                return Decision(w, Verdict.WAIT, gate_reason=veto)
+        borrows = ledger.borrows(team, w.requests)
+        ledger.charge(team.name, w.requests)
+        return Decision(w, Verdict.ADMIT, borrows=borrows)
+    if admitted is not None:
+        victims = _find_victims(ledger, team, w, admitted, evicted)
+        if victims:
+            evicted.update(v.id for v in victims)
+            borrows = ledger.borrows(team, w.requests)
+            ledger.charge(team.name, w.requests)
+            return Decision(w, Verdict.PREEMPT, victims=tuple(victims), borrows=borrows)
+    return Decision(w, Verdict.WAIT, shortfall=short)
+
+
+def _find_victims(ledger: _Ledger, team: TeamQuota, w: Workload,
+                  admitted: Mapping[str, Iterable[Workload]], evicted: set[str]) -> list[Workload]:
+    candidates = _candidates(ledger, team, w, admitted, evicted)
+    if not candidates:
+        return []
+    taken: list[Workload] = []
+    for victim in candidates:
+        if victim.team != team.name and not _over_nominal(ledger, victim.team):
+            continue  # that team stopped borrowing: reclaim only takes back lent quota
+        ledger.charge(victim.team, victim.requests, -1)
+        taken.append(victim)
+        if ledger.shortfall(team, w.requests) is None:
+            break
+    else:
+        for victim in taken:
+            ledger.charge(victim.team, victim.requests)
+        return []
+    for victim in reversed(taken[:-1]):  # spare victims not needed after all
+        ledger.charge(victim.team, victim.requests)
+        if ledger.shortfall(team, w.requests) is None:
+            taken.remove(victim)
+        else:
+            ledger.charge(victim.team, victim.requests, -1)
+    return taken
+
+
+def _over_nominal(ledger: _Ledger, team_name: str) -> bool:
+    nominal = ledger.quotas.teams[team_name].nominal
+    return any(amount > nominal[r] for r, amount in ledger.used[team_name].items() if r in nominal)
+
+
+def _candidates(ledger: _Ledger, team: TeamQuota, w: Workload,
+                admitted: Mapping[str, Iterable[Workload]], evicted: set[str]) -> list[Workload]:
+    """Possible victims, cheapest first: reclaimed borrowers, then lower priority of the same team."""
+    reclaimed: list[Workload] = []
+    if team.reclaim is not Reclaim.NEVER and team.cohort and _within_nominal(ledger, team, w):
+        for other in ledger.quotas.teams.values():
+            if other.cohort != team.cohort or other.name == team.name or not _over_nominal(ledger, other.name):
+                continue
+            reclaimed += [v for v in admitted.get(other.name, ()) if v.id not in evicted
+                          and (team.reclaim is Reclaim.ANY or v.priority < w.priority)]
+    own: list[Workload] = []
+    if team.preempt_within_team:
+        own = [v for v in admitted.get(team.name, ()) if v.priority < w.priority and v.id not in evicted]
+    order = lambda v: (v.priority, -v.created, v.id)  # noqa: E731
+    return sorted(reclaimed, key=order) + sorted(own, key=order)
+
+
+def _within_nominal(ledger: _Ledger, team: TeamQuota, w: Workload) -> bool:
+    used = ledger.used[team.name]
+    return all(used.get(r, 0) + a <= team.nominal[r] for r, a in w.requests.items() if r in team.nominal)

@@ -1,0 +1,163 @@
+"""A simulation scenario (`simulations/*.yaml`, schema in simulations/schema.json).
+
+Backend semantics, i.e. what differs between the three scheduler backends in the model:
+- `coscheduling`: gangctl's own quota admission unsuspends the job; the PodGroup then waits for
+  nodes as long as it takes, holding its quota (scheduleTimeoutSeconds only retries the pods).
+- `kueue`: the same quota reservation, but a gang not running `podsReadyTimeoutSeconds` after
+  admission is evicted and requeued at the back of its queue, freeing its quota (waitForPodsReady).
+- `volcano`: a gang is enqueued only when its quota AND free nodes both hold it (the enqueue action
+  checks idle capacity), so waiting gangs never hold quota.
+In all three, admitted gangs are placed in admission order by whichever fits (no node reservation
+for big gangs: small gangs may pass them), and preemption follows the quota policy file.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import replace
+from enum import Enum
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from gangctl.policy.quota import QuotaPolicy
+from gangctl.sim.generate import Shape, generate
+from gangctl.sim.model import NodePool, Packing
+from gangctl.sim.traces import Trace, TraceFormat, load_trace
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=to_camel)
+
+
+class Backend(str, Enum):
+    COSCHEDULING = "coscheduling"
+    KUEUE = "kueue"
+    VOLCANO = "volcano"
+
+
+class PoolSpec(_Model):
+    name: str
+    nodes: int = Field(ge=0)
+    gpus_per_node: int = Field(8, ge=1)
+    gpu_type: str = "gpu"
+    zone: str = "zone-a"
+
+
+class ClusterSpec(_Model):
+    pools: list[PoolSpec] = Field(min_length=1)
+    packing: Packing = Packing.BEST_FIT
+    same_zone: bool = Field(False, description="place each gang within one zone")
+
+    def node_pools(self) -> list[NodePool]:
+        return [NodePool(p.name, p.nodes, p.gpus_per_node, p.gpu_type, p.zone) for p in self.pools]
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(p.nodes * p.gpus_per_node for p in self.pools)
+
+
+class Failures(_Model):
+    node_mtbf_hours: float | None = Field(None, gt=0, description="mean time between failures of one node; absent: nodes never fail")
+    repair_hours: float = Field(4.0, gt=0, description="a failed node comes back after this long")
+    exit_failure_rate: float = Field(0.0, ge=0, le=1, description="chance that a run of a job exits non-zero before finishing")
+    restart_budget: int = Field(3, ge=0, description="restarts after user failures before the job fails (infra faults do not count)")
+    checkpoint_minutes: float | None = Field(30.0, gt=0, description="progress is saved this often; absent: a restart starts over")
+    restart_overhead_seconds: float = Field(60.0, ge=0, description="pod start and rendezvous time after each restart or resize")
+
+
+class TraceSpec(_Model):
+    path: Path
+    format: TraceFormat
+    task_table: Path | None = Field(None, description="PAI pai_task_table.csv (default: next to path)")
+    skip_bad_rows: bool = False
+
+
+class GeneratorSpec(_Model):
+    jobs: int = Field(ge=0)
+    arrivals_per_hour: float = Field(gt=0)
+    shape: Shape = Shape.PAI
+    diurnal: bool = False
+    gpus_per_node: int = Field(8, ge=1)
+    teams: dict[str, float] | None = Field(None, description="team -> share of jobs (default: equal)")
+    priority_classes: dict[str, float] | None = Field(None, description="class -> share (default: each team's default)")
+
+
+class ElasticSpec(_Model):
+    enabled: bool = False
+    min_fraction: float = Field(0.5, gt=0, le=1, description="minNodes = ceil(numNodes × this) for multi-node jobs")
+
+
+class WorkloadSpec(_Model):
+    trace: TraceSpec | None = None
+    generate: GeneratorSpec | None = None
+    team_of_group: dict[str, str] = Field(default_factory=dict, description="trace user/VC -> team; others spread over teams by hash")
+    max_jobs: int | None = Field(None, ge=1, description="use only the first N jobs")
+    elastic: ElasticSpec = Field(default_factory=ElasticSpec)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WorkloadSpec:
+        if (self.trace is None) == (self.generate is None):
+            raise ValueError("workload needs exactly one of trace or generate")
+        return self
+
+
+class Scenario(_Model):
+    name: str
+    seed: int = 0
+    cluster: ClusterSpec
+    quota_policy: Path = Field(description="a policies/ file, relative to the scenario file")
+    backend: Backend = Backend.KUEUE
+    pods_ready_timeout_seconds: float = Field(300.0, gt=0, description="kueue backend: waitForPodsReady timeout")
+    failures: Failures = Field(default_factory=Failures)
+    workload: WorkloadSpec
+    sample_seconds: float = Field(600.0, gt=0, description="interval of the time series in the report")
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read a scenario; its relative paths become relative to the scenario file."""
+    scenario = Scenario.model_validate(yaml.safe_load(path.read_text()))
+    base = path.parent
+    scenario.quota_policy = base / scenario.quota_policy
+    if scenario.workload.trace is not None:
+        t = scenario.workload.trace
+        t.path = base / t.path
+        if t.task_table is not None:
+            t.task_table = base / t.task_table
+    return scenario
+
+
+def load_quota_policy(path: Path) -> QuotaPolicy:
+    return QuotaPolicy.model_validate(yaml.safe_load(path.read_text()))
+
+
+def load_workload(scenario: Scenario, policy: QuotaPolicy) -> Trace:
+    """The scenario's jobs, from its trace file or its generator, with `group` set to a team name."""
+    w = scenario.workload
+    teams = [t.name for t in policy.teams]
+    if w.generate is not None:
+        g = w.generate
+        trace = Trace(jobs=generate(g.jobs, g.arrivals_per_hour, seed=scenario.seed, shape=g.shape,
+                                    groups=g.teams or {t: 1.0 for t in teams},
+                                    priority_classes=g.priority_classes, gpus_per_node=g.gpus_per_node,
+                                    diurnal=g.diurnal))
+    else:
+        t = w.trace
+        trace = load_trace(t.format, t.path, task_table=t.task_table, skip_bad=t.skip_bad_rows)
+    if w.max_jobs is not None:
+        trace.jobs = trace.jobs[:w.max_jobs]
+    unknown = sorted(set(w.team_of_group.values()) - set(teams))
+    if unknown:
+        raise ValueError(f"teamOfGroup names teams not in the quota policy: {', '.join(unknown)}")
+    trace.jobs = [j if j.group in teams else replace(j, group=team_of(j.group, w.team_of_group, teams))
+                  for j in trace.jobs]
+    return trace
+
+
+def team_of(group: str, mapping: dict[str, str], teams: list[str]) -> str:
+    """A trace's user/VC as a team: by the scenario's map, else spread by a stable hash."""
+    if group in mapping:
+        return mapping[group]
+    return sorted(teams)[zlib.crc32(group.encode()) % len(teams)]
+

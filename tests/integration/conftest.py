@@ -1,0 +1,122 @@
+"""One real local cluster per test session, and the gangctl controller running against it.
+
+The cluster is the real thing: etcd, kube-apiserver, kube-controller-manager, the coscheduling
+kube-scheduler and KWOK, built from the pinned Go modules. The controller runs as its own process
+(`gangctl controller`), so tests can kill and restart it like an operator would.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from gangctl.cluster.lifecycle import UpOptions, down, up
+from gangctl.config import ClusterSettings
+from gangctl.kube.client import Kube
+from tests.integration.helpers import delete_namespace, eventually
+
+pytestmark = pytest.mark.integration
+
+GPU_NODES = 64
+GPUS_PER_NODE = 8
+
+
+@pytest.fixture(scope="session")
+def cluster_settings() -> ClusterSettings:
+    return ClusterSettings(cluster_name="gangctl-test")
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(cluster_settings: ClusterSettings) -> Path:
+    down(cluster_settings, lambda m: None)  # a cluster left by an interrupted run
+    cluster = up(cluster_settings, UpOptions(GPU_NODES, GPUS_PER_NODE), lambda m: print(f"[cluster] {m}"))
+    yield cluster.kubeconfig
+    down(cluster_settings, lambda m: print(f"[cluster] {m}"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class ControllerProcess:
+    """`gangctl controller` as a child process that tests may stop and start again."""
+
+    kubeconfig: Path
+    metrics_port: int
+    log_path: Path
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    def start(self) -> None:
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        log = self.log_path.open("a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gangctl.cli", "controller", "--metrics-port", str(self.metrics_port)],
+            env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@pytest_asyncio.fixture(scope="session")
+async def kube(kubeconfig: Path):
+    client = await Kube.connect(kubeconfig)
+    yield client
+    await client.close()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def controller(kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory):
+    ctl = ControllerProcess(kubeconfig, free_port(), tmp_path_factory.mktemp("controller") / "controller.log")
+    ctl.start()
+    await wait_ready(ctl)
+    yield ctl
+    ctl.stop()
+    print(f"[controller] log: {ctl.log_path}")
+
+
+async def wait_ready(ctl: ControllerProcess) -> None:
+    import aiohttp
+
+    async def ready() -> bool:
+        if not ctl.alive():
+            raise RuntimeError(f"controller exited; log:\n{ctl.log_path.read_text()[-3000:]}")
+        try:
+            async with aiohttp.ClientSession() as s, s.get(ctl.url + "/readyz") as r:
+                return r.status == 200
+        except aiohttp.ClientError:
+            return False
+    await eventually(ready, 30, "controller /readyz")
+
+
+@pytest_asyncio.fixture
+async def namespace(kube: Kube):
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    await kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    await delete_namespace(kube, name)
+

@@ -1,0 +1,82 @@
+"""Small helpers the integration tests share: waiting, TrainJob manifests, reading pods."""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Awaitable, Callable
+
+from gangctl.api.resources import JOBS, PODS, POD_GROUPS, TRAINJOBS
+from gangctl.kube.client import ApiError, Kube
+
+KWOK_COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float, what: str, interval: float = 0.2) -> float:
+    """Wait until `check()` is true; returns the seconds it took, fails with `what` on timeout."""
+    start = time.monotonic()
+    while True:
+        if await check():
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+def trainjob(name: str, namespace: str, *, nodes: int, gpus: int = 8, runtime: str = "torch-distributed",
+             runtime_kind: str = "ClusterTrainingRuntime", run_for: str | None = "3600s",
+             suspend: bool = False) -> dict:
+    """A TrainJob as a user writes it; KWOK completes its pods after `run_for`."""
+    spec: dict = {
+        "runtimeRef": {"name": runtime, "kind": runtime_kind},
+        "trainer": {"numNodes": nodes, "resourcesPerNode": {"limits": {"nvidia.com/gpu": str(gpus)}}},
+    }
+    if run_for:
+        spec["podTemplateOverrides"] = [{"targetJobs": [{"name": "node"}],
+                                         "metadata": {"annotations": {KWOK_COMPLETE_DELAY: run_for}}}]
+    if suspend:
+        spec["suspend"] = True
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+async def submit(kube: Kube, obj: dict) -> dict:
+    return await kube.create(TRAINJOBS.path(obj["metadata"]["namespace"]), obj)
+
+
+async def get_trainjob(kube: Kube, namespace: str, name: str) -> dict:
+    return await kube.get(TRAINJOBS.path(namespace, name))
+
+
+def condition(obj: dict, ctype: str) -> dict | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == ctype), None)
+
+
+def is_true(obj: dict, ctype: str) -> bool:
+    cond = condition(obj, ctype)
+    return bool(cond and cond["status"] == "True")
+
+
+async def pods_of(kube: Kube, namespace: str, name: str) -> list[dict]:
+    listing = await kube.get(PODS.path(namespace), labelSelector=f"jobset.sigs.k8s.io/jobset-name={name}")
+    return listing["items"]
+
+
+def bound(pods: list[dict]) -> list[dict]:
+    return [p for p in pods if p["spec"].get("nodeName")]
+
+
+async def pod_group(kube: Kube, namespace: str, name: str) -> dict | None:
+    try:
+        return await kube.get(POD_GROUPS.path(namespace, name))
+    except ApiError as err:
+        if err.not_found:
+            return None
+        raise
+
+
+async def jobs_in(kube: Kube, namespace: str) -> list[dict]:
+    return (await kube.get(JOBS.path(namespace)))["items"]
+
+
+async def delete_namespace(kube: Kube, name: str) -> None:
+    await kube.delete(f"/api/v1/namespaces/{name}", propagation="Foreground")

@@ -1,0 +1,84 @@
+"""Gangs on the real scheduler: bound whole, or not at all until capacity appears."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gangctl.api.resources import TRAINJOBS
+from tests.integration.conftest import GPU_NODES, GPUS_PER_NODE
+from tests.integration.helpers import (bound, eventually, get_trainjob, is_true, jobs_in, pod_group, pods_of,
+                                       submit, trainjob, condition)
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
+
+
+async def test_whole_cluster_gang_is_bound_whole_and_cleaned_up(kube, controller, namespace):
+    await submit(kube, trainjob("big", namespace, nodes=GPU_NODES, gpus=GPUS_PER_NODE))
+
+    async def all_bound() -> bool:
+        return len(bound(await pods_of(kube, namespace, "big"))) == GPU_NODES
+    await eventually(all_bound, 120, f"all {GPU_NODES} pods of the gang bound")
+
+    pods = await pods_of(kube, namespace, "big")
+    assert len(pods) == GPU_NODES
+    assert len({p["spec"]["nodeName"] for p in pods}) == GPU_NODES, "one 8-GPU pod per node"
+    assert {p["spec"]["schedulerName"] for p in pods} == {"scheduler-plugins-scheduler"}
+    group = await pod_group(kube, namespace, "big")
+    assert group["spec"]["minMember"] == GPU_NODES
+    assert group["spec"]["minResources"]["nvidia.com/gpu"] == str(GPU_NODES * GPUS_PER_NODE)
+    assert {p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] for p in pods} == {"big"}
+
+    env = {e["name"]: e for e in pods[0]["spec"]["containers"][0]["env"]}
+    assert env["PET_NNODES"]["value"] == str(GPU_NODES)
+    assert env["PET_NPROC_PER_NODE"]["value"] == str(GPUS_PER_NODE)
+    assert env["PET_MASTER_ADDR"]["value"] == "big-node-0-0.big"
+    assert env["PET_MASTER_PORT"]["value"] == "29500"
+    assert "job-completion-index" in env["PET_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
+
+    async def running() -> bool:
+        return is_true(await get_trainjob(kube, namespace, "big"), "Running")
+    await eventually(running, 30, "TrainJob Running")
+    gang = (await get_trainjob(kube, namespace, "big"))["status"]["gang"]
+    assert gang["waitSeconds"] >= 0
+
+    await kube.delete(TRAINJOBS.path(namespace, "big"), propagation="Foreground")
+
+    async def nothing_left() -> bool:
+        return (not await pods_of(kube, namespace, "big") and not await jobs_in(kube, namespace)
+                and await pod_group(kube, namespace, "big") is None)
+    await eventually(nothing_left, 60, "pods, Jobs and PodGroup of the deleted TrainJob to be gone")
+
+
+async def test_gang_larger_than_free_capacity_binds_nothing_until_capacity_appears(kube, controller, namespace):
+    first_nodes, second_nodes = 40, 32  # 40 + 32 > 64 nodes: the second gang cannot fit beside the first
+    await submit(kube, trainjob("first", namespace, nodes=first_nodes))
+
+    async def first_bound() -> bool:
+        return len(bound(await pods_of(kube, namespace, "first"))) == first_nodes
+    await eventually(first_bound, 90, "the first gang bound")
+
+    await submit(kube, trainjob("second", namespace, nodes=second_nodes))
+
+    async def second_pods_exist() -> bool:
+        return len(await pods_of(kube, namespace, "second")) == second_nodes
+    await eventually(second_pods_exist, 30, "the second gang's pods created")
+
+    for _ in range(20):  # ~8 s of samples while the scheduler keeps retrying the second gang
+        assert bound(await pods_of(kube, namespace, "second")) == [], "a gang that does not fit binds no pod"
+        await asyncio.sleep(0.4)
+    waiting = await get_trainjob(kube, namespace, "second")
+    running = condition(waiting, "Running")
+    assert running and running["status"] == "False" and running["reason"] == "WaitingForGang"
+
+    await kube.delete(TRAINJOBS.path(namespace, "first"), propagation="Background")
+
+    async def second_bound() -> bool:
+        return len(bound(await pods_of(kube, namespace, "second"))) == second_nodes
+    await eventually(second_bound, 150, "the second gang bound whole once capacity appeared")
+
+    async def second_running() -> bool:
+        return is_true(await get_trainjob(kube, namespace, "second"), "Running")
+    await eventually(second_running, 30, "the second TrainJob Running")
+    gang = (await get_trainjob(kube, namespace, "second"))["status"]["gang"]
+    assert gang["waitSeconds"] > 3, "the second gang waited for the first to go"

@@ -1,0 +1,83 @@
+"""TrainJob lifecycle on the real cluster: completion, suspend/resume, restarts, deletion of children."""
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+
+from gangctl.api.resources import JOBS, TRAINJOBS
+from tests.integration.conftest import wait_ready
+from tests.integration.helpers import (bound, eventually, get_trainjob, is_true, jobs_in, pod_group, pods_of,
+                                       submit, trainjob)
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
+
+
+async def test_completed_job_releases_its_gang_and_is_never_recreated(kube, controller, namespace):
+    await submit(kube, trainjob("short", namespace, nodes=3, run_for="2s"))
+
+    async def complete() -> bool:
+        return is_true(await get_trainjob(kube, namespace, "short"), "Complete")
+    await eventually(complete, 60, "TrainJob Complete")
+
+    async def group_gone() -> bool:
+        return await pod_group(kube, namespace, "short") is None
+    await eventually(group_gone, 15, "the PodGroup released after completion")
+    status = (await get_trainjob(kube, namespace, "short"))["status"]
+    assert status["jobsStatus"][0]["succeeded"] == 3
+
+    # A TTL controller or a user deletes the finished children: nothing comes back.
+    await kube.delete(JOBS.path(namespace, "short-node-0"), propagation="Background")
+
+    async def job_gone() -> bool:
+        return not await jobs_in(kube, namespace)
+    await eventually(job_gone, 15, "the child Job deleted")
+    await asyncio.sleep(3)
+    assert not await jobs_in(kube, namespace), "a finished TrainJob's children are never recreated"
+    again = await get_trainjob(kube, namespace, "short")
+    assert is_true(again, "Complete")
+    assert again["status"]["conditions"] == status["conditions"]
+
+
+async def test_suspend_then_resume(kube, controller, namespace):
+    await submit(kube, trainjob("paused", namespace, nodes=2, suspend=True))
+
+    async def suspended() -> bool:
+        return is_true(await get_trainjob(kube, namespace, "paused"), "Suspended")
+    await eventually(suspended, 30, "TrainJob Suspended")
+    jobs = await jobs_in(kube, namespace)
+    assert [j["spec"]["suspend"] for j in jobs] == [True]
+    assert await pods_of(kube, namespace, "paused") == []
+    assert await pod_group(kube, namespace, "paused") is None, "a suspended job holds no gang"
+
+    await kube.merge_patch(TRAINJOBS.path(namespace, "paused"), {"spec": {"suspend": False}})
+
+    async def running() -> bool:
+        tj = await get_trainjob(kube, namespace, "paused")
+        return is_true(tj, "Running") and not is_true(tj, "Suspended")
+    await eventually(running, 60, "TrainJob Running after resume")
+    assert len(bound(await pods_of(kube, namespace, "paused"))) == 2
+    assert await pod_group(kube, namespace, "paused") is not None
+
+
+async def test_controller_restart_creates_no_duplicates(kube, controller, namespace):
+    await submit(kube, trainjob("steady", namespace, nodes=4))
+
+    async def running() -> bool:
+        return is_true(await get_trainjob(kube, namespace, "steady"), "Running")
+    await eventually(running, 60, "TrainJob Running")
+    before_pods = sorted(p["metadata"]["uid"] for p in await pods_of(kube, namespace, "steady"))
+    before_jobs = [j["metadata"]["uid"] for j in await jobs_in(kube, namespace)]
+    before_status = (await get_trainjob(kube, namespace, "steady"))["status"]
+
+    controller.stop(signal.SIGKILL)
+    controller.start()
+    await wait_ready(controller)
+    await asyncio.sleep(3)  # let the restarted controller reconcile everything it sees
+
+    assert sorted(p["metadata"]["uid"] for p in await pods_of(kube, namespace, "steady")) == before_pods
+    assert [j["metadata"]["uid"] for j in await jobs_in(kube, namespace)] == before_jobs
+    after_status = (await get_trainjob(kube, namespace, "steady"))["status"]
+    assert after_status["gang"] == before_status["gang"], "gang timing survives a restart"
+    assert after_status["conditions"] == before_status["conditions"]
