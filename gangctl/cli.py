@@ -30,6 +30,37 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
+def _build_progress():
+    """A rich progress bar for `ensure_built`, and the callback that feeds it."""
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TimeElapsedColumn(), TextColumn("[dim]{task.fields[line]}"), console=err, transient=True)
+    task = bar.add_task("building binaries", total=None, line="")
+
+    def progress(what: str, done: int, total: int, line: str) -> None:
+        bar.update(task, description=f"building {what}", completed=done, total=total, line=line[-60:])
+        if line == "built":
+            bar.console.print(f"  built {what} ({done}/{total})")
+    return bar, progress
+
+
+@cluster_app.command("build")
+def cluster_build() -> None:
+    """Build (or reuse from the cache) the pinned control-plane binaries, showing progress."""
+    import time
+
+    from gangctl.cluster.build import BuildError, ensure_built
+
+    settings = ClusterSettings()
+    started = time.monotonic()
+    bar, progress = _build_progress()
+    with bar:
+        try:
+            folder = ensure_built(settings.integrations_dir, settings.bin_root, progress)
+        except BuildError as exc:
+            _fail(str(exc))
+    err.print(f"binaries ready in {folder} ({time.monotonic() - started:.0f}s)")
+
+
 @cluster_app.command("up")
 def cluster_up(
     gpu_nodes: int = typer.Option(4, help="KWOK GPU nodes to create"),
@@ -41,13 +72,8 @@ def cluster_up(
     from gangctl.cluster.local import ClusterError
 
     settings = ClusterSettings()
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), TextColumn("[dim]{task.fields[line]}"), console=err, transient=True) as bar:
-        task = bar.add_task("building binaries", total=None, line="")
-
-        def progress(what: str, done: int, total: int, line: str) -> None:
-            bar.update(task, description=f"building {what}", completed=done, total=total, line=line[-60:])
-
+    bar, progress = _build_progress()
+    with bar:
         try:
             cluster = up(settings, UpOptions(gpu_nodes, gpus_per_node), lambda m: err.print(f"• {m}"), progress)
         except (BuildError, ClusterError, TimeoutError) as exc:
@@ -111,6 +137,14 @@ def controller(
         asyncio.run(run_controller(settings))
     except KeyboardInterrupt:
         pass
+
+
+@app.command("demo")
+def demo(gpu_nodes: int = typer.Option(64), gpus_per_node: int = typer.Option(8)) -> None:
+    """Bring up a 64 x 8-GPU KWOK cluster and run two gangs through gangctl, live."""
+    from gangctl.demo import run_demo
+
+    raise typer.Exit(run_demo(out, gpu_nodes, gpus_per_node))
 
 
 def main() -> None:

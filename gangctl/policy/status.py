@@ -143,6 +143,8 @@ def derive_status(previous: dict | None, jobs: list[ChildJob], gang: GangObserva
         gang_status["waitSeconds"] = round(wait.total_seconds(), 3)
     if gang_status:
         status["gang"] = gang_status
+    else:
+        status.pop("gang", None)
     status["conditions"] = conds
     status["jobsStatus"] = [
         {"name": j.replicated_job, "active": j.active, "ready": j.ready, "succeeded": j.succeeded,

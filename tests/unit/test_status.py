@@ -1,0 +1,68 @@
+"""TrainJob status derivation: conditions, gang timing, and stability across reconciles."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from gangctl.policy import status as st
+
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def job(**kw) -> st.ChildJob:
+    return st.ChildJob(name="tj-node-0", replicated_job="node", parallelism=4, **kw)
+
+
+def cond(status: dict, ctype: str) -> dict:
+    return next(c for c in status["conditions"] if c["type"] == ctype)
+
+
+def test_waiting_then_running_records_gang_wait():
+    waiting = st.derive_status(None, [job(active=4)], st.GangObservation(4, 1), False, T0)
+    assert cond(waiting, "Running")["reason"] == "WaitingForGang"
+    assert "1/4" in cond(waiting, "Running")["message"]
+    assert st.waiting_for_gang(waiting)
+    running = st.derive_status(waiting, [job(active=4, ready=4)], st.GangObservation(4, 4), False,
+                               T0 + timedelta(seconds=2.5))
+    assert cond(running, "Running")["status"] == "True"
+    assert running["gang"]["waitSeconds"] == 2.5
+    assert st.phase(running) == "Running"
+    assert running["conditions"][-1]["type"] == "Running", "the current state is the last condition"
+
+
+def test_unchanged_observation_gives_identical_status():
+    first = st.derive_status(None, [job(active=4, ready=4)], st.GangObservation(4, 4), False, T0)
+    again = st.derive_status(first, [job(active=4, ready=4)], st.GangObservation(4, 4), False, T0 + timedelta(minutes=5))
+    assert again == first
+
+
+def test_job_failure_fails_the_trainjob_with_its_reason():
+    failed = st.derive_status(None, [job(failed=1, failure=("BackoffLimitExceeded", "Job has reached the specified backoff limit"))],
+                              st.GangObservation(4, 4), False, T0)
+    assert st.finished(failed)
+    assert cond(failed, "Failed")["reason"] == "BackoffLimitExceeded"
+    assert "backoff limit" in cond(failed, "Failed")["message"]
+    assert st.phase(failed) == "Failed"
+
+
+def test_completion_and_jobs_status():
+    done = st.derive_status(None, [job(succeeded=4, complete=("CompletionsReached", ""))], None, False, T0)
+    assert st.phase(done) == "Complete"
+    assert done["jobsStatus"] == [{"name": "node", "active": 0, "ready": 0, "succeeded": 4, "failed": 0, "suspended": 0}]
+
+
+def test_suspend_and_resume_restart_the_gang_clock():
+    running = st.derive_status(None, [job(active=4)], st.GangObservation(4, 4), False, T0)
+    suspended = st.derive_status(running, [job(suspended=True)], st.GangObservation(4, 0), True, T0 + timedelta(seconds=10))
+    assert st.phase(suspended) == "Suspended"
+    assert "gang" not in suspended or "boundAt" not in suspended["gang"]
+    resumed = st.derive_status(suspended, [job(active=4)], st.GangObservation(4, 0), False, T0 + timedelta(seconds=20))
+    assert cond(resumed, "Suspended") == {**cond(resumed, "Suspended"), "status": "False", "reason": "Resumed"}
+    assert resumed["gang"]["createdAt"].startswith("2026-01-01T12:00:20")
+
+
+def test_failed_status_keeps_other_conditions():
+    previous = st.derive_status(None, [job(active=4)], st.GangObservation(4, 4), False, T0)
+    failed = st.failed_status(previous, "InvalidSpec", "spec.trainer.numNodes: must be ≥ 1", T0)
+    assert cond(failed, "Failed")["message"].startswith("spec.trainer.numNodes")
+    assert cond(failed, "Running")["status"] == "False"
+    assert cond(failed, "Created")["status"] == "True"
