@@ -54,6 +54,8 @@ async def _run(console: Console, kubeconfig: Path, port: int, timeout: float) ->
         for manifest in MANIFESTS:
             obj = yaml.safe_load((REPO_ROOT / "examples" / manifest).read_text())
             obj["metadata"]["namespace"] = NAMESPACE
+            if names:  # the second gang goes in once the first holds the cluster
+                await _wait_running(kube, names[-1], timeout)
             await kube.create(TRAINJOBS.path(NAMESPACE), obj)
             names.append(obj["metadata"]["name"])
             console.print(f"• submitted TrainJob {NAMESPACE}/{obj['metadata']['name']} "
@@ -84,7 +86,7 @@ def _table(jobs: list[dict], pods: list[dict], elapsed: float) -> Table:
         status = job.get("status") or {}
         wait = (status.get("gang") or {}).get("waitSeconds")
         running = next((c for c in status.get("conditions") or [] if c["type"] == "Running"), None)
-        why = running["message"] if running and running["status"] == "False" else ""
+        why = running["message"] if running and running.get("reason") == "WaitingForGang" else ""
         table.add_row(name, phase(status), f"{bound}/{job['spec']['trainer']['numNodes']}",
                       "" if wait is None else f"{wait:.1f}s", why)
     return table
@@ -102,6 +104,14 @@ def _summary(jobs: list[dict], port: int) -> str:
               "The cluster is still up: eval $(gangctl cluster env); kubectl get trainjobs,pods -n demo",
               "Run `gangctl controller` to keep reconciling, and `gangctl cluster down` to stop everything."]
     return "\n".join(lines)
+
+
+async def _wait_running(kube: Kube, name: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while phase((await kube.get(TRAINJOBS.path(NAMESPACE, name))).get("status")) != "Running":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"TrainJob {name} did not start running")
+        await asyncio.sleep(0.3)
 
 
 async def _wait_ready(port: int, timeout: float = 30) -> None:
