@@ -36,10 +36,17 @@ def _build_progress():
                    TimeElapsedColumn(), TextColumn("[dim]{task.fields[line]}"), console=err, transient=True)
     task = bar.add_task("building binaries", total=None, line="")
 
+    compiled = 0
+
     def progress(what: str, done: int, total: int, line: str) -> None:
+        nonlocal compiled
         bar.update(task, description=f"building {what}", completed=done, total=total, line=line[-60:])
         if line == "built":
             bar.console.print(f"  built {what} ({done}/{total})")
+        else:
+            compiled += 1
+            if not err.is_terminal and compiled % 200 == 0:  # CI logs get a line now and then
+                bar.console.print(f"  building {what}: {compiled} packages compiled so far")
     return bar, progress
 
 
@@ -101,6 +108,9 @@ def cluster_status(output: Output = typer.Option(Output.text, "-o", "--output"))
     info = status(ClusterSettings())
     if output is Output.json:
         print(json.dumps(info, indent=2))
+        return
+    if not info["exists"]:
+        out.print(f"cluster {info['name']!r} does not exist; start it with: gangctl cluster up")
         return
     table = Table(title=f"cluster {info['name']}: {'running' if info['running'] else 'not running'}")
     table.add_column("component")

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,9 +176,26 @@ class LocalCluster:
     def stop(self) -> None:
         self._kwokctl("stop", "cluster", check=False)
 
-    def delete(self) -> None:
+    def pids(self) -> list[int]:
+        pids = []
+        for pid_file in (self.state_dir / "pids").glob("*.pid"):
+            try:
+                pids.append(int(pid_file.read_text().strip()))
+            except ValueError:
+                continue
+        return pids
+
+    def delete(self, grace_seconds: float = 15) -> None:
+        """Stop every component and remove the state; waits until the processes are gone."""
+        pids = self.pids()
         if self.exists():
             self._kwokctl("delete", "cluster", check=False)
+        deadline = time.monotonic() + grace_seconds
+        while (left := [p for p in pids if _exists(p)]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in left:  # kwokctl could not stop it: make sure nothing is left behind
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.state_dir, ignore_errors=True)
 
     def components(self) -> list[dict]:
@@ -190,6 +209,18 @@ class LocalCluster:
             pid_file = self.state_dir / "pids" / f"{comp['name']}.pid"
             rows.append({"name": comp["name"], "running": _pid_alive(pid_file)})
         return rows
+
+
+def _exists(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _pid_alive(pid_file: Path) -> bool:

@@ -146,17 +146,18 @@ def explain(s: Shortfall | None, team: str) -> str:
     if s.cohort is not None:
         text += f", cohort {s.cohort} has {_fmt(s.cohort_free, s.resource, sc)} free"
         if s.borrow_left is not None:
-            text += f", borrowing limit leaves {_fmt(s.borrow_left, s.resource, sc)}"
+            text += f", borrowing limit leaves {_fmt(s.borrow_left, s.resource, sc)} {label}"
     return text
 
 
 class _Ledger:
     """Usage per team and free lendable quota per cohort, updated as decisions are taken."""
 
-    __slots__ = ("quotas", "used", "cohort_free", "guaranteed")
+    __slots__ = ("quotas", "used", "cohort_free", "guaranteed", "epoch")
 
     def __init__(self, quotas: Quotas, usage: Mapping[str, Mapping[str, Amount]]):
         self.quotas = quotas
+        self.epoch = 0   # bumped on every change, so cached victim lists know they are stale
         self.used: dict[str, dict[str, Amount]] = {}
         self.guaranteed: dict[str, dict[str, Amount]] = {}
         self.cohort_free: dict[str, dict[str, Amount]] = {}
@@ -182,20 +183,22 @@ class _Ledger:
             avail = min(avail, nominal + limit - used)
         return avail
 
-    def shortfall(self, team: TeamQuota, requests: Mapping[str, Amount]) -> Shortfall | None:
+    def lacking(self, team: TeamQuota, requests: Mapping[str, Amount]) -> str | None:
+        """The first limited resource the team cannot grant now, or None if the requests fit."""
+        nominal = team.nominal
         for r, amount in requests.items():
-            if r not in team.nominal or not amount:
-                continue
-            avail = self.available(team, r)
-            if amount > avail:
-                return self._shortfall(team, r, amount, avail)
+            if amount and r in nominal and amount > self.available(team, r):
+                return r
         return None
 
-    def _shortfall(self, team: TeamQuota, r: str, amount: Amount, avail: Amount) -> Shortfall:
+    def shortfall(self, team: TeamQuota, requests: Mapping[str, Amount]) -> Shortfall | None:
+        r = self.lacking(team, requests)
+        if r is None:
+            return None
         used = self.used[team.name].get(r, 0)
         nominal = team.nominal[r]
         limit = team.borrowing_limit.get(r)
-        return Shortfall(r, amount, team.name, used, nominal, max(0, avail), team.cohort,
+        return Shortfall(r, requests[r], team.name, used, nominal, max(0, self.available(team, r)), team.cohort,
                          self.cohort_free[team.cohort][r] if team.cohort else None,
                          None if limit is None or team.cohort is None else max(0, nominal + limit - used),
                          self.quotas.scale)
@@ -205,6 +208,7 @@ class _Ledger:
         return any(used.get(r, 0) + a > team.nominal[r] for r, a in requests.items() if r in team.nominal)
 
     def charge(self, team_name: str, requests: Mapping[str, Amount], sign: int = 1) -> None:
+        self.epoch += 1
         team = self.quotas.teams[team_name]
         used = self.used[team_name]
         guaranteed = self.guaranteed[team_name]
@@ -249,6 +253,8 @@ def decide(
     pending: Mapping[str, Sequence[Workload]],
     admitted: Mapping[str, Iterable[Workload]] | None = None,
     gate: Callable[[Workload], str | None] | None = None,
+    *,
+    waits: bool = True,
 ) -> list[Decision]:
     """Decide, in queue order, which pending workloads to admit now.
 
@@ -256,15 +262,19 @@ def decide(
     only read when the policy allows preemption. `gate`, if given, is asked after quota fits and may
     veto with a reason (e.g. the simulator's Volcano model admits only gangs the nodes can hold); it
     is not asked for preemptors, whose room only appears once the victims are gone.
-    Workloads of teams without a quota get a WAIT decision. Returns decisions in the order taken.
+    With `waits=False` only ADMIT and PREEMPT decisions are returned (the simulator's fast path).
+
+    Cost: StrictFIFO teams stop at their first blocked gang. BestEffortFIFO teams go on, but a gang
+    that requests at least as much of everything as a gang of its team already blocked in this call
+    is blocked without a full check (availability only shrinks as the call admits, and the later
+    gang has no higher priority); this is reset when a preemption frees quota.
     """
     ledger = _Ledger(quotas, usage)
     decisions: list[Decision] = []
     evicted: set[str] = set()
-    heads: list[tuple[tuple, str, int]] = []
-    for team, queue in pending.items():
-        if queue:
-            heads.append((queue_key(queue[0]), team, 0))
+    blocked: dict[str, list[Mapping[str, Amount]]] = {}
+    victims_cache: dict[tuple, list[Workload]] = {}
+    heads: list[tuple[tuple, str, int]] = [(queue_key(q[0]), t, 0) for t, q in pending.items() if q]
     heapq.heapify(heads)
     while heads:
         _, team_name, index = heapq.heappop(heads)
@@ -272,22 +282,40 @@ def decide(
         w = queue[index]
         team = quotas.teams.get(team_name)
         if team is None:
-            decisions.append(Decision(w, Verdict.WAIT))
+            if waits:
+                decisions.append(Decision(w, Verdict.WAIT))
             continue
-        decision = _decide_one(ledger, team, w, admitted, evicted, gate)
-        decisions.append(decision)
-        if decision.verdict is Verdict.WAIT and not team.best_effort:
+        seen = blocked.get(team_name)
+        decision = None
+        if seen is None or not any(_covers(w.requests, b) for b in seen):
+            decision = _decide_one(ledger, team, w, admitted, evicted, gate, victims_cache)
+            if decision is None and team.best_effort:
+                blocked.setdefault(team_name, []).append(w.requests)
+            elif decision is not None and decision.victims:
+                blocked.clear()
+        if decision is None:
+            if waits:
+                decisions.append(Decision(w, Verdict.WAIT, shortfall=ledger.shortfall(team, w.requests)))
+        elif waits or decision.verdict is not Verdict.WAIT:
+            decisions.append(decision)
+        if (decision is None or decision.verdict is Verdict.WAIT) and not team.best_effort:
             continue
         if index + 1 < len(queue):
             heapq.heappush(heads, (queue_key(queue[index + 1]), team_name, index + 1))
     return decisions
 
 
+def _covers(requests: Mapping[str, Amount], other: Mapping[str, Amount]) -> bool:
+    return all(requests.get(r, 0) >= amount for r, amount in other.items())
+
+
 def _decide_one(ledger: _Ledger, team: TeamQuota, w: Workload,
-                admitted: Mapping[str, Iterable[Workload]] | None,
-                evicted: set[str], gate: Callable[[Workload], str | None] | None) -> Decision:
-    short = ledger.shortfall(team, w.requests)
-    if short is None:
+                admitted: Mapping[str, Iterable[Workload]] | None, evicted: set[str],
+                gate: Callable[[Workload], str | None] | None,
+                victims_cache: dict[tuple, list[Workload]]) -> Decision | None:
+    """ADMIT, PREEMPT, a WAIT vetoed by the gate, or None: no quota."""
+    lacking = ledger.lacking(team, w.requests)
+    if lacking is None:
         if gate is not None:
             veto = gate(w)
             if veto:
@@ -295,36 +323,42 @@ def _decide_one(ledger: _Ledger, team: TeamQuota, w: Workload,
         borrows = ledger.borrows(team, w.requests)
         ledger.charge(team.name, w.requests)
         return Decision(w, Verdict.ADMIT, borrows=borrows)
-    if admitted is not None:
-        victims = _find_victims(ledger, team, w, admitted, evicted)
-        if victims:
-            evicted.update(v.id for v in victims)
-            borrows = ledger.borrows(team, w.requests)
-            ledger.charge(team.name, w.requests)
-            return Decision(w, Verdict.PREEMPT, victims=tuple(victims), borrows=borrows)
-    return Decision(w, Verdict.WAIT, shortfall=short)
+    if admitted is None or not (team.preempt_within_team or team.reclaim is not Reclaim.NEVER):
+        return None
+    key = (team.name, w.priority, ledger.epoch, _within_nominal(ledger, team, w))
+    if key not in victims_cache:
+        victims_cache[key] = _candidates(ledger, team, w, admitted, evicted)
+    victims = _find_victims(ledger, team, w, victims_cache[key], lacking)
+    if not victims:
+        return None
+    evicted.update(v.id for v in victims)
+    borrows = ledger.borrows(team, w.requests)
+    ledger.charge(team.name, w.requests)
+    return Decision(w, Verdict.PREEMPT, victims=tuple(victims), borrows=borrows)
 
 
-def _find_victims(ledger: _Ledger, team: TeamQuota, w: Workload,
-                  admitted: Mapping[str, Iterable[Workload]], evicted: set[str]) -> list[Workload]:
-    candidates = _candidates(ledger, team, w, admitted, evicted)
-    if not candidates:
+def _find_victims(ledger: _Ledger, team: TeamQuota, w: Workload, candidates: list[Workload],
+                  lacking: str) -> list[Workload]:
+    need = w.requests[lacking] - ledger.available(team, lacking)
+    if sum(v.requests.get(lacking, 0) for v in candidates) < need:
         return []
+    epoch = ledger.epoch
     taken: list[Workload] = []
     for victim in candidates:
         if victim.team != team.name and not _over_nominal(ledger, victim.team):
             continue  # that team stopped borrowing: reclaim only takes back lent quota
         ledger.charge(victim.team, victim.requests, -1)
         taken.append(victim)
-        if ledger.shortfall(team, w.requests) is None:
+        if ledger.lacking(team, w.requests) is None:
             break
     else:
         for victim in taken:
             ledger.charge(victim.team, victim.requests)
+        ledger.epoch = epoch  # nothing changed: cached candidate lists stay valid
         return []
     for victim in reversed(taken[:-1]):  # spare victims not needed after all
         ledger.charge(victim.team, victim.requests)
-        if ledger.shortfall(team, w.requests) is None:
+        if ledger.lacking(team, w.requests) is None:
             taken.remove(victim)
         else:
             ledger.charge(victim.team, victim.requests, -1)

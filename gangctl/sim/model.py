@@ -89,11 +89,12 @@ class Cluster:
             best = max(best, sum(self.capacity[n] // gpus_per_pod for n in d.nodes))
         return best
 
-    def place(self, pods: int, gpus_per_pod: int, gpu_type: str | None = None) -> Placement | None:
-        """Place all pods or none; return where they went."""
+    def place(self, pods: int, gpus_per_pod: int, gpu_type: str | None = None, near: int | None = None) -> Placement | None:
+        """Place all pods or none, on one GPU type (or in the domain of node `near`); say where."""
         if pods * gpus_per_pod > self.free_gpus or gpus_per_pod > self.max_gpus_per_node:
             return None
-        fitting = [d for d in self._domains(gpu_type) if d.free_gpus >= pods * gpus_per_pod and d.slots(gpus_per_pod) >= pods]
+        domains = [self.domain_of[near]] if near is not None else self._domains(gpu_type)
+        fitting = [d for d in domains if d.free_gpus >= pods * gpus_per_pod and d.slots(gpus_per_pod) >= pods]
         if not fitting:
             return None
         if self.packing is Packing.BEST_FIT:

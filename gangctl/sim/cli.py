@@ -1,0 +1,135 @@
+"""`gangctl sim SCENARIO`: run a scenario, a sweep, or a "smallest cluster such that ..." question.
+
+Mounted by gangctl/cli.py as the `sim` command; also runnable as `python -m gangctl.sim.cli`.
+"""
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gangctl.sim.engine import SimulationStuck, simulate
+from gangctl.sim.report import duration, summary_table, write_report
+from gangctl.sim.scenario import load_quota_policy, load_scenario, load_workload
+from gangctl.sim.sweep import SweepError, parse_axis, parse_target, plot_curve, run_sweep, smallest_cluster
+from gangctl.sim.traces import TraceError
+
+err = Console(stderr=True)
+out = Console()
+
+
+class SimOutput(str, Enum):
+    text = "text"
+    json = "json"
+
+
+def sim_command(
+    scenario: Path = typer.Argument(..., exists=True, dir_okay=False, help="a scenario YAML (simulations/*.yaml)"),
+    output: SimOutput = typer.Option(SimOutput.text, "-o", "--output", help="json: print only the JSON summary"),
+    report: Optional[Path] = typer.Option(None, help="report directory (default: sim-reports/<scenario name>)"),
+    sweep: Optional[str] = typer.Option(None, help="gpus=256..1024[:step] | quota=0.5,1,2 | elastic=on,off | backend=kueue,volcano"),
+    find: Optional[str] = typer.Option(None, help="with a gpus sweep: smallest cluster such that e.g. 'p95_queue_delay<=1h'"),
+    seed: Optional[int] = typer.Option(None, help="override the scenario's seed"),
+    max_jobs: Optional[int] = typer.Option(None, help="use only the first N jobs"),
+) -> None:
+    """Simulate a GPU cluster running the controller's own gang and quota policy on a trace."""
+    try:
+        sc = load_scenario(scenario)
+        if seed is not None:
+            sc.seed = seed
+        if max_jobs is not None:
+            sc.workload.max_jobs = max_jobs
+        policy = load_quota_policy(sc.quota_policy)
+        trace = load_workload(sc, policy)
+        axis = parse_axis(sweep) if sweep else None
+        target = parse_target(find) if find else None
+    except (OSError, ValidationError, TraceError, SweepError, ValueError) as exc:
+        err.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(1)
+    if trace.skipped and output is SimOutput.text:
+        err.print("skipped rows: " + ", ".join(f"{n} {why}" for why, n in trace.skipped.items()))
+    directory = report or Path("sim-reports") / sc.name
+    quiet = output is SimOutput.json
+    try:
+        if axis is None:
+            _single(sc, policy, trace.jobs, directory, quiet)
+        elif target is None:
+            _sweep(sc, policy, trace.jobs, axis, quiet)
+        else:
+            _question(sc, policy, trace.jobs, axis, target, directory, quiet)
+    except (SimulationStuck, SweepError, ValueError) as exc:
+        err.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(1)
+
+
+def _bar(quiet: bool) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err, transient=True, disable=quiet)
+
+
+def _single(sc, policy, jobs, directory: Path, quiet: bool) -> None:
+    with _bar(quiet) as bar:
+        task = bar.add_task(f"simulating {sc.name}", total=len(jobs))
+        result = simulate(sc, policy, jobs, progress=lambda done, total: bar.update(task, completed=done))
+    if quiet:
+        print(json.dumps(result.summary, indent=2))
+        return
+    out.print(summary_table(sc.name, result.summary))
+    page = write_report(sc.name, result, directory)
+    out.print(f"report: {page}")
+
+
+def _sweep(sc, policy, jobs, axis, quiet: bool) -> None:
+    with _bar(quiet) as bar:
+        task = bar.add_task("sweep", total=len(axis.values))
+        points = run_sweep(sc, policy, jobs, axis, lambda what: bar.update(task, advance=1, description=what))
+    if quiet:
+        print(json.dumps([{axis.key: getattr(p.value, "value", p.value), "summary": p.summary} for p in points], indent=2))
+        return
+    table = Table(title=f"{sc.name}: sweep over {axis.key}")
+    for column in (axis.key, "p95 queueing delay", "mean queueing delay", "mean JCT", "GPU utilization"):
+        table.add_column(column, justify="right")
+    for p in points:
+        s = p.summary
+        table.add_row(str(getattr(p.value, "value", p.value)), duration(s["queue_delay_seconds"]["p95"]),
+                      duration(s["queue_delay_seconds"]["mean"]), duration(s["jct_seconds"]["mean"]),
+                      f"{s['gpu_utilization']:.1%}")
+    out.print(table)
+
+
+def _question(sc, policy, jobs, axis, target, directory: Path, quiet: bool) -> None:
+    with _bar(quiet) as bar:
+        task = bar.add_task("searching", total=None)
+        answer, points = smallest_cluster(sc, policy, jobs, axis, target,
+                                          lambda what: bar.update(task, advance=1, description=what))
+    curve = plot_curve(points, target, answer, directory / "smallest-cluster.png")
+    if quiet:
+        print(json.dumps({"target": target.text, "smallest_gpus": answer,
+                          "curve": [{"gpus": p.value, "value": target.measure(p.summary)} for p in points]}, indent=2))
+        return
+    for p in points:
+        value = target.measure(p.summary)
+        shown = f"{value:.1%}" if target.path == ("gpu_utilization",) else duration(value)
+        out.print(f"  {p.value:>6} GPUs: {shown} {'[green]meets' if target.met(p.summary) else '[red]misses'}[/] {target.text}")
+    if answer is None:
+        out.print(f"[red]no cluster in {axis.values[0]}..{axis.values[-1]} GPUs meets {target.text}[/]")
+    else:
+        out.print(f"[bold]smallest cluster such that {target.text}: {answer} GPUs[/]")
+    out.print(f"curve: {curve}")
+
+
+def main() -> None:
+    app = typer.Typer(add_completion=False)
+    app.command()(sim_command)
+    app()
+
+
+if __name__ == "__main__":
+    main()

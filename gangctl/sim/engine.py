@@ -1,0 +1,527 @@
+"""The discrete-event loop: arrivals, completions, failures and repairs on a heap of timed events.
+
+After every event the engine asks `gangctl.policy.admission.decide` which pending gangs the quota
+admits (gangs sized by `gangctl.policy.gang.size_gang`), then places admitted gangs on nodes
+all-or-nothing. Backend differences are described in `gangctl.sim.scenario`.
+
+Job model: a job has `duration` seconds of work at full size. Running with fewer pods (an elastic
+job below numNodes) it progresses at pods/numNodes. Every (re)start after the first, and every
+resize, costs `restart_overhead_seconds` without progress. An unplanned interruption (node failure,
+non-zero exit, preemption) loses the progress since the last checkpoint; a planned resize (an
+elastic job growing into free capacity) checkpoints first and loses only the overhead. Elastic jobs
+start at their floor (minNodes), shrink instead of stopping when they lose nodes, and grow while
+nothing waits for nodes and their team has nothing pending. Infrastructure faults do not count
+against a job's restart budget.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from bisect import bisect_left, insort
+from dataclasses import dataclass
+from typing import Callable
+
+from gangctl.policy.admission import CPU, GPU, MEMORY, Verdict, Workload, decide, explain, headroom, never_fits, queue_key
+from gangctl.policy.gang import Gang, size_gang
+from gangctl.policy.quota import QuotaPolicy
+from gangctl.sim.clock import SimClock
+from gangctl.sim.metrics import JobOutcome, Recorder, Series, summarize
+from gangctl.sim.model import Cluster, Placement
+from gangctl.sim.scenario import Backend, ElasticSpec, Failures, Scenario
+from gangctl.sim.traces import TraceJob
+
+# The engine's integer units: GPUs, millicores, MiB (per quota-file unit: 1 GPU, 1 core, 1 GiB).
+SIM_UNITS = {GPU: 1, CPU: 1000, MEMORY: 1024}
+
+_ARRIVE, _FINISH, _USER_FAIL, _NODE_DOWN, _NODE_UP, _READY_TIMEOUT, _SAMPLE = range(7)
+PENDING, ADMITTED, RUNNING, DONE, FAILED = "pending", "admitted", "running", "done", "failed"
+
+
+class SimulationStuck(RuntimeError):
+    """Jobs remain but no event can ever move them (a bug in the model or an impossible workload)."""
+
+
+class SimJob:
+    __slots__ = ("spec", "team", "gang", "pod_requests", "workload", "gpu_type", "state", "placement",
+                 "pods", "held_pods", "remaining", "run_start", "segment_begin", "version", "first_start",
+                 "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds")
+
+    def __init__(self, spec: TraceJob, team: str, priority: int, gang: Gang, gpu_type: str | None) -> None:
+        self.spec = spec
+        self.team = team
+        self.gang = gang
+        self.pod_requests = gang.per_pod
+        self.workload = Workload(spec.id, team, priority, spec.submit, gang.min_resources)
+        self.gpu_type = gpu_type
+        self.state = PENDING
+        self.placement: Placement | None = None
+        self.pods = 0
+        self.held_pods = 0          # pods whose requests count against quota
+        self.remaining = spec.duration
+        self.run_start = 0.0        # progress counts from here (after the restart overhead)
+        self.segment_begin = 0.0    # when the current run segment began
+        self.version = 0            # bumped to make scheduled events of this job stale
+        self.first_start: float | None = None
+        self.user_restarts = self.infra_restarts = self.preemptions = 0
+        self.lost_gpu_seconds = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.pods / self.gang.size
+
+
+@dataclass
+class SimResult:
+    summary: dict
+    series: Series
+    outcomes: list[JobOutcome]
+
+
+class Simulation:
+    def __init__(self, jobs: list[TraceJob], policy: QuotaPolicy, cluster: Cluster, *, backend: Backend,
+                 failures: Failures, elastic: ElasticSpec, seed: int, sample_seconds: float = 600.0,
+                 pods_ready_timeout_seconds: float = 300.0,
+                 observer: Callable[[Simulation], None] | None = None) -> None:
+        self.policy = policy
+        self.quotas = policy.to_quotas(SIM_UNITS)
+        self.cluster = cluster
+        self.backend = backend
+        self.failures = failures
+        self.elastic = elastic
+        self.sample_seconds = sample_seconds
+        self.ready_timeout = pods_ready_timeout_seconds
+        self.observer = observer
+        self.clock = SimClock()
+        self.rng = random.Random(seed)
+        teams = [t.name for t in policy.teams]
+        self.recorder = Recorder(teams)
+        self.specs = sorted(jobs, key=lambda j: (j.submit, j.id))
+        self.by_id: dict[str, SimJob] = {}
+        self.usage: dict[str, dict[str, int]] = {t: {} for t in teams}
+        self.team_gpus = {t: 0 for t in teams}
+        self.pending: dict[str, list[Workload]] = {t: [] for t in teams}
+        self.pending_count = 0
+        self.admitted: dict[str, dict[str, Workload]] = {t: {} for t in teams}
+        self._admitted_views = {t: d.values() for t, d in self.admitted.items()}
+        self._preemption = self.quotas.preemption_enabled
+        self.waiting: dict[str, SimJob] = {}      # admitted, waiting for nodes, in admission order
+        self.growable: dict[str, SimJob] = {}     # running elastic jobs below numNodes
+        self.node_jobs: list[dict[str, int]] = [{} for _ in cluster.capacity]
+        self._fits_cache: dict[tuple[int, str | None], int] = {}
+        self._heap: list[tuple] = []
+        self._seq = 0
+        self._next_arrival = 0
+        self._node_down_version = 0
+        self._nodes_down = 0
+        self.finished = 0
+        self.events = 0
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def run(self, progress: Callable[[int, int], None] | None = None) -> SimResult:
+        total = len(self.specs)
+        self._push_next_arrival()
+        self._push(0.0, _SAMPLE, None, 0)
+        self._schedule_node_failure()
+        heap = self._heap
+        rec = self.recorder
+        cluster = self.cluster
+        while heap and self.finished < total:
+            t, _, kind, job, version = heapq.heappop(heap)
+            if kind != _ARRIVE and job is not None and version != job.version:
+                continue
+            rec.advance(t, cluster.busy_gpus, cluster.total_gpus, self.team_gpus)
+            self.clock.advance_to(t)
+            if kind == _ARRIVE:
+                self._arrive(job)
+                self._push_next_arrival()
+            elif kind == _FINISH:
+                self._finish(job)
+            elif kind == _USER_FAIL:
+                self._user_fail(job)
+            elif kind == _READY_TIMEOUT:
+                self._ready_timeout(job)
+            elif kind == _NODE_DOWN:
+                if version != self._node_down_version:
+                    continue
+                self._node_down()
+            elif kind == _NODE_UP:
+                self._node_up(version)
+            else:
+                self._sample()
+                continue
+            self._schedule()
+            self.events += 1
+            if self.observer is not None:
+                self.observer(self)
+            if progress is not None and self.events % 1000 == 0:
+                progress(self.finished, total)
+        if self.finished < total:
+            raise SimulationStuck(self._stuck_report())
+        end = self.clock.now
+        rec.advance(end, cluster.busy_gpus, cluster.total_gpus, self.team_gpus)
+        self._sample_now()
+        if progress is not None:
+            progress(self.finished, total)
+        nominal = {t.name: t.nominal.gpu or 0.0 for t in self.policy.teams}
+        return SimResult(summarize(rec, end=end, team_nominal_gpus=nominal), rec.series, rec.outcomes)
+
+    def _push(self, t: float, kind: int, job: SimJob | None, version: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, job, version))
+
+    def _push_next_arrival(self) -> None:
+        if self._next_arrival < len(self.specs):
+            spec = self.specs[self._next_arrival]
+            self._next_arrival += 1
+            self._push(spec.submit, _ARRIVE, spec, 0)
+
+    def _schedule(self) -> None:
+        if self.pending_count:
+            gate = self._volcano_gate if self.backend is Backend.VOLCANO else None
+            views = self._admitted_views if self._preemption else None
+            for d in decide(self.quotas, self.usage, self.pending, views, gate, waits=False):
+                if d.verdict is Verdict.WAIT:   # vetoed by the Volcano gate
+                    continue
+                for victim in d.victims:
+                    self._preempt(self.by_id[victim.id])
+                self._admit(self.by_id[d.workload.id])
+        if self.waiting and self.cluster.free_gpus:
+            self._place_waiting()
+        if self.growable and not self.waiting and self.cluster.free_gpus:
+            self._grow()
+
+    # --- arrivals and admission -----------------------------------------------------------------
+
+    def _arrive(self, spec: TraceJob) -> None:
+        job = self._new_job(spec)
+        if isinstance(job, str):
+            self._record(spec, spec.group, "rejected", None, job)
+            return
+        self.by_id[spec.id] = job
+        self._enqueue(job.workload)
+
+    def _new_job(self, spec: TraceJob) -> SimJob | str:
+        if spec.id in self.by_id:
+            raise ValueError(f"job id {spec.id} appears twice in the workload")
+        try:
+            priority = self.policy.priority_of(spec.group, spec.priority_class)
+        except KeyError:
+            raise ValueError(f"job {spec.id}: unknown priority class {spec.priority_class!r}") from None
+        per_pod = {GPU: spec.gpus_per_node, CPU: round(spec.cpu_per_node * 1000),
+                   MEMORY: round(spec.memory_per_node * 1024)}
+        min_nodes = None
+        if self.elastic.enabled and spec.num_nodes > 1:
+            min_nodes = max(1, math.ceil(spec.num_nodes * self.elastic.min_fraction))
+        gang = size_gang(spec.num_nodes, per_pod, min_nodes=min_nodes)
+        gpu_type = spec.gpu_type if spec.gpu_type in self.cluster.gpu_types else None
+        key = (spec.gpus_per_node, gpu_type)
+        if key not in self._fits_cache:
+            self._fits_cache[key] = self.cluster.largest_gang(*key)
+        if self._fits_cache[key] < gang.min_member:
+            return f"{gang.min_member} pods of {spec.gpus_per_node} GPUs never fit the cluster"
+        job = SimJob(spec, spec.group, priority, gang, gpu_type)
+        short = never_fits(self.quotas, job.workload)
+        if short is not None:
+            return "never fits the quota: " + explain(short, spec.group)
+        return job
+
+    def _enqueue(self, w: Workload) -> None:
+        insort(self.pending[w.team], w, key=queue_key)
+        self.pending_count += 1
+
+    def _dequeue(self, w: Workload) -> None:
+        queue = self.pending[w.team]
+        del queue[bisect_left(queue, queue_key(w), key=queue_key)]
+        self.pending_count -= 1
+
+    def _volcano_gate(self, w: Workload) -> str | None:
+        job = self.by_id[w.id]
+        placement = self.cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
+        if placement is None:
+            return f"no room on the nodes for {job.gang.min_member} pods of {job.spec.gpus_per_node} GPUs"
+        job.placement = placement
+        return None
+
+    def _admit(self, job: SimJob) -> None:
+        now = self.clock.now
+        self._dequeue(job.workload)
+        self._hold(job, job.gang.min_member)
+        job.state = ADMITTED
+        job.version += 1
+        if job.placement is not None:          # placed by the Volcano gate
+            self._start(job, job.placement)
+            return
+        if self.backend is Backend.VOLCANO:    # a preemptor: its victims' nodes are free now
+            placement = self.cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
+            if placement is None:
+                self._requeue(job, job.workload)
+            else:
+                self._start(job, placement)
+            return
+        self.waiting[job.spec.id] = job
+        if self.backend is Backend.KUEUE:
+            self._push(now + self.ready_timeout, _READY_TIMEOUT, job, job.version)
+
+    def _hold(self, job: SimJob, pods: int) -> None:
+        """Make the job's quota usage `pods` pods' worth (0 releases it)."""
+        delta = pods - job.held_pods
+        if delta:
+            usage = self.usage[job.team]
+            for r, amount in job.pod_requests.items():
+                usage[r] = usage.get(r, 0) + amount * delta
+            job.held_pods = pods
+        admitted = self.admitted[job.team]
+        if pods:
+            admitted[job.spec.id] = Workload(job.spec.id, job.team, job.workload.priority, self.clock.now,
+                                             {r: a * pods for r, a in job.pod_requests.items()})
+        else:
+            admitted.pop(job.spec.id, None)
+
+    def _requeue(self, job: SimJob, w: Workload) -> None:
+        """Back to the quota queue, holding nothing."""
+        self._hold(job, 0)
+        job.state = PENDING
+        job.version += 1
+        job.workload = w
+        self._enqueue(w)
+
+    def _place_waiting(self) -> None:
+        cluster = self.cluster
+        for job in list(self.waiting.values()):
+            if cluster.free_gpus < job.gang.min_member * job.spec.gpus_per_node:
+                continue
+            placement = cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
+            if placement is not None:
+                del self.waiting[job.spec.id]
+                self._start(job, placement)
+                if not cluster.free_gpus:
+                    return
+
+    def _ready_timeout(self, job: SimJob) -> None:
+        if job.state == ADMITTED and job.spec.id in self.waiting:
+            del self.waiting[job.spec.id]
+            w = job.workload
+            self._requeue(job, Workload(w.id, w.team, w.priority, self.clock.now, w.requests))
+
+    # --- running --------------------------------------------------------------------------------
+
+    def _start(self, job: SimJob, placement: Placement) -> None:
+        now = self.clock.now
+        job.state = RUNNING
+        job.placement = placement
+        job.pods = sum(n for _, n in placement)
+        for node, n in placement:
+            self.node_jobs[node][job.spec.id] = n
+        self.team_gpus[job.team] += job.pods * job.spec.gpus_per_node
+        restart = job.first_start is not None
+        if not restart:
+            job.first_start = now
+        self._begin_segment(job, overhead=restart)
+        if job.pods < job.gang.size:
+            self.growable[job.spec.id] = job
+
+    def _begin_segment(self, job: SimJob, overhead: bool) -> None:
+        now = self.clock.now
+        job.version += 1
+        job.segment_begin = now
+        job.run_start = now + (self.failures.restart_overhead_seconds if overhead else 0.0)
+        end = job.run_start + job.remaining / job.rate
+        rate = self.failures.exit_failure_rate
+        if rate and self.rng.random() < rate:
+            self._push(job.run_start + self.rng.random() * (end - job.run_start), _USER_FAIL, job, job.version)
+        else:
+            self._push(end, _FINISH, job, job.version)
+
+    def _interrupt(self, job: SimJob, planned: bool) -> None:
+        """Account the progress of the current segment; unplanned, keep only what was checkpointed."""
+        now = self.clock.now
+        ran = max(0.0, now - job.run_start)
+        ckpt = self.failures.checkpoint_minutes
+        saved = ran if planned else (ran - ran % (ckpt * 60) if ckpt else 0.0)
+        job.remaining = max(0.0, job.remaining - saved * job.rate)
+        job.lost_gpu_seconds += (now - job.segment_begin - saved) * job.pods * job.spec.gpus_per_node
+        job.version += 1
+
+    def _stop(self, job: SimJob) -> None:
+        """Take all the job's pods off the nodes."""
+        self.cluster.release(job.placement, job.spec.gpus_per_node)
+        for node, _ in job.placement:
+            del self.node_jobs[node][job.spec.id]
+        self.team_gpus[job.team] -= job.pods * job.spec.gpus_per_node
+        job.placement = None
+        job.pods = 0
+        self.growable.pop(job.spec.id, None)
+
+    def _finish(self, job: SimJob) -> None:
+        job.remaining = 0.0
+        self._stop(job)
+        self._hold(job, 0)
+        self._end(job, DONE)
+
+    def _end(self, job: SimJob, state: str) -> None:
+        job.state = state
+        self._record(job.spec, job.team, state, job, "")
+
+    def _record(self, spec: TraceJob, team: str, state: str, job: SimJob | None, reason: str) -> None:
+        self.finished += 1
+        self.recorder.outcomes.append(JobOutcome(
+            spec.id, team, spec.gpus, spec.submit, job.first_start if job else None,
+            self.clock.now if job else None, state,
+            job.user_restarts if job else 0, job.infra_restarts if job else 0,
+            job.preemptions if job else 0, job.lost_gpu_seconds if job else 0.0, reason))
+
+    def _user_fail(self, job: SimJob) -> None:
+        self._interrupt(job, planned=False)
+        job.user_restarts += 1
+        if job.user_restarts > self.failures.restart_budget:
+            self._stop(job)
+            self._hold(job, 0)
+            self._end(job, FAILED)
+        else:
+            self._begin_segment(job, overhead=True)
+
+    def _preempt(self, job: SimJob) -> None:
+        if job.state == RUNNING:
+            self._interrupt(job, planned=False)
+            self._stop(job)
+        else:
+            self.waiting.pop(job.spec.id, None)
+        job.preemptions += 1
+        self._requeue(job, job.workload)
+
+    def _grow(self) -> None:
+        cluster = self.cluster
+        for job in sorted(self.growable.values(), key=lambda j: queue_key(j.workload)):
+            gpp = job.spec.gpus_per_node
+            if cluster.free_gpus < gpp:
+                return
+            if self.pending[job.team]:
+                continue
+            room = headroom(self.quotas, self.usage, job.team)
+            want = job.gang.size - job.pods
+            for r, amount in job.pod_requests.items():
+                if r in room and amount:
+                    want = min(want, int(room[r] // amount))
+            near = job.placement[0][0]
+            for k in range(want, 0, -1):
+                extra = cluster.place(k, gpp, near=near)
+                if extra is not None:
+                    self._resize(job, job.placement + extra, [])
+                    break
+
+    def _resize(self, job: SimJob, placement: Placement, lost: Placement) -> None:
+        """Restart the job on `placement` (planned growth if nothing was `lost` on failed nodes)."""
+        self._interrupt(job, planned=not lost)
+        gpp = job.spec.gpus_per_node
+        for node, n in lost:
+            del self.node_jobs[node][job.spec.id]
+        self.cluster.release(lost, gpp)
+        for node, n in placement:
+            self.node_jobs[node][job.spec.id] = n
+        pods = sum(n for _, n in placement)
+        self.team_gpus[job.team] += (pods - job.pods) * gpp
+        job.placement = placement
+        job.pods = pods
+        self._hold(job, max(pods, job.gang.min_member))
+        if pods < job.gang.size:
+            self.growable[job.spec.id] = job
+        else:
+            self.growable.pop(job.spec.id, None)
+        self._begin_segment(job, overhead=True)
+
+    # --- node failures --------------------------------------------------------------------------
+
+    def _schedule_node_failure(self) -> None:
+        self._node_down_version += 1
+        mtbf = self.failures.node_mtbf_hours
+        up = len(self.cluster.capacity) - self._nodes_down
+        if mtbf and up:
+            t = self.clock.now + self.rng.expovariate(up / (mtbf * 3600))
+            self._seq += 1
+            heapq.heappush(self._heap, (t, self._seq, _NODE_DOWN, None, self._node_down_version))
+
+    def _node_down(self) -> None:
+        cluster = self.cluster
+        node = self.rng.randrange(len(cluster.capacity))
+        while not cluster.up[node]:
+            node = self.rng.randrange(len(cluster.capacity))
+        cluster.fail_node(node)
+        self._nodes_down += 1
+        self.recorder.node_failures += 1
+        for job_id, pods in list(self.node_jobs[node].items()):
+            self._lose_pods(self.by_id[job_id], node, pods)
+        repair = self.rng.expovariate(1 / (self.failures.repair_hours * 3600))
+        self._seq += 1
+        heapq.heappush(self._heap, (self.clock.now + repair, self._seq, _NODE_UP, None, node))
+        self._schedule_node_failure()
+
+    def _node_up(self, node: int) -> None:
+        self.cluster.repair_node(node)
+        self._nodes_down -= 1
+        self._schedule_node_failure()
+
+    def _lose_pods(self, job: SimJob, node: int, pods: int) -> None:
+        job.infra_restarts += 1
+        if job.pods - pods >= job.gang.min_member and job.gang.surplus:
+            keep = [(n, k) for n, k in job.placement if n != node]
+            self._resize(job, keep, [(node, pods)])
+            return
+        self._interrupt(job, planned=False)
+        self._stop(job)
+        if self.backend is Backend.VOLCANO:
+            self._requeue(job, job.workload)
+            return
+        self._hold(job, job.gang.min_member)
+        job.state = ADMITTED
+        self.waiting[job.spec.id] = job
+        if self.backend is Backend.KUEUE:
+            self._push(self.clock.now + self.ready_timeout, _READY_TIMEOUT, job, job.version)
+
+    # --- sampling -------------------------------------------------------------------------------
+
+    def _sample(self) -> None:
+        self._sample_now()
+        if not self._heap_has_work():
+            raise SimulationStuck(self._stuck_report())
+        self._push(self.clock.now + self.sample_seconds, _SAMPLE, None, 0)
+
+    def _sample_now(self) -> None:
+        smallest: dict[str | None, int] = {}
+        for queue in self.pending.values():
+            for w in queue:
+                job = self.by_id[w.id]
+                self._note_smallest(smallest, job)
+        for job in self.waiting.values():
+            self._note_smallest(smallest, job)
+        c = self.cluster
+        self.recorder.sample(self.clock.now, c.busy_gpus, c.total_gpus, self.pending_count, len(self.waiting),
+                             c.fragmented_gpus(smallest), self.team_gpus)
+
+    @staticmethod
+    def _note_smallest(smallest: dict[str | None, int], job: SimJob) -> None:
+        g = job.spec.gpus_per_node
+        if g < smallest.get(job.gpu_type, g + 1):
+            smallest[job.gpu_type] = g
+
+    def _heap_has_work(self) -> bool:
+        """Whether an event other than sampling and node failures could still move a job."""
+        return any(e[2] not in (_SAMPLE, _NODE_DOWN) for e in self._heap) or bool(self.waiting and self._nodes_down)
+
+    def _stuck_report(self) -> str:
+        stuck = [w.id for q in self.pending.values() for w in q][:5] + list(self.waiting)[:5]
+        return (f"{len(self.specs) - self.finished} job(s) can never finish at t={self.clock.now:.0f}s, "
+                f"e.g. {', '.join(stuck)}")
+
+
+def simulate(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob],
+             progress: Callable[[int, int], None] | None = None,
+             observer: Callable[[Simulation], None] | None = None) -> SimResult:
+    """Run one scenario on already loaded jobs (teams in `TraceJob.group`)."""
+    spec = scenario.cluster
+    cluster = Cluster(spec.node_pools(), spec.packing, spec.same_zone)
+    sim = Simulation(jobs, policy, cluster, backend=scenario.backend, failures=scenario.failures,
+                     elastic=scenario.workload.elastic, seed=scenario.seed, sample_seconds=scenario.sample_seconds,
+                     pods_ready_timeout_seconds=scenario.pods_ready_timeout_seconds, observer=observer)
+    return sim.run(progress)
