@@ -149,6 +149,15 @@ def controller(
         pass
 
 
+def _mount_sim() -> None:
+    from gangctl.sim.cli import sim_command
+
+    app.command("sim")(sim_command)
+
+
+_mount_sim()
+
+
 @app.command("demo")
 def demo(gpu_nodes: int = typer.Option(64), gpus_per_node: int = typer.Option(8)) -> None:
     """Bring up a 64 x 8-GPU KWOK cluster and run two gangs through gangctl, live."""

@@ -15,11 +15,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gangctl.sim.engine import SimulationStuck, simulate
-from gangctl.sim.report import duration, summary_table, write_report
-from gangctl.sim.scenario import load_quota_policy, load_scenario, load_workload
-from gangctl.sim.sweep import SweepError, parse_axis, parse_target, plot_curve, run_sweep, smallest_cluster
-from gangctl.sim.traces import TraceError
 
 err = Console(stderr=True)
 out = Console()
@@ -40,6 +35,12 @@ def sim_command(
     max_jobs: Optional[int] = typer.Option(None, help="use only the first N jobs"),
 ) -> None:
     """Simulate a GPU cluster running the controller's own gang and quota policy on a trace."""
+    # Imported here so that other gangctl commands do not pay for numpy and matplotlib.
+    from gangctl.sim.engine import SimulationStuck
+    from gangctl.sim.scenario import load_quota_policy, load_scenario, load_workload
+    from gangctl.sim.sweep import SweepError, parse_axis, parse_target
+    from gangctl.sim.traces import TraceError
+
     try:
         sc = load_scenario(scenario)
         if seed is not None:
@@ -75,6 +76,9 @@ def _bar(quiet: bool) -> Progress:
 
 
 def _single(sc, policy, jobs, directory: Path, quiet: bool) -> None:
+    from gangctl.sim.engine import simulate
+    from gangctl.sim.report import summary_table, write_report
+
     with _bar(quiet) as bar:
         task = bar.add_task(f"simulating {sc.name}", total=len(jobs))
         result = simulate(sc, policy, jobs, progress=lambda done, total: bar.update(task, completed=done))
@@ -87,6 +91,9 @@ def _single(sc, policy, jobs, directory: Path, quiet: bool) -> None:
 
 
 def _sweep(sc, policy, jobs, axis, quiet: bool) -> None:
+    from gangctl.sim.report import duration
+    from gangctl.sim.sweep import run_sweep
+
     with _bar(quiet) as bar:
         task = bar.add_task("sweep", total=len(axis.values))
         points = run_sweep(sc, policy, jobs, axis, lambda what: bar.update(task, advance=1, description=what))
@@ -105,6 +112,9 @@ def _sweep(sc, policy, jobs, axis, quiet: bool) -> None:
 
 
 def _question(sc, policy, jobs, axis, target, directory: Path, quiet: bool) -> None:
+    from gangctl.sim.report import duration
+    from gangctl.sim.sweep import plot_curve, smallest_cluster
+
     with _bar(quiet) as bar:
         task = bar.add_task("searching", total=None)
         answer, points = smallest_cluster(sc, policy, jobs, axis, target,
