@@ -92,7 +92,7 @@ def write_csv(jobs: list[TraceJob], path: Path) -> None:
         w.writerow(["job_id", "submit_time", "duration", "num_nodes", "gpus_per_node", "team", "priority_class",
                     "cpu_per_node", "memory_per_node"])
         for j in jobs:
-            w.writerow([j.id, f"{j.submit:g}", f"{j.duration:g}", j.num_nodes, j.gpus_per_node, j.group,
+            w.writerow([j.id, f"{j.submit:.10g}", f"{j.duration:.10g}", j.num_nodes, j.gpus_per_node, j.group,
                         j.priority_class or "", f"{j.cpu_per_node:g}", f"{j.memory_per_node:g}"])
 
 

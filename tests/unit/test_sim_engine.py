@@ -1,0 +1,190 @@
+"""The simulator's engine: determinism, quota limits, elastic resizing and failure accounting."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gangctl.policy.admission import GPU
+from gangctl.policy.quota import QuotaPolicy
+from gangctl.sim.engine import RUNNING, Simulation, simulate
+from gangctl.sim.generate import generate
+from gangctl.sim.scenario import Backend, Scenario
+from gangctl.sim.traces import TraceJob
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_POLICY = QuotaPolicy.model_validate(yaml.safe_load((ROOT / "policies/example-teams.yaml").read_text()))
+ONE_TEAM = QuotaPolicy.model_validate({"teams": [{"name": "t", "nominal": {"gpu": 100_000}}]})
+
+
+def scenario(nodes: int = 8, *, backend: str = "coscheduling", seed: int = 0, failures: dict | None = None,
+             elastic: bool = False, gpus_per_node: int = 8) -> Scenario:
+    return Scenario.model_validate({
+        "name": "t", "seed": seed, "backend": backend, "quotaPolicy": "unused.yaml",
+        "cluster": {"pools": [{"name": "p", "nodes": nodes, "gpusPerNode": gpus_per_node}]},
+        "failures": failures or {},
+        "workload": {"generate": {"jobs": 1, "arrivalsPerHour": 1}, "elastic": {"enabled": elastic, "minFraction": 0.5}},
+        "sampleSeconds": 300,
+    })
+
+
+def job(id: str, submit: float, duration: float, nodes: int = 1, gpus: int = 8, team: str = "t", **kw) -> TraceJob:
+    return TraceJob(id, submit, duration, nodes, gpus, group=team, **kw)
+
+
+def busy_workload(n: int = 600, seed: int = 2) -> list[TraceJob]:
+    return generate(n, 40, seed=seed, groups={"ml-a": 2, "ml-b": 2, "prod": 1, "eval": 3},
+                    priority_classes={"normal": 8, "high": 1, "low": 1})
+
+
+def outcomes(result) -> list[tuple]:
+    return [(o.id, o.start, o.end, o.state, o.user_restarts, o.infra_restarts) for o in result.outcomes]
+
+
+# --- basics -------------------------------------------------------------------------------------
+
+def test_a_gang_waits_for_the_whole_gang_and_smaller_gangs_may_pass_it():
+    jobs = [job("a", 0, 100, nodes=2), job("b", 1, 100, nodes=2), job("c", 2, 50, nodes=1)]
+    result = simulate(scenario(nodes=3), ONE_TEAM, jobs)
+    by = {o.id: o for o in result.outcomes}
+    assert by["a"].start == 0 and by["a"].end == 100
+    assert by["b"].start == 100        # needs two free nodes: all-or-nothing, no partial start
+    assert by["c"].start == 2          # the one free node takes c meanwhile (no reservation for b)
+    assert result.summary["jobs"] == {"done": 3, "failed": 0, "rejected": 0, "total": 3}
+    assert result.summary["jct_seconds"]["mean"] == pytest.approx((100 + 199 + 50) / 3)
+    assert result.summary["queue_delay_seconds"]["mean"] == pytest.approx(99 / 3)
+
+
+def test_gangs_that_never_fit_are_rejected_with_a_reason():
+    jobs = [job("huge", 0, 10, nodes=9), job("ok", 0, 10)]
+    result = simulate(scenario(nodes=8), ONE_TEAM, jobs)
+    by = {o.id: o for o in result.outcomes}
+    assert by["huge"].state == "rejected" and "never fit" in by["huge"].reason
+    assert by["ok"].state == "done"
+
+
+# --- determinism --------------------------------------------------------------------------------
+
+FLAKY = {"nodeMtbfHours": 50, "repairHours": 2, "exitFailureRate": 0.2, "restartBudget": 2}
+
+
+def test_same_seed_same_run_other_seed_other_run():
+    jobs = busy_workload(300)
+    run = lambda seed: simulate(scenario(nodes=24, backend="kueue", seed=seed, failures=FLAKY), EXAMPLE_POLICY, jobs)  # noqa: E731
+    first, again, other = run(1), run(1), run(2)
+    assert outcomes(first) == outcomes(again)
+    assert first.summary == again.summary
+    assert outcomes(first) != outcomes(other)
+
+
+# --- quota ---------------------------------------------------------------------------------------
+
+def _limits(policy: QuotaPolicy):
+    team_cap, cohorts = {}, {}
+    for t in policy.teams:
+        nominal = t.nominal.gpu
+        borrow = t.borrowing_limit.gpu if t.borrowing_limit and t.borrowing_limit.gpu is not None else None
+        team_cap[t.name] = nominal if t.cohort is None else (nominal + borrow if borrow is not None else float("inf"))
+        if t.cohort:
+            cohorts.setdefault(t.cohort, []).append(t)
+    return team_cap, cohorts
+
+
+@pytest.mark.parametrize("backend", [b.value for b in Backend])
+def test_simulated_usage_never_exceeds_quota(backend):
+    policy = EXAMPLE_POLICY
+    team_cap, cohorts = _limits(policy)
+    lent = {t.name: (t.lending_limit.gpu if t.lending_limit and t.lending_limit.gpu is not None else t.nominal.gpu)
+            for t in policy.teams}
+    peaks = {t.name: 0 for t in policy.teams}
+    checks = 0
+
+    def check(sim: Simulation) -> None:
+        nonlocal checks
+        checks += 1
+        used = {team: u.get(GPU, 0) for team, u in sim.usage.items()}
+        for team, gpus in used.items():
+            assert gpus <= team_cap[team], f"t={sim.clock.now}: {team} uses {gpus} GPUs, cap {team_cap[team]}"
+            assert sim.team_gpus[team] <= gpus, "running pods are always covered by held quota"
+            peaks[team] = max(peaks[team], gpus)
+        for members in cohorts.values():
+            # Borrowed GPUs come out of what members leave unused, and only up to their lending limit.
+            borrowed = sum(max(0, used[o.name] - o.nominal.gpu) for o in members)
+            lendable = sum(min(lent[o.name], max(0, o.nominal.gpu - used[o.name])) for o in members)
+            assert borrowed <= lendable, f"t={sim.clock.now}: cohort borrows {borrowed} of {lendable} lendable"
+        assert sim.cluster.busy_gpus <= sim.cluster.total_gpus
+
+    simulate(scenario(nodes=40, backend=backend), policy, busy_workload(500), observer=check)
+    assert checks > 500
+    # The check ran under pressure: some team borrowed beyond its nominal quota.
+    assert any(peaks[t.name] > t.nominal.gpu for t in policy.teams), peaks
+
+
+# --- elastic --------------------------------------------------------------------------------------
+
+def _pods_over_time(sim_scenario: Scenario, jobs: list[TraceJob], policy: QuotaPolicy = ONE_TEAM):
+    seen: dict[str, list[int]] = {}
+
+    def watch(sim: Simulation) -> None:
+        for j in sim.by_id.values():
+            if j.state == RUNNING:
+                history = seen.setdefault(j.spec.id, [])
+                if not history or history[-1] != j.pods:
+                    history.append(j.pods)
+    return simulate(sim_scenario, policy, jobs, observer=watch), seen
+
+
+def test_elastic_job_starts_at_its_floor_and_grows_when_capacity_frees():
+    jobs = [job("blocker", 0, 1000, nodes=2), job("elastic", 10, 4000, nodes=4)]
+    result, pods = _pods_over_time(scenario(nodes=4, elastic=True), jobs)
+    assert pods["elastic"] == [2, 4]                    # floor = ceil(4 × 0.5), then all 4 nodes
+    by = {o.id: o for o in result.outcomes}
+    assert by["elastic"].start == 10                    # did not wait for the blocker
+    rigid, _ = _pods_over_time(scenario(nodes=4, elastic=False), jobs)
+    assert {o.id: o for o in rigid.outcomes}["elastic"].start == 1000
+    assert by["elastic"].end < {o.id: o for o in rigid.outcomes}["elastic"].end
+
+
+def test_elastic_job_shrinks_on_node_loss_instead_of_stopping():
+    failures = {"nodeMtbfHours": 20, "repairHours": 1, "restartBudget": 0, "checkpointMinutes": 10}
+    jobs = [job(f"e{i}", i * 3600, 20 * 3600, nodes=4) for i in range(4)]
+    result, pods = _pods_over_time(scenario(nodes=8, elastic=True, failures=failures, seed=3), jobs)
+    shrank = [h for h in pods.values() if any(b < a for a, b in zip(h, h[1:]))]
+    assert result.summary["failures"]["node_failures"] > 0
+    assert shrank, f"no job ran on fewer pods after a node loss: {pods}"
+    assert all(min(h) >= 2 for h in pods.values()), "never below minNodes"
+    assert result.summary["jobs"]["done"] == 4
+
+
+# --- failures ---------------------------------------------------------------------------------------
+
+def test_user_failures_use_the_restart_budget_then_fail_the_job():
+    failures = {"exitFailureRate": 1.0, "restartBudget": 2}
+    result = simulate(scenario(nodes=4, failures=failures), ONE_TEAM, [job(f"j{i}", i, 600) for i in range(5)])
+    assert result.summary["jobs"]["failed"] == 5
+    assert result.summary["failures"]["user_restarts"] == 5 * 3     # budget 2: the third failure is final
+    assert result.summary["jct_seconds"]["mean"] is None           # no job completed
+    assert result.summary["failures"]["goodput_lost_gpu_hours"] > 0
+
+
+def test_infrastructure_failures_do_not_use_the_restart_budget():
+    failures = {"nodeMtbfHours": 5, "repairHours": 0.5, "restartBudget": 0, "checkpointMinutes": 15}
+    jobs = [job(f"j{i}", i * 60, 6 * 3600, nodes=2) for i in range(6)]
+    result = simulate(scenario(nodes=6, failures=failures, seed=1), ONE_TEAM, jobs)
+    f = result.summary["failures"]
+    assert f["node_failures"] > 0 and f["infra_restarts"] > len(jobs)   # some job restarted more than once
+    assert f["user_restarts"] == 0
+    assert result.summary["jobs"]["done"] == len(jobs)                   # budget 0, yet nobody failed
+    assert f["goodput_lost_gpu_hours"] > 0
+    assert max(o.infra_restarts for o in result.outcomes) > 1
+
+
+def test_checkpoints_bound_the_work_lost():
+    base = {"nodeMtbfHours": 10, "repairHours": 0.5, "restartOverheadSeconds": 0}
+    jobs = [job(f"j{i}", 0, 12 * 3600, nodes=1) for i in range(4)]
+    often = simulate(scenario(nodes=4, failures=base | {"checkpointMinutes": 5}, seed=2), ONE_TEAM, jobs)
+    rarely = simulate(scenario(nodes=4, failures=base | {"checkpointMinutes": 240}, seed=2), ONE_TEAM, jobs)
+    assert often.summary["failures"]["node_failures"] > 0
+    assert often.summary["failures"]["goodput_lost_gpu_hours"] < rarely.summary["failures"]["goodput_lost_gpu_hours"]
+

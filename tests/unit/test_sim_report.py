@@ -1,0 +1,82 @@
+"""`gangctl sim`: the HTML report with its plots, the JSON output, sweeps and errors, via the real CLI."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gangctl.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "simulations"
+runner = CliRunner()
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def sim(*args: str):
+    return runner.invoke(app, ["sim", *args])
+
+
+def test_shipped_scenario_prints_the_summary_and_writes_the_report(tmp_path):
+    result = sim(str(SCENARIOS / "pai-small.yaml"), "--report", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    for label in ("job completion time", "queueing delay", "GPU utilization", "fragmented GPUs",
+                  "restarts user / infra", "goodput lost", "team ml-a"):
+        assert label in result.output
+    page = (tmp_path / "index.html").read_text()
+    images = re.findall(r"<img src='([^']+)'", page)
+    assert set(images) == {"utilization.png", "queue.png", "teams.png", "queue_delay_cdf.png"}
+    for name in images:
+        data = (tmp_path / name).read_bytes()
+        assert data.startswith(PNG) and len(data) > 5000, name
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["jobs"]["total"] > 0
+
+
+def test_json_output_is_only_json_with_the_metrics():
+    result = sim(str(SCENARIOS / "helios-elastic.yaml"), "-o", "json", "--max-jobs", "80")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert set(summary) >= {"jobs", "jct_seconds", "queue_delay_seconds", "gpu_utilization",
+                            "fragmented_gpus_mean", "teams", "failures", "makespan_seconds"}
+    for key in ("jct_seconds", "queue_delay_seconds"):
+        assert set(summary[key]) == {"mean", "p50", "p95", "p99"}
+        s = summary[key]
+        assert s["p50"] <= s["p95"] <= s["p99"]
+    assert set(summary["failures"]) == {"node_failures", "user_restarts", "infra_restarts", "preemptions",
+                                        "goodput_lost_gpu_hours"}
+    assert set(summary["teams"]) == {"ml-a", "ml-b", "prod", "eval"}
+    assert summary["jobs"]["total"] == 80
+    assert 0 < summary["gpu_utilization"] <= 1
+
+
+def test_sweep_and_find_as_json(tmp_path):
+    result = sim(str(SCENARIOS / "pai-generated.yaml"), "-o", "json", "--max-jobs", "300",
+                 "--sweep", "gpus=8..256:48", "--find", "p95_queue_delay<=10m", "--report", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    curve = {p["gpus"]: p["value"] for p in answer["curve"]}
+    assert list(curve) == sorted(curve)
+    smallest = answer["smallest_gpus"]
+    assert smallest in curve and curve[smallest] <= 600
+    assert all(value > 600 for gpus, value in curve.items() if gpus < smallest)
+    assert smallest - 8 in curve, "the search narrows down to one node"
+    assert (tmp_path / "smallest-cluster.png").read_bytes().startswith(PNG)
+
+
+def test_bad_trace_row_is_a_clear_error_and_can_be_skipped(tmp_path):
+    (tmp_path / "jobs.csv").write_text("job_id,submit_time,duration,num_nodes,gpus_per_node\na,0,10,1,8\nb,x,10,1,8\n")
+    policy = (ROOT / "policies/example-teams.yaml").resolve()
+    scenario = tmp_path / "s.yaml"
+    text = (f"name: s\ncluster: {{pools: [{{name: p, nodes: 2}}]}}\nquotaPolicy: {policy}\n"
+            "workload: {trace: {format: csv, path: jobs.csv, skipBadRows: SKIP}}\n")
+    scenario.write_text(text.replace("SKIP", "false"))
+    result = sim(str(scenario), "--report", str(tmp_path / "r"))
+    assert result.exit_code == 1
+    assert "jobs.csv:3: submit_time is not a number" in " ".join(result.output.split())
+    scenario.write_text(text.replace("SKIP", "true"))
+    result = sim(str(scenario), "--report", str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+    assert "1 bad row" in result.output
