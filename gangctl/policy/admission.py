@@ -184,10 +184,15 @@ class _Ledger:
         return avail
 
     def lacking(self, team: TeamQuota, requests: Mapping[str, Amount]) -> str | None:
-        """The first limited resource the team cannot grant now, or None if the requests fit."""
-        nominal = team.nominal
-        for r, amount in requests.items():
-            if amount and r in nominal and amount > self.available(team, r):
+        """The first limited resource the team cannot grant now, or None if the requests fit.
+
+        Resources are checked in the order of the team's quota (gpu, cpu, memory), never in the
+        order the requests happen to list them: the answer picks preemption victims and the reason
+        shown, and a PodGroup's minResources (sorted by name) must get the same answer as the
+        simulator's requests."""
+        for r in team.nominal:
+            amount = requests.get(r)
+            if amount and amount > self.available(team, r):
                 return r
         return None
 

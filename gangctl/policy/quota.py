@@ -7,14 +7,19 @@ this module does no I/O. `policies/schema.json` is `QuotaPolicy.model_json_schem
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, model_validator
 from pydantic.alias_generators import to_camel
 
-from gangctl.policy.admission import CPU, GPU, MEMORY, Quotas, Reclaim, TeamQuota
+from gangctl.api.quantity import parse_quantity
+from gangctl.policy.admission import CPU, GPU, MEMORY, Quotas, Reclaim, TeamQuota, Workload
 
 _FIELD_RESOURCES = {"gpu": GPU, "cpu": CPU, "memory": MEMORY}
+
+# The units of amounts parsed from Kubernetes quantities (GPUs, cores, bytes), per quota-file unit:
+# `policy.to_quotas(QUANTITY_UNITS)` for workloads made by `podgroup_workload`.
+QUANTITY_UNITS = {GPU: 1, CPU: 1, MEMORY: 2**30}
 
 
 class _Model(BaseModel):
@@ -120,3 +125,20 @@ class QuotaPolicy(_Model):
             ) for t in self.teams},
             scale=dict(sc),
         )
+
+
+def podgroup_workload(policy: QuotaPolicy, podgroup: Mapping, *, created: float,
+                      priority_class: str | None = None) -> Workload | None:
+    """A gang's PodGroup as quota admission sees it (amounts in QUANTITY_UNITS).
+
+    The team is the one owning the PodGroup's namespace (None: no team, the gang is not under
+    quota); the requests are `spec.minResources`; `created` orders the team's queue (FIFO) and
+    `priority_class` is the pods' priorityClassName (None: the team's default)."""
+    meta = podgroup["metadata"]
+    team = policy.team_of_namespace(meta["namespace"])
+    if team is None:
+        return None
+    spec = podgroup.get("spec") or {}
+    requests = {r: parse_quantity(q) for r, q in (spec.get("minResources") or {}).items()}
+    return Workload(f"{meta['namespace']}/{meta['name']}", team, policy.priority_of(team, priority_class),
+                    created, requests)

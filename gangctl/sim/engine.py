@@ -38,6 +38,26 @@ _ARRIVE, _FINISH, _USER_FAIL, _NODE_DOWN, _NODE_UP, _READY_TIMEOUT, _SAMPLE = ra
 PENDING, ADMITTED, RUNNING, DONE, FAILED = "pending", "admitted", "running", "done", "failed"
 
 
+def pod_requests(spec: TraceJob) -> dict[str, int]:
+    """One pod's requests in SIM_UNITS (zero amounts left out, as a pod spec would leave them out).
+
+    `gangctl.sim.replay` writes exactly these amounts into the TrainJob (GPUs, `<m>m`, `<Mi>Mi`)."""
+    per_pod = {GPU: spec.gpus_per_node, CPU: round(spec.cpu_per_node * 1000), MEMORY: round(spec.memory_per_node * 1024)}
+    return {r: a for r, a in per_pod.items() if a}
+
+
+def elastic_floor(spec: TraceJob, elastic: ElasticSpec) -> int | None:
+    """minNodes of a job when the scenario makes multi-node jobs elastic (None: a rigid gang)."""
+    if elastic.enabled and spec.num_nodes > 1:
+        return max(1, math.ceil(spec.num_nodes * elastic.min_fraction))
+    return None
+
+
+def gang_of(spec: TraceJob, elastic: ElasticSpec) -> Gang:
+    """The gang the simulator runs for a job: the controller's `size_gang` on the same inputs."""
+    return size_gang(spec.num_nodes, pod_requests(spec), min_nodes=elastic_floor(spec, elastic))
+
+
 class SimulationStuck(RuntimeError):
     """Jobs remain but no event can ever move them (a bug in the model or an impossible workload)."""
 
@@ -209,12 +229,7 @@ class Simulation:
             priority = self.policy.priority_of(spec.group, spec.priority_class)
         except KeyError:
             raise ValueError(f"job {spec.id}: unknown priority class {spec.priority_class!r}") from None
-        per_pod = {GPU: spec.gpus_per_node, CPU: round(spec.cpu_per_node * 1000),
-                   MEMORY: round(spec.memory_per_node * 1024)}
-        min_nodes = None
-        if self.elastic.enabled and spec.num_nodes > 1:
-            min_nodes = max(1, math.ceil(spec.num_nodes * self.elastic.min_fraction))
-        gang = size_gang(spec.num_nodes, per_pod, min_nodes=min_nodes)
+        gang = gang_of(spec, self.elastic)
         gpu_type = spec.gpu_type if spec.gpu_type in self.cluster.gpu_types else None
         key = (spec.gpus_per_node, gpu_type)
         if key not in self._fits_cache:

@@ -1,21 +1,39 @@
 """The boundary to the real control plane: a scenario slice as TrainJob submissions.
 
-Turns simulated jobs into TrainJob manifests with compressed run times (`sleep`), each with the
-offset after which it must be submitted. Whatever submits them (the sim-versus-real command, not
-part of the simulator) owns the cluster I/O; compare its measurements with a simulation of the same
-slice, durations divided by the same `compression`.
+Turns simulated jobs into TrainJob manifests, each with the offset after which it must be
+submitted, and durations divided by `compression`. Whatever submits them (`gangctl sim-check`, in
+`gangctl.validate`, not part of the simulator) owns the cluster I/O; it compares its measurements
+with a simulation of the same compressed slice (`compressed`).
+
+On KWOK nodes no container runs: a pod owned by a Job succeeds `pod-complete.stage.kwok.x-k8s.io/delay`
+after it is Ready. KWOK draws every stage delay between `delay` and `jitter-delay`, and when
+`jitter-delay` is not above `delay` it uses `jitter-delay` (default 5 s) instead, so both are set
+to the job's run time. The pod-create and pod-ready stages (default 1–5 s each) are set to 0, so a
+pod runs for exactly its job's duration once bound. The container command (`sleep`) is what a real
+node would run; KWOK ignores it.
+
+The pods request exactly what the simulator charges (`gangctl.sim.engine.pod_requests`): whole
+GPUs, CPU in millicores, memory in MiB, so the controller's PodGroup and the simulator's gang agree
+to the unit (the parity test checks this).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
 
+from gangctl.policy.admission import CPU, GPU, MEMORY
+from gangctl.sim.engine import pod_requests
 from gangctl.sim.traces import TraceJob
+
+KWOK_STAGE_ANNOTATION = "{stage}.stage.kwok.x-k8s.io/{what}"
+SIM_JOB_LABEL = "gangctl.io/sim-job"
+SIM_RUN_LABEL = "gangctl.io/sim-run"
 
 
 @dataclass(frozen=True)
 class Submission:
     at_seconds: float       # after the replay starts
+    job_id: str             # the simulated job's id
     trainjob: dict
 
 
@@ -26,32 +44,62 @@ def compressed(jobs: list[TraceJob], compression: float) -> list[TraceJob]:
     return [replace(j, submit=j.submit / compression, duration=j.duration / compression) for j in jobs]
 
 
+def kwok_annotations(run_seconds: float) -> dict[str, str]:
+    """Pod annotations that make a KWOK pod start at once and succeed after `run_seconds`."""
+    ms = f"{max(0, round(run_seconds * 1000))}ms"
+    out = {}
+    for stage, delay in (("pod-create", "0ms"), ("pod-ready", "0ms"), ("pod-complete", ms)):
+        out[KWOK_STAGE_ANNOTATION.format(stage=stage, what="delay")] = delay
+        out[KWOK_STAGE_ANNOTATION.format(stage=stage, what="jitter-delay")] = delay
+    return out
+
+
+def resource_requests(job: TraceJob) -> dict[str, str]:
+    """One pod's requests as Kubernetes quantities, exactly the simulator's amounts."""
+    per_pod = pod_requests(job)
+    out = {}
+    if GPU in per_pod:
+        out[GPU] = str(per_pod[GPU])
+    if CPU in per_pod:
+        out[CPU] = f"{per_pod[CPU]}m"
+    if MEMORY in per_pod:
+        out[MEMORY] = f"{per_pod[MEMORY]}Mi"
+    return out
+
+
 def trainjob_submissions(jobs: list[TraceJob], *, runtime: str, namespace_of_team: dict[str, str],
-                         image: str = "busybox", compression: float = 1.0) -> list[Submission]:
+                         image: str = "busybox", compression: float = 1.0, run_id: str = "") -> list[Submission]:
     """One TrainJob per job (team in `TraceJob.group`), in submission order."""
     out = []
-    for j in compressed(jobs, compression):
-        name = _name(j.id)
-        out.append(Submission(j.submit, {
+    for j in sorted(compressed(jobs, compression), key=lambda j: (j.submit, j.id)):
+        name = trainjob_name(j.id)
+        requests = resource_requests(j)
+        labels = {SIM_JOB_LABEL: name}
+        if run_id:
+            labels[SIM_RUN_LABEL] = run_id
+        override: dict = {"targetJobs": [{"name": "node"}], "metadata": {"annotations": kwok_annotations(j.duration)}}
+        if j.priority_class:
+            override["spec"] = {"priorityClassName": j.priority_class}
+        out.append(Submission(j.submit, j.id, {
             "apiVersion": "trainer.kubeflow.org/v1alpha1",
             "kind": "TrainJob",
-            "metadata": {"name": name, "namespace": namespace_of_team[j.group],
-                         "labels": {"gangctl.dev/sim-job": name}},
+            "metadata": {"name": name, "namespace": namespace_of_team[j.group], "labels": labels},
             "spec": {
                 "runtimeRef": {"name": runtime},
                 "trainer": {
                     "image": image,
                     "command": ["sleep", f"{j.duration:.3f}"],
                     "numNodes": j.num_nodes,
-                    "resourcesPerNode": {"requests": {"nvidia.com/gpu": j.gpus_per_node},
-                                         "limits": {"nvidia.com/gpu": j.gpus_per_node}},
+                    "resourcesPerNode": {"requests": requests,
+                                         "limits": {GPU: requests[GPU]} if GPU in requests else {}},
                 },
+                "podTemplateOverrides": [override],
             },
         }))
     return out
 
 
-def _name(job_id: str) -> str:
-    """A DNS-1123 label of at most 40 characters, leaving room for generated child names."""
+def trainjob_name(job_id: str) -> str:
+    """A DNS-1035 label of at most 40 characters, leaving room for generated child names."""
     name = re.sub(r"[^a-z0-9-]+", "-", job_id.lower()).strip("-")
     return ("sim-" + name)[:40].rstrip("-")

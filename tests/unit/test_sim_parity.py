@@ -1,0 +1,194 @@
+"""Parity: the simulator and the controller make the same decisions for the same inputs.
+
+The controller's pure path for a TrainJob is the reconciler's: `resolve(trainjob, runtime)` →
+`size_gang(...)` → the coscheduling backend's PodGroup. The simulator's is `engine.gang_of(job)`.
+Each scenario job goes through both (the TrainJob made by `gangctl.sim.replay`, against the
+shipped runtime), and
+
+1. the gangs agree: PodGroup minMember and minResources equal the simulator's gang, to the unit,
+   and the Job runs the simulator's gang size;
+2. quota admission agrees: every time the engine calls `admission.decide`, the same call on
+   Workloads derived from the controller's PodGroups (`quota.podgroup_workload`, amounts in
+   Kubernetes units: cores and bytes) admits, preempts and explains exactly the same.
+"""
+from __future__ import annotations
+
+import copy
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gangctl.api.quantity import parse_quantity
+from gangctl.api.trainjob import parse_trainjob
+from gangctl.plugins.registry import backend_for
+from gangctl.plugins.workload import node_job, owner_reference
+from gangctl.policy import admission
+from gangctl.policy.admission import CPU, GPU, MEMORY, Verdict, Workload, usage_of
+from gangctl.policy.gang import size_gang
+from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy, podgroup_workload
+from gangctl.policy.resolve import resolve
+from gangctl.sim import engine
+from gangctl.sim.engine import SIM_UNITS, Simulation, elastic_floor, gang_of
+from gangctl.sim.model import Cluster
+from gangctl.sim.replay import trainjob_submissions
+from gangctl.sim.scenario import Backend, ElasticSpec, Scenario, load_quota_policy, load_scenario, load_workload
+from gangctl.sim.sweep import _scaled_policy
+from gangctl.sim.traces import TraceJob
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNTIME = yaml.safe_load((ROOT / "deploy/runtimes/torch-distributed.yaml").read_text())
+# Kubernetes units (GPUs, cores, bytes) -> the simulator's (GPUs, millicores, MiB).
+TO_SIM = {GPU: Fraction(1), CPU: Fraction(1000), MEMORY: Fraction(1, 2**20)}
+
+
+def load(name: str, max_jobs: int | None = None) -> tuple[Scenario, QuotaPolicy, list[TraceJob]]:
+    sc = load_scenario(ROOT / "simulations" / name)
+    if max_jobs:
+        sc.workload.max_jobs = max_jobs
+    policy = load_quota_policy(sc.quota_policy)
+    return sc, policy, load_workload(sc, policy).jobs
+
+
+def namespaces(policy: QuotaPolicy) -> dict[str, str]:
+    return {t.name: (t.namespaces or [t.name])[0] for t in policy.teams}
+
+
+def elastic_runtime(runtime: dict, min_nodes: int, max_nodes: int) -> dict:
+    """The runtime with gangctl's elasticPolicy extension (how a TrainJob becomes elastic)."""
+    r = copy.deepcopy(runtime)
+    r["spec"]["mlPolicy"].setdefault("torch", {})["elasticPolicy"] = {"minNodes": min_nodes, "maxNodes": max_nodes}
+    return r
+
+
+class Controller:
+    """The controller's pure decisions for each scenario job, keyed by the simulator's job id."""
+
+    def __init__(self, jobs: list[TraceJob], policy: QuotaPolicy, elastic: ElasticSpec):
+        self.policy = policy
+        self.pod_groups: dict[str, dict] = {}
+        self.node_jobs: dict[str, dict] = {}
+        self.priority_class: dict[str, str | None] = {}
+        self.id_of: dict[str, str] = {}          # controller workload id -> sim job id
+        by_id = {j.id: j for j in jobs}
+        for i, sub in enumerate(trainjob_submissions(jobs, runtime="torch-distributed",
+                                                     namespace_of_team=namespaces(policy), compression=60)):
+            spec = by_id[sub.job_id]
+            trainjob = copy.deepcopy(sub.trainjob)
+            trainjob["metadata"]["uid"] = f"uid-{i}"
+            parse_trainjob(trainjob)   # what the API server and the reconciler accept
+            floor = elastic_floor(spec, elastic)
+            runtime = RUNTIME if floor is None else elastic_runtime(RUNTIME, floor, spec.num_nodes)
+            # The reconciler's calls (gangctl/runtime/reconciler.py), in its order.
+            job = resolve(trainjob, runtime)
+            backend = backend_for(job.gang_backend)
+            gang = size_gang(job.num_nodes, job.requests, min_nodes=job.min_nodes,
+                             schedule_timeout_seconds=job.gang_settings.get("scheduleTimeoutSeconds"))
+            owner = owner_reference(trainjob)
+            self.pod_groups[spec.id] = backend.group(job, gang, owner)
+            self.node_jobs[spec.id] = node_job(job, owner, backend, "default-scheduler")
+            self.priority_class[spec.id] = job.pod_template["spec"].get("priorityClassName")
+            meta = trainjob["metadata"]
+            self.id_of[f"{meta['namespace']}/{meta['name']}"] = spec.id
+
+    def workload(self, sim_job_id: str, created: float, pods: int | None = None) -> Workload:
+        """The PodGroup's workload; with `pods`, holding that many pods (an admitted elastic gang)."""
+        pg = self.pod_groups[sim_job_id]
+        w = podgroup_workload(self.policy, pg, created=created, priority_class=self.priority_class[sim_job_id])
+        if pods is None:
+            return w
+        per_pod = {r: a / pg["spec"]["minMember"] for r, a in w.requests.items()}
+        return Workload(w.id, w.team, w.priority, w.created, {r: a * pods for r, a in per_pod.items()})
+
+
+def in_sim_units(amounts: dict[str, str]) -> dict[str, Fraction]:
+    return {r: parse_quantity(q) * TO_SIM[r] for r, q in amounts.items()}
+
+
+CASES = [("pai-small.yaml", None, False), ("pai-small.yaml", None, True),
+         ("helios-elastic.yaml", None, True), ("pai-generated.yaml", 600, False)]
+
+
+@pytest.mark.parametrize("name,max_jobs,elastic", CASES)
+def test_same_gang_for_every_job(name, max_jobs, elastic):
+    sc, policy, jobs = load(name, max_jobs)
+    spec = ElasticSpec(enabled=elastic, min_fraction=0.5)
+    controller = Controller(jobs, policy, spec)
+    elastic_jobs = 0
+    for job in jobs:
+        gang = gang_of(job, spec)
+        pg = controller.pod_groups[job.id]["spec"]
+        assert pg["minMember"] == gang.min_member, job
+        assert in_sim_units(pg["minResources"]) == gang.min_resources, job
+        assert pg["scheduleTimeoutSeconds"] == RUNTIME["spec"]["podGroupPolicy"]["coscheduling"]["scheduleTimeoutSeconds"]
+        child = controller.node_jobs[job.id]["spec"]
+        assert child["parallelism"] == child["completions"] == gang.size == job.num_nodes
+        elastic_jobs += gang.min_member < gang.size
+    assert (elastic_jobs > 0) == elastic, "the elastic cases exercise elastic gangs"
+
+
+def _decisions(decisions: list, id_of=lambda i: i) -> list[tuple]:  # noqa: E731
+    """Comparable decisions; a preemption's reason lists victim ids, compared through `victims`."""
+    return [(id_of(d.workload.id), d.verdict, tuple(id_of(v.id) for v in d.victims), d.borrows,
+             "" if d.verdict is Verdict.PREEMPT else d.reason) for d in decisions]
+
+
+@pytest.mark.parametrize("name,max_jobs,backend,quota", [
+    ("pai-small.yaml", None, Backend.KUEUE, 0.25),
+    ("pai-generated.yaml", 300, Backend.COSCHEDULING, 0.25),
+    ("pai-generated.yaml", 300, Backend.KUEUE, 0.5),
+])
+def test_same_admission_decisions_at_every_event(monkeypatch, name, max_jobs, backend, quota):
+    sc, policy, jobs = load(name, max_jobs)
+    policy = _scaled_policy(policy, quota)          # make quota bind, so there is something to decide
+    controller = Controller(jobs, policy, sc.workload.elastic)
+    controller_quotas = policy.to_quotas(QUANTITY_UNITS)
+    cluster = Cluster(sc.cluster.node_pools(), sc.cluster.packing, sc.cluster.same_zone)
+    sim = Simulation(jobs, policy, cluster, backend=backend, failures=sc.failures, elastic=sc.workload.elastic,
+                     seed=sc.seed, pods_ready_timeout_seconds=sc.pods_ready_timeout_seconds)
+    real_decide = admission.decide
+    seen = {"calls": 0, "admit": 0, "preempt": 0, "wait": 0}
+
+    def controller_inputs(pending, admitted):
+        pending_c = {}
+        for team, queue in pending.items():
+            pending_c[team] = []
+            for w in queue:
+                c = controller.workload(w.id, w.created)
+                assert (c.team, c.priority) == (w.team, w.priority), w.id
+                pending_c[team].append(c)
+        admitted_c = {}
+        for team, workloads in sim.admitted.items():
+            admitted_c[team] = []
+            for w in workloads.values():
+                pods = sim.by_id[w.id].held_pods
+                c = controller.workload(w.id, w.created, pods)
+                assert {r: a * TO_SIM[r] for r, a in c.requests.items()} == dict(w.requests), w.id
+                admitted_c[team].append(c)
+        usage_c = usage_of(w for ws in admitted_c.values() for w in ws)
+        return pending_c, (admitted_c if admitted is not None else None), usage_c
+
+    def spy(quotas, usage, pending, admitted=None, gate=None, *, waits=True):
+        assert gate is None
+        result = real_decide(quotas, usage, pending, admitted, gate, waits=waits)
+        pending_c, admitted_c, usage_c = controller_inputs(pending, admitted)
+        # The engine's own books agree with the admitted workloads it holds.
+        nonzero = lambda u: {t: {r: a for r, a in amounts.items() if a} for t, amounts in u.items()}  # noqa: E731
+        held = usage_of(w for ws in sim.admitted.values() for w in ws.values())
+        assert nonzero(usage) == nonzero({t: held.get(t, {}) for t in usage})
+        ours = real_decide(controller_quotas, usage_c, pending_c, admitted_c, None, waits=waits)
+        assert _decisions(ours, controller.id_of.__getitem__) == _decisions(result)
+        # And with every WAIT and its reason (what `kubectl describe` would show).
+        full_sim = real_decide(quotas, usage, pending, admitted, None, waits=True)
+        full_ctl = real_decide(controller_quotas, usage_c, pending_c, admitted_c, None, waits=True)
+        assert _decisions(full_ctl, controller.id_of.__getitem__) == _decisions(full_sim)
+        seen["calls"] += 1
+        for d in full_sim:
+            seen[d.verdict.value] += 1
+        return result
+
+    monkeypatch.setattr(engine, "decide", spy)
+    sim.run()
+    # The run exercised every kind of decision (the example policy allows preemption).
+    assert seen["calls"] > 100 and seen["admit"] > 100 and seen["wait"] > 100 and seen["preempt"] > 0, seen
