@@ -72,6 +72,7 @@ def cluster_build() -> None:
 def cluster_up(
     gpu_nodes: int = typer.Option(4, help="KWOK GPU nodes to create"),
     gpus_per_node: int = typer.Option(8, help="nvidia.com/gpu allocatable on each GPU node"),
+    process_nodes: int = typer.Option(0, help="process nodes (gangctl node-agent): pods on them run real processes"),
 ) -> None:
     """Build the pinned binaries (once; minutes the first time), start the cluster, install CRDs and nodes."""
     from gangctl.cluster.build import BuildError
@@ -82,7 +83,7 @@ def cluster_up(
     bar, progress = _build_progress()
     with bar:
         try:
-            cluster = up(settings, UpOptions(gpu_nodes, gpus_per_node), lambda m: err.print(f"• {m}"), progress)
+            cluster = up(settings, UpOptions(gpu_nodes, gpus_per_node, process_nodes), lambda m: err.print(f"• {m}"), progress)
         except (BuildError, ClusterError, TimeoutError) as exc:
             _fail(str(exc))
     err.print(f"[green]cluster {settings.cluster_name!r} is up.[/] Use it with:\n  export KUBECONFIG={cluster.kubeconfig}")
@@ -145,6 +146,41 @@ def controller(
     settings = ControllerSettings(kubeconfig=kubeconfig, metrics_port=metrics_port)
     try:
         asyncio.run(run_controller(settings))
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command("node-agent")
+def node_agent(
+    name: str = typer.Option(..., help="the Node's name"),
+    cluster: str = typer.Option("gangctl", envvar="GANGCTL_CLUSTER_NAME", help="names the pod network namespaces"),
+    index: int = typer.Option(0, help="this agent's number in the cluster: pod IPs come from 10.244.<index+1>.0/24"),
+    cpu: str = typer.Option(None, help="cpu capacity (default: this machine's CPU count)"),
+    memory: str = typer.Option(None, help="memory capacity (default: this machine's memory)"),
+    pods: int = typer.Option(110, help="pods capacity"),
+    kubelet_port: int = typer.Option(0, help="kubelet API port on 127.0.0.1 (0: pick a free one)"),
+    state_dir: str = typer.Option(None, help="logs and certificates (default: <cache>/nodes/<cluster>/<name>)"),
+    kubeconfig: str = typer.Option(None, envvar="KUBECONFIG"),
+    taint: bool = typer.Option(True, help="taint the node gangctl.io/process-node=true:NoSchedule"),
+    log_level: str = typer.Option("INFO"),
+) -> None:
+    """Run a process node: pods bound to it run as local processes (real torchrun)."""
+    import asyncio
+    from pathlib import Path
+
+    from gangctl.nodeagent.agent import AgentConfig, run_agent
+    from gangctl.nodeagent.machine import machine_cpu, machine_memory, free_port
+    from gangctl.nodeagent.spec import NodeConfig
+
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = ClusterSettings(cluster_name=cluster)
+    node = NodeConfig(name=name, cpu=cpu or machine_cpu(), memory=memory or machine_memory(), pods=pods,
+                      kubelet_port=kubelet_port or free_port(), taint=taint)
+    cfg = AgentConfig(node=node, cluster=cluster, index=index, kubeconfig=Path(kubeconfig) if kubeconfig else None,
+                      state_dir=Path(state_dir) if state_dir else settings.cache_dir / "nodes" / cluster / name)
+    try:
+        asyncio.run(run_agent(cfg))
     except KeyboardInterrupt:
         pass
 

@@ -141,3 +141,23 @@ def _build_one(go: str, module_dir: Path, tool: Tool, target: Path, log: Path, o
                              + "\n".join(tail)
                              + "\nIf a module download failed, check the Go module proxy is reachable (go env GOPROXY) and retry.")
     os.replace(str(target) + ".tmp", target)
+
+
+# CoreDNS (cluster DNS for process-node pods) is cached in its own folder, so adding it did not
+# change the key of the control-plane binaries that are already built.
+COREDNS = GoModule("coredns", (Tool(".", "coredns"),))
+
+
+def ensure_coredns(integrations: Path, bin_root: Path, progress: Progress | None = None) -> Path:
+    """Build (or reuse) CoreDNS from the wrapper module integrations/coredns; returns the binary."""
+    go = go_binary()
+    module_dir = integrations / COREDNS.folder
+    out = bin_root / f"coredns-{module_key(module_dir, go_version(go))[:8]}"
+    target = out / "coredns"
+    if (out / ".complete").exists():
+        return target
+    out.mkdir(parents=True, exist_ok=True)
+    _build_one(go, module_dir, COREDNS.tools[0], target, out / "build.log",
+               lambda line: progress and progress("coredns", 0, 1, line))
+    (out / ".complete").write_text(go_version(go) + "\n")
+    return target

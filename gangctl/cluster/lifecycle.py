@@ -20,6 +20,7 @@ BuildProgress = Callable[[str, int, int, str], None]
 class UpOptions:
     gpu_nodes: int = 4
     gpus_per_node: int = 8
+    process_nodes: int = 0  # node agents: pods bound to them run as real local processes
 
 
 def local_cluster(settings: ClusterSettings, progress: BuildProgress | None = None) -> LocalCluster:
@@ -36,7 +37,35 @@ def up(settings: ClusterSettings, options: UpOptions, say: Say, progress: BuildP
         say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler (coscheduling), kwok-controller")
         cluster.create()
     asyncio.run(prepare(cluster, options, say))
+    if options.process_nodes:
+        start_process_nodes(settings, cluster.kubeconfig, options.process_nodes, say, progress)
     return cluster
+
+
+def process_node_state(settings: ClusterSettings) -> Path:
+    return settings.cache_dir / "nodes" / settings.cluster_name
+
+
+def start_process_nodes(settings: ClusterSettings, kubeconfig: Path, count: int, say: Say,
+                        progress: BuildProgress | None = None, timeout: float = 60) -> list[str]:
+    """CoreDNS (built once from integrations/coredns), the pod network and `count` node agents."""
+    from gangctl.cluster.build import ensure_coredns
+    from gangctl.nodeagent import launch
+
+    coredns = ensure_coredns(settings.integrations_dir, settings.bin_root, progress)
+    names = launch.start(settings.cluster_name, kubeconfig, count, process_node_state(settings), coredns)
+
+    async def wait() -> None:
+        kube = await Kube.connect(kubeconfig)
+        try:
+            async def ready() -> bool:
+                return await setup.count_ready_nodes(kube, "gangctl.io/process-node=true") >= count
+            await setup.wait_for(ready, timeout, f"{count} process nodes to be Ready")
+        finally:
+            await kube.close()
+    asyncio.run(wait())
+    say(f"{count} process nodes Ready ({', '.join(names)}); logs in {process_node_state(settings) / 'logs'}")
+    return names
 
 
 async def prepare(cluster: LocalCluster, options: UpOptions, say: Say) -> None:
@@ -60,6 +89,9 @@ async def prepare(cluster: LocalCluster, options: UpOptions, say: Say) -> None:
 
 
 def down(settings: ClusterSettings, say: Say) -> None:
+    from gangctl.nodeagent import launch
+
+    launch.stop(settings.cluster_name, process_node_state(settings))  # agents first: they kill their pods
     cluster = LocalCluster(settings, Path("/nonexistent"))
     if not cluster.exists():
         say(f"no cluster {settings.cluster_name!r}; nothing to do")

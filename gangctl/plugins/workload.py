@@ -18,6 +18,16 @@ from gangctl.plugins.torch import torch_env
 from gangctl.policy.resolve import NODE_CONTAINER, NODE_JOB, ResolvedJob
 
 
+# A gang cannot make progress without all its members, so a pod on a lost node is evicted after a
+# few seconds instead of the default 300 s (DefaultTolerationSeconds). With kube-controller-manager's
+# --node-monitor-grace-period=16s and --node-monitor-period=2s, a node that stops renewing its Lease
+# is NotReady/Unreachable within ~16-18 s and its gang pods are gone ~5 s later.
+NODE_LOSS_TOLERATION_SECONDS = 5
+NODE_LOSS_TOLERATIONS = tuple(
+    {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": NODE_LOSS_TOLERATION_SECONDS}
+    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"))
+
+
 def owner_reference(trainjob: dict) -> dict:
     return {
         "apiVersion": trainjob["apiVersion"],
@@ -63,6 +73,11 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
     spec = template.setdefault("spec", {})
     spec.setdefault("restartPolicy", "Never")
     spec["subdomain"] = job.name
+    tolerations = list(spec.get("tolerations") or [])
+    for tol in NODE_LOSS_TOLERATIONS:
+        if not any(t.get("key") == tol["key"] and t.get("effect") in (None, "NoExecute") for t in tolerations):
+            tolerations.append(dict(tol))
+    spec["tolerations"] = tolerations
     if backend is not None:
         labels.update(backend.pod_labels(job))
         annotations.update(backend.pod_annotations(job))

@@ -1,0 +1,406 @@
+"""`gangctl node-agent`: a process node. It does a kubelet's job for pods bound to its Node, with
+local processes instead of containers (I/O here; the translations are in spec.py).
+
+- registers the Node (capacity, labels, a NoSchedule taint `gangctl.io/process-node=true` so only
+  pods that ask for process nodes land here; no KWOK annotation, so KWOK leaves it alone), renews
+  its Lease in kube-node-lease every few seconds and refreshes the Node's conditions;
+- watches pods with spec.nodeName=<node>; for each: a network namespace and IP (network.py), its
+  /etc/resolv.conf and /etc/hosts, then one shim per container (shim.py) running command+args with
+  the env kubelet would give (downward API included) in this Python environment (the image is not
+  pulled: the venv's bin comes first on PATH, so `torchrun` and `python` are this venv's);
+- reports pod status as it changes; on deletion: SIGTERM, the grace period, SIGKILL, then removes
+  the pod object (DELETE with gracePeriodSeconds=0, as kubelet confirms a deletion);
+- serves container logs over the kubelet API (logs.py);
+- on exit kills every process it started; if it is SIGKILLed, the shims' PR_SET_PDEATHSIG does it.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from gangctl.api.resources import NODES, PODS, Resource
+from gangctl.kube.client import ApiError, Kube
+from gangctl.kube.events import EventRecorder
+from gangctl.kube.informer import Informer
+from gangctl.nodeagent import network
+from gangctl.nodeagent.logs import serve_kubelet_api
+from gangctl.nodeagent.spec import (ContainerState, NodeConfig, PodRuntime, SpecError, hosts_file,
+                                    keep_transition_times, lease_object, node_conditions, node_object,
+                                    pod_status, process_specs, resolv_conf)
+
+log = logging.getLogger("gangctl.nodeagent")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+CLUSTER_DOMAIN = "cluster.local"
+LEASE_RENEW_SECONDS = 2.0
+STATUS_SECONDS = 10.0
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_micro() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node: NodeConfig
+    cluster: str
+    index: int
+    state_dir: Path
+    kubeconfig: Path | None = None
+    dns: str | None = network.DNS_IP
+
+
+class NodePods(Resource):
+    """Pods bound to one node: the pods resource with a spec.nodeName field selector."""
+
+    def __init__(self, node: str):
+        super().__init__("", "v1", "pods", "Pod")
+        object.__setattr__(self, "node", node)
+
+    def path(self, namespace=None, name=None, sub=None) -> str:
+        return super().path(namespace, name, sub) + f"?fieldSelector=spec.nodeName%3D{self.node}"
+
+
+@dataclass
+class Container:
+    state: ContainerState
+    log_dir: Path
+    proc: asyncio.subprocess.Process | None = None
+
+    def log_file(self, restart: int | None = None) -> Path:
+        return self.log_dir / f"{self.state.restart_count if restart is None else restart}.log"
+
+
+@dataclass
+class PodWorker:
+    key: str
+    uid: str
+    rt: PodRuntime = field(default_factory=PodRuntime)
+    containers: dict[str, Container] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None
+    started: bool = False
+    finished: bool = False
+    conditions: list[dict] = field(default_factory=list)
+    config_error: tuple[str, str] | None = None
+
+
+class NodeAgent:
+    def __init__(self, kube: Kube, cfg: AgentConfig):
+        self.kube = kube
+        self.cfg = cfg
+        self.name = cfg.node.name
+        self.pool = network.IpPool(network.agent_subnet(cfg.index))
+        self.pods: dict[str, PodWorker] = {}
+        self.informer = Informer(kube, NodePods(self.name), handlers=[self._on_pod])
+        self.events = EventRecorder(kube, component="gangctl-node-agent")
+        self.node_uid: str | None = None
+        venv_bin = str(Path(sys.executable).parent)
+        self.base_env = {"PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
+                         "LANG": os.environ.get("LANG", "C.UTF-8"), "HOME": os.environ.get("HOME", "/root"),
+                         "PYTHONUNBUFFERED": "1"}
+        self._tasks: list[asyncio.Task] = []
+
+    # --- the Node --------------------------------------------------------------------------------
+
+    async def register(self) -> None:
+        node = node_object(self.cfg.node, now())
+        try:
+            created = await self.kube.create(NODES.path(), node)
+        except ApiError as err:
+            if not err.conflict:
+                raise
+            created = await self.kube.merge_patch(NODES.path(name=self.name),
+                                                  {"metadata": {"labels": node["metadata"]["labels"]},
+                                                   "spec": node["spec"]})
+            await self.kube.merge_patch(NODES.path(name=self.name, sub="status"), {"status": node["status"]})
+        self.node_uid = created["metadata"]["uid"]
+        log.info("node %s registered (kubelet API on %s:%d)", self.name, self.cfg.node.address, self.cfg.node.kubelet_port)
+
+    async def renew_lease(self) -> None:
+        path = LEASES.path("kube-node-lease", self.name)
+        while True:
+            try:
+                await self.kube.apply(path, lease_object(self.name, self.node_uid, now_micro()), "gangctl-node-agent")
+            except Exception as err:
+                log.warning("lease renewal failed: %s", err)
+            await asyncio.sleep(LEASE_RENEW_SECONDS)
+
+    async def post_node_status(self) -> None:
+        while True:
+            await asyncio.sleep(STATUS_SECONDS)
+            try:
+                await self.kube.request("PATCH", NODES.path(name=self.name, sub="status"),
+                                        body={"status": {"conditions": node_conditions(now())}},
+                                        content_type="application/strategic-merge-patch+json")
+            except Exception as err:
+                log.warning("node status update failed: %s", err)
+
+    # --- pods -----------------------------------------------------------------------------------
+
+    def _on_pod(self, kind: str, pod: dict) -> None:
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        worker = self.pods.get(key)
+        if worker is not None and worker.uid != pod["metadata"]["uid"]:
+            worker.wake.set()  # an old pod of the same name: its worker sees it is gone
+            worker = None
+        if worker is None:
+            if kind == "DELETED" or pod["status"].get("phase") in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp"):
+                return
+            worker = PodWorker(key, pod["metadata"]["uid"])
+            self.pods[key] = worker
+            worker.task = asyncio.create_task(self._run_pod(worker))
+        worker.wake.set()
+
+    def _pod(self, worker: PodWorker) -> dict | None:
+        pod = self.informer.get(worker.key)
+        return pod if pod and pod["metadata"]["uid"] == worker.uid else None
+
+    async def _run_pod(self, w: PodWorker) -> None:
+        try:
+            while True:
+                await w.wake.wait()
+                w.wake.clear()
+                pod = self._pod(w)
+                if pod is None or pod["metadata"].get("deletionTimestamp"):
+                    await self._stop_pod(w, pod)
+                    return
+                if not w.started:
+                    await self._start_pod(w, pod)
+                await self._post_status(w, pod)
+        except Exception:
+            log.exception("pod %s: worker failed", w.key)
+        finally:
+            if self.pods.get(w.key) is w:
+                del self.pods[w.key]
+
+    async def _start_pod(self, w: PodWorker, pod: dict) -> None:
+        w.started = True
+        status = pod.get("status") or {}
+        if any("running" in (cs.get("state") or {}) or "terminated" in (cs.get("state") or {})
+               for cs in status.get("containerStatuses") or []):
+            # Its processes ran under an earlier agent and died with it: say so, do not rerun them.
+            for cs in status["containerStatuses"]:
+                c = ContainerState(cs["name"], cs.get("image", ""), "terminated", "ContainerStatusUnknown",
+                                   "The container could not be located when the node agent restarted",
+                                   (cs["state"].get("running") or cs["state"].get("terminated") or {}).get("startedAt"),
+                                   now(), 137)
+                if "terminated" in cs["state"]:
+                    t = cs["state"]["terminated"]
+                    c = ContainerState(cs["name"], cs.get("image", ""), "terminated", t.get("reason", ""),
+                                       t.get("message", ""), t.get("startedAt"), t.get("finishedAt"), t.get("exitCode"))
+                w.containers[c.name] = Container(c, self._log_dir(pod, c.name))
+            w.rt.pod_ip = status.get("podIP")
+            w.rt.start_time = status.get("startTime")
+            w.finished = True
+            return
+        w.rt.start_time = now()
+        for c in pod["spec"]["containers"]:
+            state = ContainerState(c["name"], c.get("image", ""))
+            w.containers[c["name"]] = Container(state, self._log_dir(pod, c["name"]))
+        ip = self.pool.take()
+        try:
+            await network.acreate_pod_network(self.cfg.cluster, w.uid, ip,
+                                              resolv_conf(pod, self.cfg.dns, CLUSTER_DOMAIN),
+                                              hosts_file(pod, ip, CLUSTER_DOMAIN))
+        except network.NetworkError as err:
+            self.pool.give_back(ip)
+            w.config_error = ("CreatePodSandboxError", str(err))
+            for c in w.containers.values():
+                c.state.reason, c.state.message = "CreatePodSandboxError", str(err)
+            return
+        w.rt.pod_ip = ip
+        try:
+            specs = process_specs(pod, pod_ip=ip, host_ip=self.cfg.node.address,
+                                  allocatable=self.cfg.node.capacity, base_env=self.base_env)
+        except SpecError as err:
+            w.config_error = ("CreateContainerConfigError", str(err))
+            for c in w.containers.values():
+                c.state.reason, c.state.message = "CreateContainerConfigError", str(err)
+            await self.events.warning(pod, "Failed", f"Error: {err}")
+            return
+        await self._post_status(w, pod)  # the pod IP before any process starts, so peers can resolve it
+        images = ", ".join(sorted({s.image for s in specs if s.image})) or "none"
+        await self.events.normal(pod, "ProcessNode",
+                                 f"image(s) {images} not pulled: containers run as local processes in the node "
+                                 f"agent's Python environment ({sys.prefix}) on {self.name}")
+        for spec in specs:
+            asyncio.create_task(self._run_container(w, pod, spec))
+
+    def _log_dir(self, pod: dict, container: str) -> Path:
+        m = pod["metadata"]
+        d = self.cfg.state_dir / "pods" / f"{m['namespace']}_{m['name']}_{m['uid']}" / container
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    async def _run_container(self, w: PodWorker, pod: dict, spec) -> None:
+        c = w.containers[spec.container]
+        policy = pod["spec"].get("restartPolicy", "Always")
+        while True:
+            work = spec.working_dir if spec.working_dir and Path(spec.working_dir).is_dir() else str(c.log_dir.parent)
+            status_file = c.log_dir / f"{c.state.restart_count}.status.json"
+            argv = ["ip", "netns", "exec", network.pod_namespace(self.cfg.cluster, w.uid),
+                    sys.executable, "-m", "gangctl.nodeagent.shim", "--log", str(c.log_file()),
+                    "--status", str(status_file), "--hostname", pod["spec"].get("hostname") or pod["metadata"]["name"],
+                    "--cwd", work, "--parent", str(os.getpid()), "--", *spec.argv]
+            from gangctl.nodeagent.shim import set_pdeathsig
+            c.proc = await asyncio.create_subprocess_exec(
+                *argv, env=spec.env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                stderr=open(c.log_dir / "shim.err", "ab"), start_new_session=True,
+                preexec_fn=lambda: set_pdeathsig(signal.SIGHUP))
+            c.state.state, c.state.reason, c.state.message = "running", "", ""
+            c.state.started_at, c.state.container_id = now(), f"process://{c.proc.pid}"
+            w.wake.set()
+            code = await c.proc.wait()
+            result = {}
+            try:
+                result = json.loads(status_file.read_text())
+            except (OSError, ValueError):
+                pass
+            exit_code = result.get("exitCode", 128 - code if code < 0 else code)
+            c.state.state, c.state.exit_code = "terminated", exit_code
+            c.state.signal = result.get("signal") or (-code if code < 0 else None)
+            c.state.finished_at = now()
+            c.state.reason = result.get("reason") or ("Completed" if exit_code == 0 else "Error")
+            c.state.message = result.get("message", "")
+            c.proc = None
+            w.wake.set()
+            pod_now = self._pod(w)
+            restart = (policy == "Always" or (policy == "OnFailure" and exit_code != 0))
+            if not restart or pod_now is None or pod_now["metadata"].get("deletionTimestamp") or w.finished:
+                return
+            await asyncio.sleep(1)
+            c.state.last_terminated = {"exitCode": exit_code, "reason": c.state.reason,
+                                       "startedAt": c.state.started_at, "finishedAt": c.state.finished_at}
+            c.state.restart_count += 1
+
+    async def _stop_pod(self, w: PodWorker, pod: dict | None) -> None:
+        w.finished = True
+        grace = 0
+        if pod is not None:
+            grace = pod["metadata"].get("deletionGracePeriodSeconds",
+                                        pod["spec"].get("terminationGracePeriodSeconds", 30)) or 0
+        await self._kill_containers(w, grace)
+        if pod is not None and w.containers:
+            for c in w.containers.values():
+                if c.state.state != "terminated":
+                    c.state.state, c.state.reason, c.state.exit_code = "terminated", "ContainerStatusUnknown", 137
+                    c.state.finished_at = now()
+            try:
+                await self._post_status(w, pod)
+            except ApiError:
+                pass
+        await network.adelete_pod_network(self.cfg.cluster, w.uid)
+        self.pool.give_back(w.rt.pod_ip)
+        if pod is not None:
+            try:
+                await self.kube.request("DELETE", PODS.path(pod["metadata"]["namespace"], pod["metadata"]["name"]),
+                                        body={"gracePeriodSeconds": 0, "preconditions": {"uid": w.uid}})
+            except ApiError as err:
+                if not (err.not_found or err.conflict):
+                    raise
+        log.info("pod %s stopped and removed", w.key)
+
+    async def _kill_containers(self, w: PodWorker, grace: float) -> None:
+        procs = [c.proc for c in w.containers.values() if c.proc is not None and c.proc.returncode is None]
+        for p in procs:
+            _signal(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while any(p.returncode is None for p in procs) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        for p in procs:
+            if p.returncode is None:
+                _signal(p.pid, signal.SIGHUP)  # the shim kills the whole tree
+        for p in procs:
+            try:
+                await asyncio.wait_for(p.wait(), 5)
+            except asyncio.TimeoutError:
+                _signal(p.pid, signal.SIGKILL)
+        # Anything still in the pod's network namespace is part of the pod.
+        await asyncio.to_thread(network.kill_netns_processes, network.pod_namespace(self.cfg.cluster, w.uid))
+
+    async def _post_status(self, w: PodWorker, pod: dict) -> None:
+        w.rt.containers = [c.state for c in w.containers.values()]
+        status = pod_status(pod, w.rt, now())
+        if w.config_error:
+            status["phase"] = "Pending"
+        status["conditions"] = keep_transition_times(w.conditions or (pod.get("status") or {}).get("conditions"),
+                                                     status["conditions"])
+        w.conditions = status["conditions"]
+        m = pod["metadata"]
+        try:
+            await self.kube.request("PATCH", PODS.path(m["namespace"], m["name"], "status"),
+                                    body={"metadata": {"uid": w.uid}, "status": status},
+                                    content_type="application/strategic-merge-patch+json")
+        except ApiError as err:
+            if not (err.not_found or err.conflict):
+                raise
+        if status["phase"] in ("Succeeded", "Failed") and not w.finished:
+            w.finished = True
+            await network.adelete_pod_network(self.cfg.cluster, w.uid)
+            self.pool.give_back(w.rt.pod_ip)
+
+    # --- logs -----------------------------------------------------------------------------------
+
+    def lookup_log(self, ns: str, pod: str, container: str, previous: bool):
+        w = self.pods.get(f"{ns}/{pod}")
+        if w is not None and container in w.containers:
+            c = w.containers[container]
+            if previous:
+                if c.state.restart_count == 0:
+                    return None
+                return c.log_file(c.state.restart_count - 1), lambda: False
+            return c.log_file(), lambda: c.state.state != "terminated" or (c.proc is not None)
+        # A finished pod whose worker is gone: its files stay until the pod is deleted.
+        base = self.cfg.state_dir / "pods"
+        for d in base.glob(f"{ns}_{pod}_*/{container}"):
+            files = sorted(d.glob("*.log"), key=lambda p: int(p.stem))
+            if files:
+                return (files[-2] if previous and len(files) > 1 else files[-1]), lambda: False
+        return None
+
+    # --- run ------------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.register()
+        runner = await serve_kubelet_api(self.lookup_log, self.cfg.node.address, self.cfg.node.kubelet_port,
+                                         self.cfg.state_dir / "pki", self.name)
+        self._tasks = [asyncio.create_task(t) for t in (self.renew_lease(), self.post_node_status(), self.informer.run())]
+        await stop.wait()
+        log.info("node agent %s stopping: killing its pods' processes", self.name)
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*(self._kill_containers(w, 0) for w in list(self.pods.values())), return_exceptions=True)
+        for w in list(self.pods.values()):
+            await network.adelete_pod_network(self.cfg.cluster, w.uid)
+        await runner.cleanup()
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+async def run_agent(cfg: AgentConfig) -> None:
+    kube = await Kube.connect(cfg.kubeconfig)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await NodeAgent(kube, cfg).run(stop)
+    finally:
+        await kube.close()

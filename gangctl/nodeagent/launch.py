@@ -1,0 +1,108 @@
+"""Start and stop a cluster's process nodes: the cluster network (netd: namespace, bridge, CoreDNS)
+and M node agents, as detached processes whose pids are recorded in <state>/pids, so `cluster down`
+(or a test fixture) stops every one of them and removes the network namespaces.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gangctl.nodeagent import network
+
+NETD = "netd"
+
+
+def _pid_dir(state: Path) -> Path:
+    return state / "pids"
+
+
+def _spawn(name: str, argv: list[str], state: Path, env: dict[str, str]) -> int:
+    logs = state / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    _pid_dir(state).mkdir(parents=True, exist_ok=True)
+    with (logs / f"{name}.log").open("ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+    (_pid_dir(state) / f"{name}.pid").write_text(str(proc.pid))
+    return proc.pid
+
+
+def node_name(prefix: str, index: int) -> str:
+    return f"{prefix}-{index}"
+
+
+def start(cluster: str, kubeconfig: Path, count: int, state: Path, coredns: Path, *,
+          prefix: str = "process-node", cpu: str | None = None, memory: str | None = None,
+          first_index: int = 0) -> list[str]:
+    """Start the cluster network and `count` agents; returns the node names."""
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig))
+    py = sys.executable
+    if not _alive_from(_pid_dir(state) / f"{NETD}.pid"):
+        _spawn(NETD, [py, "-m", "gangctl.nodeagent.netd", "--cluster", cluster, "--kubeconfig", str(kubeconfig),
+                      "--coredns", str(coredns), "--state", str(state / NETD)], state, env)
+    names = []
+    for i in range(first_index, first_index + count):
+        name = node_name(prefix, i)
+        argv = [py, "-m", "gangctl.cli", "node-agent", "--name", name, "--cluster", cluster, "--index", str(i),
+                "--kubeconfig", str(kubeconfig), "--state-dir", str(state / name)]
+        if cpu:
+            argv += ["--cpu", cpu]
+        if memory:
+            argv += ["--memory", memory]
+        _spawn(name, argv, state, env)
+        names.append(name)
+    return names
+
+
+def agent_pid(state: Path, name: str) -> int | None:
+    try:
+        return int((_pid_dir(state) / f"{name}.pid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def stop(cluster: str, state: Path, grace: float = 10) -> None:
+    """Stop every agent (they kill their pods' processes), then netd, then remove the namespaces."""
+    pid_files = sorted(_pid_dir(state).glob("*.pid"), key=lambda p: p.stem == NETD) if _pid_dir(state).exists() else []
+    pids = []
+    for f in pid_files:
+        try:
+            pids.append(int(f.read_text()))
+        except ValueError:
+            continue
+    for pid in pids:
+        _kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in pids:
+        if _running(pid):
+            _kill(pid, signal.SIGKILL)
+    for f in pid_files:
+        f.unlink(missing_ok=True)
+    network.delete_cluster_network(cluster)
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _alive_from(pid_file: Path) -> bool:
+    try:
+        return _running(int(pid_file.read_text()))
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,144 @@
+"""The cluster network of process nodes: its namespace, CoreDNS, and CoreDNS's way to the API server.
+
+    python -m gangctl.nodeagent.netd --cluster NAME --kubeconfig FILE --coredns BIN --state DIR
+
+- creates the cluster network namespace and its bridge (gangctl.nodeagent.network);
+- relays 127.0.0.1:6443 *inside that namespace* to the kube-apiserver on the host's loopback: the
+  listening socket is created in the namespace (setns), the outgoing connection is made on the
+  host, and bytes are copied both ways (TLS passes through untouched, so the apiserver's own
+  certificate, which names 127.0.0.1, is verified by CoreDNS as usual);
+- runs real CoreDNS (built from the pinned module in integrations/coredns) in that namespace on
+  10.244.0.1:53 with the kubernetes plugin for `cluster.local`, reading Services, EndpointSlices
+  and Pods through the relay. Pods' resolv.conf names 10.244.0.1, reachable over their veth.
+
+CoreDNS gets SIGKILL if this process dies (PR_SET_PDEATHSIG); SIGTERM stops both.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from gangctl.nodeagent.network import API_RELAY_PORT, DNS_IP, ensure_cluster_network, socket_in_netns
+from gangctl.nodeagent.shim import set_pdeathsig
+
+log = logging.getLogger("gangctl.netd")
+CLUSTER_DOMAIN = "cluster.local"
+
+
+def corefile(kubeconfig: Path) -> str:
+    return f"""{CLUSTER_DOMAIN}:53 {{
+    errors
+    kubernetes {CLUSTER_DOMAIN} {{
+        kubeconfig {kubeconfig}
+        pods insecure
+        ttl 1
+    }}
+}}
+"""
+
+
+def relay_kubeconfig(source: Path, target: Path, port: int = API_RELAY_PORT) -> Path:
+    """The cluster's kubeconfig with the server moved to the relay (same host name, new port)."""
+    conf = yaml.safe_load(source.read_text())
+    for cluster in conf.get("clusters") or []:
+        server = cluster["cluster"]["server"]
+        scheme, rest = server.split("://", 1)
+        host = rest.split("/", 1)[0].rsplit(":", 1)[0]
+        cluster["cluster"]["server"] = f"{scheme}://{host}:{port}"
+    target.write_text(yaml.safe_dump(conf))
+    return target
+
+
+def apiserver_address(kubeconfig: Path) -> tuple[str, int]:
+    conf = yaml.safe_load(kubeconfig.read_text())
+    server = conf["clusters"][0]["cluster"]["server"]
+    hostport = server.split("://", 1)[1].split("/", 1)[0]
+    host, port = hostport.rsplit(":", 1)
+    return host, int(port)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        try:
+            writer.close()
+        except Exception:
+            pass
+
+
+async def serve_relay(listener: socket.socket, target: tuple[str, int]) -> asyncio.AbstractServer:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*target)
+        except OSError as err:
+            log.warning("relay: cannot reach %s:%s: %s", *target, err)
+            writer.close()
+            return
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+    return await asyncio.start_server(handle, sock=listener)
+
+
+async def run(opts: argparse.Namespace) -> int:
+    state = Path(opts.state)
+    state.mkdir(parents=True, exist_ok=True)
+    net = ensure_cluster_network(opts.cluster)
+    listener = socket_in_netns(net, "127.0.0.1", API_RELAY_PORT, socket.SOCK_STREAM)
+    server = await serve_relay(listener, apiserver_address(Path(opts.kubeconfig)))
+    kubeconfig = relay_kubeconfig(Path(opts.kubeconfig), state / "coredns-kubeconfig.yaml")
+    conf = state / "Corefile"
+    conf.write_text(corefile(kubeconfig))
+    dns_log = (state / "coredns.log").open("ab")
+    coredns = subprocess.Popen(["ip", "netns", "exec", net, opts.coredns, "-conf", str(conf), "-dns.port", "53"],
+                               stdout=dns_log, stderr=subprocess.STDOUT,
+                               preexec_fn=lambda: set_pdeathsig(signal.SIGKILL))
+    log.info("cluster network %s up: CoreDNS pid %d on %s:53, API relay on 127.0.0.1:%d in the namespace",
+             net, coredns.pid, DNS_IP, API_RELAY_PORT)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    async def watch_coredns() -> None:
+        while coredns.poll() is None:
+            await asyncio.sleep(0.5)
+        log.error("CoreDNS exited with %s; see %s", coredns.returncode, state / "coredns.log")
+        stop.set()
+    watcher = asyncio.create_task(watch_coredns())
+    await stop.wait()
+    watcher.cancel()
+    server.close()
+    if coredns.poll() is None:
+        coredns.terminate()
+        try:
+            coredns.wait(5)
+        except subprocess.TimeoutExpired:
+            coredns.kill()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gangctl.nodeagent.netd")
+    parser.add_argument("--cluster", required=True)
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--coredns", required=True)
+    parser.add_argument("--state", required=True)
+    opts = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(run(opts))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

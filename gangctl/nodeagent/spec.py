@@ -1,0 +1,367 @@
+"""Pure translation between Kubernetes objects and local processes (no I/O, no clock reads).
+
+A pod's containers become `ProcessSpec`s (argv, env, working directory) the way kubelet builds
+them: env `value`s with `$(VAR)` expansion, the downward API (`fieldRef`, `resourceFieldRef`), and
+`command`+`args`. The observed process states become the pod's status; the Node, its Lease and its
+conditions are built here too, so all of it is unit-tested without a cluster.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from gangctl.api.quantity import parse_quantity
+
+PROCESS_NODE_LABEL = "gangctl.io/process-node"
+PROCESS_NODE_TAINT = {"key": PROCESS_NODE_LABEL, "value": "true", "effect": "NoSchedule"}
+AGENT_VERSION = "v1.33.0-gangctl.nodeagent"
+LEASE_SECONDS = 40
+
+
+class SpecError(ValueError):
+    """The pod asks for something a process node cannot give (kubelet's CreateContainerConfigError)."""
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    container: str
+    argv: list[str]
+    env: dict[str, str]
+    working_dir: str | None
+    image: str = ""
+
+
+@dataclass
+class ContainerState:
+    """What the agent knows about one container's process."""
+
+    name: str
+    image: str = ""
+    state: str = "waiting"  # waiting | running | terminated
+    reason: str = "ContainerCreating"
+    message: str = ""
+    started_at: str | None = None
+    finished_at: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    restart_count: int = 0
+    container_id: str = ""
+    last_terminated: dict | None = None
+
+
+@dataclass
+class PodRuntime:
+    """The agent's view of one pod: its address and its containers' states."""
+
+    pod_ip: str | None = None
+    host_ip: str = "127.0.0.1"
+    start_time: str | None = None
+    containers: list[ContainerState] = field(default_factory=list)
+
+
+# --- env and the downward API -------------------------------------------------------------------
+
+_FIELD_RE = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
+
+
+def field_value(pod: dict, path: str, pod_ip: str | None, host_ip: str) -> str:
+    """The value of a `fieldRef.fieldPath`, as kubelet's podFieldSelectorRuntimeValue computes it."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    match = _FIELD_RE.match(path)
+    if match:
+        return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
+    simple = {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": spec.get("nodeName", ""),
+        "spec.serviceAccountName": spec.get("serviceAccountName", ""),
+        "status.podIP": pod_ip or "",
+        "status.podIPs": pod_ip or "",
+        "status.hostIP": host_ip,
+        "status.hostIPs": host_ip,
+    }
+    if path in simple:
+        return str(simple[path])
+    if path in ("metadata.labels", "metadata.annotations"):
+        items = meta.get(path.split(".")[1]) or {}
+        return "\n".join(f'{k}="{v}"' for k, v in sorted(items.items()))
+    raise SpecError(f"unsupported fieldRef.fieldPath {path!r}")
+
+
+def resource_value(container: dict, ref: dict, allocatable: dict[str, str]) -> str:
+    """`resourceFieldRef`: the container's limit (node allocatable when unset) or request, ÷ divisor, rounded up."""
+    resource = ref["resource"]
+    kind, _, name = resource.partition(".")
+    if kind not in ("limits", "requests") or name not in ("cpu", "memory", "ephemeral-storage"):
+        raise SpecError(f"unsupported resourceFieldRef.resource {resource!r}")
+    resources = container.get("resources") or {}
+    value = (resources.get(kind) or {}).get(name)
+    if value is None and kind == "requests":
+        value = (resources.get("limits") or {}).get(name)
+    if value is None:
+        value = allocatable.get(name, "0") if kind == "limits" else "0"
+    divisor = parse_quantity(ref.get("divisor") or "0")
+    if divisor == 0:  # the API defaults it to "0", which kubelet reads as 1
+        divisor = parse_quantity("1")
+    if divisor < 0:
+        raise SpecError(f"resourceFieldRef divisor must be positive, got {ref.get('divisor')!r}")
+    return str(math.ceil(parse_quantity(value) / divisor))
+
+
+_VAR_RE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.\-]*)\)")
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes `$(VAR)` expansion: defined names are replaced, `$$` escapes, unknown ones stay."""
+    def sub(m: re.Match) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group(1)
+        return env[name] if name in env else m.group(0)
+    return _VAR_RE.sub(sub, text)
+
+
+def container_env(pod: dict, container: dict, *, pod_ip: str | None, host_ip: str,
+                  allocatable: dict[str, str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if container.get("envFrom"):
+        raise SpecError("envFrom (ConfigMaps/Secrets) is not supported on process nodes")
+    for item in container.get("env") or []:
+        name = item["name"]
+        if "valueFrom" not in item:
+            env[name] = expand(str(item.get("value", "")), env)
+            continue
+        source = item["valueFrom"]
+        if "fieldRef" in source:
+            env[name] = field_value(pod, source["fieldRef"]["fieldPath"], pod_ip, host_ip)
+        elif "resourceFieldRef" in source:
+            env[name] = resource_value(container, source["resourceFieldRef"], allocatable)
+        else:
+            raise SpecError(f"env {name}: valueFrom {sorted(source)} is not supported on process nodes")
+    return env
+
+
+def process_specs(pod: dict, *, pod_ip: str | None, host_ip: str, allocatable: dict[str, str],
+                  base_env: dict[str, str]) -> list[ProcessSpec]:
+    """The processes of a pod's containers (init containers are not supported)."""
+    spec = pod.get("spec") or {}
+    if spec.get("initContainers"):
+        raise SpecError("initContainers are not supported on process nodes")
+    out = []
+    for container in spec.get("containers") or []:
+        own = container_env(pod, container, pod_ip=pod_ip, host_ip=host_ip, allocatable=allocatable)
+        command = [expand(c, own) for c in container.get("command") or []]
+        args = [expand(a, own) for a in container.get("args") or []]
+        argv = command + args if command else args
+        if not command:
+            raise SpecError(f"container {container['name']}: no command; a process node cannot run an image's "
+                            "entrypoint (the image is not pulled)")
+        env = dict(base_env)
+        env["HOSTNAME"] = pod_hostname(pod)
+        env.update(own)
+        if "PATH" in own and base_env.get("PATH"):
+            # The image is not there: the agent's environment (its venv's bin first) must stay reachable.
+            env["PATH"] = base_env["PATH"].split(":", 1)[0] + ":" + own["PATH"]
+        out.append(ProcessSpec(container["name"], argv, env, container.get("workingDir"), container.get("image", "")))
+    return out
+
+
+# --- names ----------------------------------------------------------------------------------------
+
+def pod_hostname(pod: dict) -> str:
+    """spec.hostname, else the pod name (truncated to 63 like kubelet)."""
+    return ((pod.get("spec") or {}).get("hostname") or pod["metadata"]["name"])[:63]
+
+
+def pod_fqdn(pod: dict, cluster_domain: str) -> str | None:
+    spec = pod.get("spec") or {}
+    if not spec.get("subdomain"):
+        return None
+    return f"{pod_hostname(pod)}.{spec['subdomain']}.{pod['metadata']['namespace']}.svc.{cluster_domain}"
+
+
+def resolv_conf(pod: dict, nameserver: str | None, cluster_domain: str) -> str:
+    """The ClusterFirst resolv.conf kubelet writes: search <ns>.svc, svc, the domain; ndots 5."""
+    ns = pod["metadata"]["namespace"]
+    lines = [f"search {ns}.svc.{cluster_domain} svc.{cluster_domain} {cluster_domain}"]
+    if nameserver:
+        lines.append(f"nameserver {nameserver}")
+    lines.append("options ndots:5")
+    return "\n".join(lines) + "\n"
+
+
+def hosts_file(pod: dict, pod_ip: str, cluster_domain: str) -> str:
+    """The /etc/hosts kubelet writes: loopback names and the pod's own hostname (and FQDN)."""
+    name = pod_hostname(pod)
+    fqdn = pod_fqdn(pod, cluster_domain)
+    own = f"{pod_ip}\t{fqdn}\t{name}" if fqdn else f"{pod_ip}\t{name}"
+    return ("# Kubernetes-managed hosts file (gangctl node agent).\n127.0.0.1\tlocalhost\n"
+            "::1\tlocalhost ip6-localhost ip6-loopback\n" + own + "\n")
+
+
+# --- pod status -----------------------------------------------------------------------------------
+
+def _state(c: ContainerState) -> dict:
+    if c.state == "running":
+        return {"running": {"startedAt": c.started_at}}
+    if c.state == "terminated":
+        term = {"exitCode": c.exit_code if c.exit_code is not None else -1, "reason": c.reason,
+                "startedAt": c.started_at, "finishedAt": c.finished_at, "containerID": c.container_id}
+        if c.signal:
+            term["signal"] = c.signal
+        if c.message:
+            term["message"] = c.message
+        return {"terminated": term}
+    waiting = {"reason": c.reason}
+    if c.message:
+        waiting["message"] = c.message
+    return {"waiting": waiting}
+
+
+def pod_phase(containers: list[ContainerState], restart_policy: str) -> str:
+    if not containers:
+        return "Pending"
+    states = [c.state for c in containers]
+    if all(s == "terminated" for s in states):
+        if restart_policy == "Always":
+            return "Running"
+        if all(c.exit_code == 0 for c in containers):
+            return "Succeeded"
+        if restart_policy == "OnFailure":
+            return "Running"
+        return "Failed"
+    if any(s in ("running", "terminated") for s in states):
+        return "Running"
+    return "Pending"
+
+
+def pod_status(pod: dict, rt: PodRuntime, now: str, *, failed_reason: str | None = None,
+               failed_message: str = "") -> dict:
+    """status for a strategic-merge patch of pods/status (conditions merge by type)."""
+    policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+    phase = "Failed" if failed_reason else pod_phase(rt.containers, policy)
+    running = [c for c in rt.containers if c.state == "running"]
+    all_ready = bool(rt.containers) and len(running) == len(rt.containers)
+    ready = "True" if all_ready and phase == "Running" else "False"
+    ready_reason = None if ready == "True" else ("PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady")
+    conditions = [
+        {"type": "PodReadyToStartContainers", "status": "True" if rt.pod_ip else "False"},
+        {"type": "Initialized", "status": "True"},
+        {"type": "ContainersReady", "status": ready},
+        {"type": "Ready", "status": ready},
+        {"type": "PodScheduled", "status": "True"},
+    ]
+    for cond in conditions:
+        cond["lastTransitionTime"] = now
+        if cond["type"] in ("ContainersReady", "Ready") and ready_reason:
+            cond["reason"] = ready_reason
+    status = {
+        "phase": phase,
+        "conditions": conditions,
+        "hostIP": rt.host_ip,
+        "hostIPs": [{"ip": rt.host_ip}],
+        "startTime": rt.start_time or now,
+        "qosClass": (pod.get("status") or {}).get("qosClass", "BestEffort"),
+        "containerStatuses": [{
+            "name": c.name,
+            "image": c.image,
+            "imageID": "",
+            "containerID": c.container_id,
+            "ready": c.state == "running",
+            "started": c.state == "running",
+            "restartCount": c.restart_count,
+            "state": _state(c),
+            **({"lastState": {"terminated": c.last_terminated}} if c.last_terminated else {"lastState": {}}),
+        } for c in rt.containers],
+    }
+    if rt.pod_ip:
+        status["podIP"] = rt.pod_ip
+        status["podIPs"] = [{"ip": rt.pod_ip}]
+    if failed_reason:
+        status["reason"] = failed_reason
+        status["message"] = failed_message
+    return status
+
+
+def keep_transition_times(old: list[dict], new: list[dict]) -> list[dict]:
+    """Keep a condition's lastTransitionTime when its status did not change."""
+    before = {c["type"]: c for c in old or []}
+    for cond in new:
+        prev = before.get(cond["type"])
+        if prev and prev.get("status") == cond["status"] and prev.get("lastTransitionTime"):
+            cond["lastTransitionTime"] = prev["lastTransitionTime"]
+    return new
+
+
+# --- the Node and its Lease -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NodeConfig:
+    name: str
+    cpu: str
+    memory: str
+    pods: int = 110
+    kubelet_port: int = 10250
+    address: str = "127.0.0.1"
+    labels: dict[str, str] = field(default_factory=dict)
+    taint: bool = True
+    pod_cidr: str | None = None
+
+    @property
+    def capacity(self) -> dict[str, str]:
+        return {"cpu": self.cpu, "memory": self.memory, "pods": str(self.pods), "ephemeral-storage": "100Gi"}
+
+
+def node_conditions(now: str, ready: bool = True) -> list[dict]:
+    conds = [
+        ("MemoryPressure", "False", "KubeletHasSufficientMemory", "the agent does not track memory pressure"),
+        ("DiskPressure", "False", "KubeletHasNoDiskPressure", "the agent does not track disk pressure"),
+        ("PIDPressure", "False", "KubeletHasSufficientPID", "the agent does not track PIDs"),
+        ("Ready", "True" if ready else "False", "KubeletReady" if ready else "KubeletNotReady",
+         "gangctl node agent is posting ready status; pods run as local processes (images are not pulled)"),
+    ]
+    return [{"type": t, "status": s, "reason": r, "message": m, "lastHeartbeatTime": now,
+             "lastTransitionTime": now} for t, s, r, m in conds]
+
+
+def node_object(cfg: NodeConfig, now: str) -> dict:
+    labels = {"kubernetes.io/hostname": cfg.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+              PROCESS_NODE_LABEL: "true", "gangctl.io/node-kind": "process", "type": "process", **cfg.labels}
+    spec: dict = {"taints": [PROCESS_NODE_TAINT]} if cfg.taint else {}
+    if cfg.pod_cidr:
+        spec["podCIDR"] = cfg.pod_cidr
+        spec["podCIDRs"] = [cfg.pod_cidr]
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        # No kwok.x-k8s.io/node annotation: KWOK leaves this node to its agent.
+        "metadata": {"name": cfg.name, "labels": labels,
+                     "annotations": {"gangctl.io/node-agent": "process", "node.alpha.kubernetes.io/ttl": "0"}},
+        "spec": spec,
+        "status": node_status(cfg, now),
+    }
+
+
+def node_status(cfg: NodeConfig, now: str) -> dict:
+    return {
+        "capacity": cfg.capacity,
+        "allocatable": cfg.capacity,
+        "conditions": node_conditions(now),
+        # The apiserver proxies pods/log, exec… to <InternalIP>:<kubeletEndpoint.Port>.
+        "addresses": [{"type": "InternalIP", "address": cfg.address}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": cfg.kubelet_port}},
+        "nodeInfo": {"kubeletVersion": AGENT_VERSION, "kubeProxyVersion": "", "operatingSystem": "linux",
+                     "architecture": "amd64", "containerRuntimeVersion": "gangctl-process://0.1",
+                     "osImage": "gangctl process node", "kernelVersion": "", "machineID": "", "systemUUID": "",
+                     "bootID": ""},
+    }
+
+
+def lease_object(node: str, node_uid: str | None, now_micro: str) -> dict:
+    meta: dict = {"name": node, "namespace": "kube-node-lease"}
+    if node_uid:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}]
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+            "spec": {"holderIdentity": node, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now_micro}}
+
