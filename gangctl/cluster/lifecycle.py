@@ -47,24 +47,30 @@ def process_node_state(settings: ClusterSettings) -> Path:
 
 
 def start_process_nodes(settings: ClusterSettings, kubeconfig: Path, count: int, say: Say,
-                        progress: BuildProgress | None = None, timeout: float = 60) -> list[str]:
+                        progress: BuildProgress | None = None, timeout: float = 60, *,
+                        state: Path | None = None, prefix: str = "process-node", first_index: int = 0) -> list[str]:
     """CoreDNS (built once from integrations/coredns), the pod network and `count` node agents."""
     from gangctl.cluster.build import ensure_coredns
     from gangctl.nodeagent import launch
 
     coredns = ensure_coredns(settings.integrations_dir, settings.bin_root, progress)
-    names = launch.start(settings.cluster_name, kubeconfig, count, process_node_state(settings), coredns)
+    state = state or process_node_state(settings)
+    names = launch.start(settings.cluster_name, kubeconfig, count, state, coredns,
+                         prefix=prefix, first_index=first_index)
 
     async def wait() -> None:
         kube = await Kube.connect(kubeconfig)
         try:
             async def ready() -> bool:
-                return await setup.count_ready_nodes(kube, "gangctl.io/process-node=true") >= count
+                nodes = (await kube.get("/api/v1/nodes", labelSelector="gangctl.io/process-node=true"))["items"]
+                up = {n["metadata"]["name"] for n in nodes
+                      if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))}
+                return set(names) <= up
             await setup.wait_for(ready, timeout, f"{count} process nodes to be Ready")
         finally:
             await kube.close()
     asyncio.run(wait())
-    say(f"{count} process nodes Ready ({', '.join(names)}); logs in {process_node_state(settings) / 'logs'}")
+    say(f"{count} process nodes Ready ({', '.join(names)}); logs in {state / 'logs'}")
     return names
 
 
@@ -91,7 +97,10 @@ async def prepare(cluster: LocalCluster, options: UpOptions, say: Say) -> None:
 def down(settings: ClusterSettings, say: Say) -> None:
     from gangctl.nodeagent import launch
 
+    from gangctl.nodeagent import network
+
     launch.stop(settings.cluster_name, process_node_state(settings))  # agents first: they kill their pods
+    network.delete_cluster_network(settings.cluster_name)  # whatever else ran in the pod network
     cluster = LocalCluster(settings, Path("/nonexistent"))
     if not cluster.exists():
         say(f"no cluster {settings.cluster_name!r}; nothing to do")

@@ -41,7 +41,7 @@ def start(cluster: str, kubeconfig: Path, count: int, state: Path, coredns: Path
     """Start the cluster network and `count` agents; returns the node names."""
     env = dict(os.environ, KUBECONFIG=str(kubeconfig))
     py = sys.executable
-    if not _alive_from(_pid_dir(state) / f"{NETD}.pid"):
+    if not _alive_from(_pid_dir(state) / f"{NETD}.pid") and not network_running(cluster):
         _spawn(NETD, [py, "-m", "gangctl.nodeagent.netd", "--cluster", cluster, "--kubeconfig", str(kubeconfig),
                       "--coredns", str(coredns), "--state", str(state / NETD)], state, env)
     names = []
@@ -56,6 +56,12 @@ def start(cluster: str, kubeconfig: Path, count: int, state: Path, coredns: Path
         _spawn(name, argv, state, env)
         names.append(name)
     return names
+
+
+def network_running(cluster: str) -> bool:
+    """Is a netd (with its CoreDNS) already serving this cluster's network namespace?"""
+    net = network.net_namespace(cluster)
+    return network.netns_exists(net) and bool(network._ip("netns", "pids", net, check=False).stdout.split())
 
 
 def agent_pid(state: Path, name: str) -> int | None:
@@ -82,9 +88,11 @@ def stop(cluster: str, state: Path, grace: float = 10) -> None:
     for pid in pids:
         if _running(pid):
             _kill(pid, signal.SIGKILL)
+    owned_network = any(f.stem == NETD for f in pid_files)
     for f in pid_files:
         f.unlink(missing_ok=True)
-    network.delete_cluster_network(cluster)
+    if owned_network:  # this state dir started the network: remove it and every pod namespace in it
+        network.delete_cluster_network(cluster)
 
 
 def _kill(pid: int, sig: int) -> None:

@@ -34,9 +34,11 @@ CLUSTER_DOMAIN = "cluster.local"
 
 
 def corefile(kubeconfig: Path) -> str:
-    return f"""{CLUSTER_DOMAIN}:53 {{
+    # One server block for the cluster domain and the pod network's reverse zone (torch looks up
+    # its peers' names); any other name is REFUSED at once: pods have no way out anyway.
+    return f"""{CLUSTER_DOMAIN}:53 244.10.in-addr.arpa:53 {{
     errors
-    kubernetes {CLUSTER_DOMAIN} {{
+    kubernetes {CLUSTER_DOMAIN} 244.10.in-addr.arpa {{
         kubeconfig {kubeconfig}
         pods insecure
         ttl 1
