@@ -284,30 +284,47 @@ def decide(
     while heads:
         _, team_name, index = heapq.heappop(heads)
         queue = pending[team_name]
-        w = queue[index]
         team = quotas.teams.get(team_name)
         if team is None:
             if waits:
-                decisions.append(Decision(w, Verdict.WAIT))
+                decisions.append(Decision(queue[index], Verdict.WAIT))
             continue
-        seen = blocked.get(team_name)
-        decision = None
-        if seen is None or not any(_covers(w.requests, b) for b in seen):
-            decision = _decide_one(ledger, team, w, admitted, evicted, gate, victims_cache)
-            if decision is None and team.best_effort:
-                blocked.setdefault(team_name, []).append(w.requests)
-            elif decision is not None and decision.victims:
-                blocked.clear()
-        if decision is None:
-            if waits:
-                decisions.append(Decision(w, Verdict.WAIT, shortfall=ledger.shortfall(team, w.requests)))
-        elif waits or decision.verdict is not Verdict.WAIT:
-            decisions.append(decision)
-        if (decision is None or decision.verdict is Verdict.WAIT) and not team.best_effort:
-            continue
-        if index + 1 < len(queue):
-            heapq.heappush(heads, (queue_key(queue[index + 1]), team_name, index + 1))
+        # Walk this team's queue while its next gang still comes before every other team's head
+        # (the order a heap push and pop would give, without them).
+        while True:
+            w = queue[index]
+            seen = blocked.get(team_name)
+            decision = None
+            if seen is None or not _blocked_by(w.requests, seen):
+                decision = _decide_one(ledger, team, w, admitted, evicted, gate, victims_cache)
+                if decision is None and team.best_effort:
+                    blocked.setdefault(team_name, []).append(w.requests)
+                elif decision is not None and decision.victims:
+                    blocked.clear()
+            if decision is None:
+                if waits:
+                    decisions.append(Decision(w, Verdict.WAIT, shortfall=ledger.shortfall(team, w.requests)))
+            elif waits or decision.verdict is not Verdict.WAIT:
+                decisions.append(decision)
+            if (decision is None or decision.verdict is Verdict.WAIT) and not team.best_effort:
+                break
+            index += 1
+            if index == len(queue):
+                break
+            if heads:
+                key = queue_key(queue[index])
+                if key > heads[0][0]:
+                    heapq.heappush(heads, (key, team_name, index))
+                    break
     return decisions
+
+
+def _blocked_by(requests: Mapping[str, Amount], seen: list[Mapping[str, Amount]]) -> bool:
+    """Whether `requests` asks at least as much of everything as a gang already blocked."""
+    for b in seen:
+        if requests is b or _covers(requests, b):
+            return True
+    return False
 
 
 def _covers(requests: Mapping[str, Amount], other: Mapping[str, Amount]) -> bool:

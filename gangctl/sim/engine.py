@@ -67,12 +67,13 @@ class SimJob:
                  "pods", "held_pods", "remaining", "run_start", "segment_begin", "version", "first_start",
                  "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds")
 
-    def __init__(self, spec: TraceJob, team: str, priority: int, gang: Gang, gpu_type: str | None) -> None:
+    def __init__(self, spec: TraceJob, team: str, priority: int, gang: Gang, gpu_type: str | None,
+                 requests: dict[str, int] | None = None) -> None:
         self.spec = spec
         self.team = team
         self.gang = gang
         self.pod_requests = gang.per_pod
-        self.workload = Workload(spec.id, team, priority, spec.submit, gang.min_resources)
+        self.workload = Workload(spec.id, team, priority, spec.submit, requests or gang.min_resources)
         self.gpu_type = gpu_type
         self.state = PENDING
         self.placement: Placement | None = None
@@ -126,9 +127,12 @@ class Simulation:
         self._admitted_views = {t: d.values() for t, d in self.admitted.items()}
         self._preemption = self.quotas.preemption_enabled
         self.waiting: dict[str, SimJob] = {}      # admitted, waiting for nodes, in admission order
+        # Jobs pending or waiting, by (GPU type, GPUs per pod): what fragmentation is measured against.
+        self._queued: dict[tuple[str | None, int], int] = {}
         self.growable: dict[str, SimJob] = {}     # running elastic jobs below numNodes
         self.node_jobs: list[dict[str, int]] = [{} for _ in cluster.capacity]
         self._fits_cache: dict[tuple[int, str | None], int] = {}
+        self._requests: dict[tuple, dict[str, int]] = {}
         self._heap: list[tuple] = []
         self._seq = 0
         self._next_arrival = 0
@@ -236,7 +240,12 @@ class Simulation:
             self._fits_cache[key] = self.cluster.largest_gang(*key)
         if self._fits_cache[key] < gang.min_member:
             return f"{gang.min_member} pods of {spec.gpus_per_node} GPUs never fit the cluster"
-        job = SimJob(spec, spec.group, priority, gang, gpu_type)
+        # Gangs of one shape share one requests mapping: admission's blocked-gang check is then `is`.
+        shape = (tuple(gang.per_pod.items()), gang.min_member)
+        requests = self._requests.get(shape)
+        if requests is None:
+            requests = self._requests[shape] = gang.min_resources
+        job = SimJob(spec, spec.group, priority, gang, gpu_type, requests)
         short = never_fits(self.quotas, job.workload)
         if short is not None:
             return "never fits the quota: " + explain(short, spec.group)
@@ -245,11 +254,32 @@ class Simulation:
     def _enqueue(self, w: Workload) -> None:
         insort(self.pending[w.team], w, key=queue_key)
         self.pending_count += 1
+        self._count_queued(self.by_id[w.id], 1)
 
     def _dequeue(self, w: Workload) -> None:
         queue = self.pending[w.team]
         del queue[bisect_left(queue, queue_key(w), key=queue_key)]
         self.pending_count -= 1
+        self._count_queued(self.by_id[w.id], -1)
+
+    def _wait(self, job: SimJob) -> None:
+        """Admitted, waiting for nodes."""
+        self.waiting[job.spec.id] = job
+        self._count_queued(job, 1)
+
+    def _unwait(self, job: SimJob) -> bool:
+        if self.waiting.pop(job.spec.id, None) is None:
+            return False
+        self._count_queued(job, -1)
+        return True
+
+    def _count_queued(self, job: SimJob, delta: int) -> None:
+        key = (job.gpu_type, job.spec.gpus_per_node)
+        n = self._queued.get(key, 0) + delta
+        if n:
+            self._queued[key] = n
+        else:
+            del self._queued[key]
 
     def _volcano_gate(self, w: Workload) -> str | None:
         job = self.by_id[w.id]
@@ -275,7 +305,7 @@ class Simulation:
             else:
                 self._start(job, placement)
             return
-        self.waiting[job.spec.id] = job
+        self._wait(job)
         if self.backend is Backend.KUEUE:
             self._push(now + self.ready_timeout, _READY_TIMEOUT, job, job.version)
 
@@ -309,14 +339,13 @@ class Simulation:
                 continue
             placement = cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
             if placement is not None:
-                del self.waiting[job.spec.id]
+                self._unwait(job)
                 self._start(job, placement)
                 if not cluster.free_gpus:
                     return
 
     def _ready_timeout(self, job: SimJob) -> None:
-        if job.state == ADMITTED and job.spec.id in self.waiting:
-            del self.waiting[job.spec.id]
+        if job.state == ADMITTED and self._unwait(job):
             w = job.workload
             self._requeue(job, Workload(w.id, w.team, w.priority, self.clock.now, w.requests))
 
@@ -402,7 +431,7 @@ class Simulation:
             self._interrupt(job, planned=False)
             self._stop(job)
         else:
-            self.waiting.pop(job.spec.id, None)
+            self._unwait(job)
         job.preemptions += 1
         self._requeue(job, job.workload)
 
@@ -490,7 +519,7 @@ class Simulation:
             return
         self._hold(job, job.gang.min_member)
         job.state = ADMITTED
-        self.waiting[job.spec.id] = job
+        self._wait(job)
         if self.backend is Backend.KUEUE:
             self._push(self.clock.now + self.ready_timeout, _READY_TIMEOUT, job, job.version)
 
@@ -504,21 +533,12 @@ class Simulation:
 
     def _sample_now(self) -> None:
         smallest: dict[str | None, int] = {}
-        for queue in self.pending.values():
-            for w in queue:
-                job = self.by_id[w.id]
-                self._note_smallest(smallest, job)
-        for job in self.waiting.values():
-            self._note_smallest(smallest, job)
+        for gpu_type, gpus in self._queued:
+            if gpus < smallest.get(gpu_type, gpus + 1):
+                smallest[gpu_type] = gpus
         c = self.cluster
         self.recorder.sample(self.clock.now, c.busy_gpus, c.total_gpus, self.pending_count, len(self.waiting),
                              c.fragmented_gpus(smallest), self.team_gpus)
-
-    @staticmethod
-    def _note_smallest(smallest: dict[str | None, int], job: SimJob) -> None:
-        g = job.spec.gpus_per_node
-        if g < smallest.get(job.gpu_type, g + 1):
-            smallest[job.gpu_type] = g
 
     def _heap_has_work(self) -> bool:
         """Whether an event other than sampling and node failures could still move a job."""
