@@ -28,13 +28,13 @@ from gangctl.policy.quota import QuotaPolicy
 from gangctl.sim.clock import SimClock
 from gangctl.sim.metrics import JobOutcome, Recorder, Series, summarize
 from gangctl.sim.model import Cluster, Placement
-from gangctl.sim.scenario import Backend, ElasticSpec, Failures, Scenario
+from gangctl.sim.scenario import Backend, ControlPlane, ElasticSpec, Failures, Scenario
 from gangctl.sim.traces import TraceJob
 
 # The engine's integer units: GPUs, millicores, MiB (per quota-file unit: 1 GPU, 1 core, 1 GiB).
 SIM_UNITS = {GPU: 1, CPU: 1000, MEMORY: 1024}
 
-_ARRIVE, _FINISH, _USER_FAIL, _NODE_DOWN, _NODE_UP, _READY_TIMEOUT, _SAMPLE = range(7)
+_ARRIVE, _FINISH, _USER_FAIL, _NODE_DOWN, _NODE_UP, _READY_TIMEOUT, _SAMPLE, _RETRY = range(8)
 PENDING, ADMITTED, RUNNING, DONE, FAILED = "pending", "admitted", "running", "done", "failed"
 
 
@@ -102,7 +102,7 @@ class SimResult:
 class Simulation:
     def __init__(self, jobs: list[TraceJob], policy: QuotaPolicy, cluster: Cluster, *, backend: Backend,
                  failures: Failures, elastic: ElasticSpec, seed: int, sample_seconds: float = 600.0,
-                 pods_ready_timeout_seconds: float = 300.0,
+                 pods_ready_timeout_seconds: float = 300.0, control_plane: ControlPlane | None = None,
                  observer: Callable[[Simulation], None] | None = None) -> None:
         self.policy = policy
         self.quotas = policy.to_quotas(SIM_UNITS)
@@ -140,6 +140,12 @@ class Simulation:
         self._nodes_down = 0
         self.finished = 0
         self.events = 0
+        cp = control_plane or ControlPlane()
+        self.bind_seconds = cp.bind_seconds
+        self.finish_seconds = cp.finish_seconds
+        self.retry_seconds = cp.retry_seconds
+        self.retry_on_arrival = cp.retry_on_arrival
+        self._parked: set[str] = set()   # waiting gangs that did not fit, until the next retry
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -147,6 +153,8 @@ class Simulation:
         total = len(self.specs)
         self._push_next_arrival()
         self._push(0.0, _SAMPLE, None, 0)
+        if self.retry_seconds is not None:
+            self._push(self.retry_seconds, _RETRY, None, 1)
         self._schedule_node_failure()
         heap = self._heap
         rec = self.recorder
@@ -172,6 +180,10 @@ class Simulation:
                 self._node_down()
             elif kind == _NODE_UP:
                 self._node_up(version)
+            elif kind == _RETRY:
+                self._parked.clear()
+                if version == 1:   # the periodic retry, not a nudge after a job is done
+                    self._push(t + self.retry_seconds, _RETRY, None, 1)
             else:
                 self._sample()
                 continue
@@ -211,14 +223,16 @@ class Simulation:
                 for victim in d.victims:
                     self._preempt(self.by_id[victim.id])
                 self._admit(self.by_id[d.workload.id])
-        if self.waiting and self.cluster.free_gpus:
-            self._place_waiting()
+        if self.waiting and (self.cluster.free_gpus or self.retry_seconds is not None):
+            self._place_waiting()   # (with retries modelled, gangs that do not fit are set aside)
         if self.growable and not self.waiting and self.cluster.free_gpus:
             self._grow()
 
     # --- arrivals and admission -----------------------------------------------------------------
 
     def _arrive(self, spec: TraceJob) -> None:
+        if self.retry_on_arrival:
+            self._parked.clear()
         job = self._new_job(spec)
         if isinstance(job, str):
             self._record(spec, spec.group, "rejected", None, job)
@@ -270,6 +284,7 @@ class Simulation:
     def _unwait(self, job: SimJob) -> bool:
         if self.waiting.pop(job.spec.id, None) is None:
             return False
+        self._parked.discard(job.spec.id)
         self._count_queued(job, -1)
         return True
 
@@ -334,11 +349,17 @@ class Simulation:
 
     def _place_waiting(self) -> None:
         cluster = self.cluster
+        parked = self._parked if self.retry_seconds is not None else None
         for job in list(self.waiting.values()):
-            if cluster.free_gpus < job.gang.min_member * job.spec.gpus_per_node:
+            if parked is not None and job.spec.id in parked:
                 continue
-            placement = cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
-            if placement is not None:
+            placement = None
+            if cluster.free_gpus >= job.gang.min_member * job.spec.gpus_per_node:
+                placement = cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
+            if placement is None:
+                if parked is not None:
+                    parked.add(job.spec.id)   # the scheduler set it aside until something retries it
+            else:
                 self._unwait(job)
                 self._start(job, placement)
                 if not cluster.free_gpus:
@@ -361,16 +382,17 @@ class Simulation:
         self.team_gpus[job.team] += job.pods * job.spec.gpus_per_node
         restart = job.first_start is not None
         if not restart:
-            job.first_start = now
-        self._begin_segment(job, overhead=restart)
+            job.first_start = now + self.bind_seconds
+        self._begin_segment(job, overhead=restart, bind=True)
         if job.pods < job.gang.size:
             self.growable[job.spec.id] = job
 
-    def _begin_segment(self, job: SimJob, overhead: bool) -> None:
+    def _begin_segment(self, job: SimJob, overhead: bool, bind: bool = False) -> None:
         now = self.clock.now
         job.version += 1
         job.segment_begin = now
-        job.run_start = now + (self.failures.restart_overhead_seconds if overhead else 0.0)
+        job.run_start = (now + (self.failures.restart_overhead_seconds if overhead else 0.0)
+                         + (self.bind_seconds if bind else 0.0))
         end = job.run_start + job.remaining / job.rate
         rate = self.failures.exit_failure_rate
         if rate and self.rng.random() < rate:
@@ -403,6 +425,8 @@ class Simulation:
         self._stop(job)
         self._hold(job, 0)
         self._end(job, DONE)
+        if self.retry_seconds is not None:   # the PodGroup goes when the job is reported done: gangctl nudges
+            self._push(self.clock.now + self.finish_seconds, _RETRY, None, 0)
 
     def _end(self, job: SimJob, state: str) -> None:
         job.state = state
@@ -412,7 +436,7 @@ class Simulation:
         self.finished += 1
         self.recorder.outcomes.append(JobOutcome(
             spec.id, team, spec.gpus, spec.submit, job.first_start if job else None,
-            self.clock.now if job else None, state,
+            self.clock.now + (self.finish_seconds if state == DONE else 0.0) if job else None, state,
             job.user_restarts if job else 0, job.infra_restarts if job else 0,
             job.preemptions if job else 0, job.lost_gpu_seconds if job else 0.0, reason))
 
@@ -542,7 +566,8 @@ class Simulation:
 
     def _heap_has_work(self) -> bool:
         """Whether an event other than sampling and node failures could still move a job."""
-        return any(e[2] not in (_SAMPLE, _NODE_DOWN) for e in self._heap) or bool(self.waiting and self._nodes_down)
+        return (any(e[2] not in (_SAMPLE, _NODE_DOWN, _RETRY) for e in self._heap)
+                or bool(self.waiting and (self._nodes_down or self.retry_seconds is not None)))
 
     def _stuck_report(self) -> str:
         stuck = [w.id for q in self.pending.values() for w in q][:5] + list(self.waiting)[:5]
@@ -558,5 +583,6 @@ def simulate(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob],
     cluster = Cluster(spec.node_pools(), spec.packing, spec.same_zone)
     sim = Simulation(jobs, policy, cluster, backend=scenario.backend, failures=scenario.failures,
                      elastic=scenario.workload.elastic, seed=scenario.seed, sample_seconds=scenario.sample_seconds,
-                     pods_ready_timeout_seconds=scenario.pods_ready_timeout_seconds, observer=observer)
+                     pods_ready_timeout_seconds=scenario.pods_ready_timeout_seconds,
+                     control_plane=scenario.control_plane, observer=observer)
     return sim.run(progress)

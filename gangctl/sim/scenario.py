@@ -67,6 +67,18 @@ class Failures(_Model):
     restart_overhead_seconds: float = Field(60.0, ge=0, description="pod start and rendezvous time after each restart or resize")
 
 
+class ControlPlane(_Model):
+    """Latencies of the real control plane around each gang; all 0 (the default): instantaneous.
+
+    `gangctl sim-check` measures them on the local cluster; see gangctl/validate."""
+
+    bind_seconds: float = Field(0.0, ge=0, description="from a gang fitting the free nodes to all its pods bound (ends its queueing delay)")
+    finish_seconds: float = Field(0.0, ge=0, description="from the pods' exit to the job reported done (adds to JCT; the nodes are free at exit)")
+    retry_seconds: float | None = Field(None, gt=0, description="a gang that did not fit is tried again only when a job is reported done "
+                                        "and every this many seconds (gangctl's GANGCTL_GANG_RETRY_SECONDS); absent: after every event")
+    retry_on_arrival: bool = Field(True, description="with retrySeconds: a new gang's pods also make the scheduler retry waiting gangs")
+
+
 class TraceSpec(_Model):
     path: Path
     format: TraceFormat
@@ -111,6 +123,7 @@ class Scenario(_Model):
     backend: Backend = Backend.KUEUE
     pods_ready_timeout_seconds: float = Field(300.0, gt=0, description="kueue backend: waitForPodsReady timeout")
     failures: Failures = Field(default_factory=Failures)
+    control_plane: ControlPlane = Field(default_factory=ControlPlane)
     workload: WorkloadSpec
     sample_seconds: float = Field(600.0, gt=0, description="interval of the time series in the report")
 

@@ -188,3 +188,38 @@ def test_checkpoints_bound_the_work_lost():
     assert often.summary["failures"]["node_failures"] > 0
     assert often.summary["failures"]["goodput_lost_gpu_hours"] < rarely.summary["failures"]["goodput_lost_gpu_hours"]
 
+
+
+# --- the control plane's latencies (what gangctl sim-check measures) ------------------------------
+
+def with_control_plane(sc: Scenario, **cp) -> Scenario:
+    return Scenario.model_validate(sc.model_dump(by_alias=True) | {"controlPlane": cp})
+
+
+def test_bind_and_finish_latency_add_to_delay_and_jct_but_nodes_free_at_exit():
+    jobs = [job("a", 0, 100, nodes=2), job("b", 10, 100, nodes=2)]
+    sc = with_control_plane(scenario(nodes=2), bindSeconds=2, finishSeconds=3)
+    by = {o.id: o for o in simulate(sc, ONE_TEAM, jobs).outcomes}
+    assert (by["a"].start, by["a"].end) == (2, 105)       # bound 2 s after it fits; done 3 s after exit
+    # b fits when a's pods exit (t=102), not when a is reported done (t=105).
+    assert (by["b"].start, by["b"].end) == (104, 207)
+
+
+def test_with_retries_modelled_a_waiting_gang_starts_at_the_nudge_or_the_periodic_retry():
+    jobs = [job("a", 0, 100, nodes=2), job("b", 10, 100, nodes=2)]
+    nudged = with_control_plane(scenario(nodes=2), finishSeconds=5, retrySeconds=1000)
+    by = {o.id: o for o in simulate(nudged, ONE_TEAM, jobs).outcomes}
+    assert by["b"].start == 105                          # a reported done at 105: gangctl nudges b
+    # Until a is reported done (t=200), only the periodic retry (every 30 s) tries b again.
+    slow = with_control_plane(scenario(nodes=2), finishSeconds=100, retrySeconds=30)
+    by = {o.id: o for o in simulate(slow, ONE_TEAM, jobs).outcomes}
+    assert by["b"].start == 120
+    # Without retries modelled, b starts the moment a's pods exit.
+    assert {o.id: o for o in simulate(scenario(nodes=2), ONE_TEAM, jobs).outcomes}["b"].start == 100
+
+
+def test_default_control_plane_changes_nothing():
+    jobs = busy_workload(200)
+    sc = scenario(nodes=24, backend="kueue", seed=1, failures=FLAKY)
+    explicit = with_control_plane(sc, bindSeconds=0, finishSeconds=0)
+    assert outcomes(simulate(sc, EXAMPLE_POLICY, jobs)) == outcomes(simulate(explicit, EXAMPLE_POLICY, jobs))
