@@ -25,6 +25,10 @@ NODE_MONITOR_ARGS = {
     "node-monitor-period": "2s",
     "node-monitor-grace-period": "16s",
 }
+# KWOK renews each fake node's Lease every duration/4. kwokctl's default (200 s, renewed every
+# 50 s) outlives the 16 s grace period above, so every node would go NotReady between renewals.
+# 20 s renews every 5 s: a node is NotReady only after three missed renewals, like a kubelet.
+KWOK_NODE_LEASE_SECONDS = "20"
 # KWOK manages only nodes with this annotation, so process nodes (real workers) stay real.
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 LOOPBACK = "127.0.0.1"
@@ -122,7 +126,8 @@ class LocalCluster:
             "kube-controller-manager": {"bind-address": LOOPBACK, **NODE_MONITOR_ARGS},
             "kube-scheduler": {"bind-address": LOOPBACK},
             "kwok-controller": {"server-address": f"{LOOPBACK}:{ports.kwok}", "manage-all-nodes": "false",
-                                "manage-nodes-with-annotation-selector": annotation},
+                                "manage-nodes-with-annotation-selector": annotation,
+                                "node-lease-duration-seconds": KWOK_NODE_LEASE_SECONDS},
         }
 
     def write_config(self, ports: "Ports") -> Path:
