@@ -187,8 +187,10 @@ def node_agent(
 
 def _mount_sim() -> None:
     from gangctl.sim.cli import sim_command
+    from gangctl.validate.cli import sim_check_command
 
     app.command("sim")(sim_command)
+    app.command("sim-check")(sim_check_command)
 
 
 _mount_sim()

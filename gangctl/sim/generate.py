@@ -44,7 +44,7 @@ _CPU_PER_GPU, _GIB_PER_GPU = 6.0, 48.0
 
 def generate(jobs: int, arrivals_per_hour: float, *, seed: int, shape: Shape = Shape.PAI,
              groups: dict[str, float] | None = None, priority_classes: dict[str, float] | None = None,
-             gpus_per_node: int = 8, diurnal: bool = False) -> list[TraceJob]:
+             gpus_per_node: int = 8, diurnal: bool = False, max_seconds: float = _MAX_SECONDS) -> list[TraceJob]:
     """`jobs` jobs; `groups` and `priority_classes` map names to shares (e.g. teams {"ml-a": 2, ...})."""
     if jobs < 0 or arrivals_per_hour <= 0:
         raise ValueError("jobs must be >= 0 and arrivals_per_hour > 0")
@@ -64,7 +64,7 @@ def generate(jobs: int, arrivals_per_hour: float, *, seed: int, shape: Shape = S
             continue
         gpus = rng.choices(sizes, size_weights)[0]
         pods, per_pod = (1, gpus) if gpus <= gpus_per_node else (gpus // gpus_per_node, gpus_per_node)
-        duration = min(_MAX_SECONDS, max(_MIN_SECONDS, rng.lognormvariate(mu, params.sigma) * gpus ** 0.2))
+        duration = min(max_seconds, max(_MIN_SECONDS, rng.lognormvariate(mu, params.sigma) * gpus ** 0.2))
         out.append(TraceJob(
             id=f"job-{len(out):06d}", submit=round(t, 3), duration=round(duration, 1),
             num_nodes=pods, gpus_per_node=per_pod,

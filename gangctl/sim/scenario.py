@@ -94,6 +94,7 @@ class GeneratorSpec(_Model):
     gpus_per_node: int = Field(8, ge=1)
     teams: dict[str, float] | None = Field(None, description="team -> share of jobs (default: equal)")
     priority_classes: dict[str, float] | None = Field(None, description="class -> share (default: each team's default)")
+    max_duration_seconds: float = Field(14 * 86400.0, gt=0, description="cut the duration tail here")
 
 
 class ElasticSpec(_Model):
@@ -154,7 +155,7 @@ def load_workload(scenario: Scenario, policy: QuotaPolicy) -> Trace:
         trace = Trace(jobs=generate(g.jobs, g.arrivals_per_hour, seed=scenario.seed, shape=g.shape,
                                     groups=g.teams or {t: 1.0 for t in teams},
                                     priority_classes=g.priority_classes, gpus_per_node=g.gpus_per_node,
-                                    diurnal=g.diurnal))
+                                    diurnal=g.diurnal, max_seconds=g.max_duration_seconds))
     else:
         t = w.trace
         trace = load_trace(t.format, t.path, task_table=t.task_table, skip_bad=t.skip_bad_rows)

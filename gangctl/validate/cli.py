@@ -1,0 +1,152 @@
+"""`gangctl sim-check SCENARIO`: replay a scenario slice on the real local cluster, beside the simulator.
+
+Needs a running cluster (`gangctl cluster up --gpu-nodes N`) and controller (`gangctl controller`).
+Submits the first `--jobs` jobs of the scenario as TrainJobs (durations and gaps divided by
+`--compression`, run on KWOK through their pod-complete delay), waits for all, and prints the real
+mean/p50/p95 JCT and queueing delay beside two simulations of the same slice on the same nodes:
+`ideal` (an instantaneous control plane) and `model` (the control plane's bind and finish latency,
+measured in this run from jobs that never waited, and gangctl's retry interval). The check passes
+when the model's mean JCT and mean queueing delay are within `--tolerance` of the real ones.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gangctl.validate.measure import DEFAULT_TOLERANCE, compare, outcome_of, summarize, verdict
+
+err = Console(stderr=True)
+out = Console()
+RUNTIME = "torch-distributed"
+
+
+def sim_check_command(
+    scenario: Path = typer.Argument(..., exists=True, dir_okay=False, help="a scenario YAML (simulations/*.yaml)"),
+    jobs: int = typer.Option(300, help="replay the first N jobs of the scenario"),
+    compression: float = typer.Option(60.0, help="divide durations and arrival gaps by this"),
+    kubeconfig: Optional[str] = typer.Option(None, envvar="KUBECONFIG", help="the cluster (gangctl cluster env)"),
+    timeout: float = typer.Option(3600.0, help="give up after this many seconds"),
+    retry_seconds: float = typer.Option(float(os.environ.get("GANGCTL_GANG_RETRY_SECONDS", 20)),
+                                        help="the controller's GANGCTL_GANG_RETRY_SECONDS, for the model"),
+    tolerance: float = typer.Option(DEFAULT_TOLERANCE, help="largest relative difference of the means that passes"),
+    keep: bool = typer.Option(False, help="keep the TrainJobs afterwards (default: delete them)"),
+    output: str = typer.Option("text", "-o", "--output", help="text or json"),
+) -> None:
+    """Replay a scenario slice on the local cluster through the real controller and scheduler; compare with the simulator."""
+    from gangctl.sim.scenario import load_quota_policy, load_scenario, load_workload
+
+    sc = load_scenario(scenario)
+    policy = load_quota_policy(sc.quota_policy)
+    trace = load_workload(sc, policy)
+    try:
+        result = asyncio.run(_run(sc, policy, trace.jobs, jobs, compression, kubeconfig, timeout, retry_seconds, keep,
+                                  quiet=output == "json"))
+    except Exception as exc:  # noqa: BLE001 - one line for the user, whatever went wrong
+        err.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}")
+        raise typer.Exit(1)
+    rows = compare(result["real"], result["model"])
+    passed = verdict(rows, tolerance)
+    result["passed"] = passed
+    if output == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        _print(result, rows, tolerance, passed)
+    raise typer.Exit(0 if passed else 2)
+
+
+async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, retry_seconds, keep, quiet) -> dict:
+    from gangctl.kube.client import Kube
+    from gangctl.sim.engine import simulate
+    from gangctl.sim.replay import trainjob_submissions
+    from gangctl.sim.scenario import ControlPlane
+    from gangctl.validate import runner
+    from gangctl.validate.plan import gpu_pools, namespaces_of, plan
+
+    kube = await Kube.connect(kubeconfig)
+    try:
+        await runner.check_runtime(kube, RUNTIME)
+        pools = gpu_pools(await runner.gpu_nodes(kube))
+        p = plan(sc, policy, all_jobs, pools, count=count, compression=compression)
+        ideal = simulate(p.scenario, p.policy, p.sim_jobs)
+        run_id = f"{sc.name}-{int(time.time())}"
+        ns_of = namespaces_of(p.policy)
+        subs = trainjob_submissions(p.jobs, runtime=RUNTIME, namespace_of_team=ns_of, compression=compression,
+                                    run_id=run_id)
+        t0 = subs[0].at_seconds
+        subs = [s.__class__(s.at_seconds - t0, s.job_id, s.trainjob) for s in subs]
+        if not quiet:
+            err.print(f"cluster: {', '.join(f'{pl.nodes} × {pl.gpus_per_node} GPUs' for pl in pools)}; "
+                      f"replaying {len(subs)} jobs ({p.left_out} left out: never fit), compression {compression:g}; "
+                      f"the simulator expects about {ideal.summary['makespan_seconds']:.0f}s")
+        await runner.ensure_namespaces(kube, set(ns_of.values()))
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err, transient=True, disable=quiet) as bar:
+            task = bar.add_task("jobs finished", total=len(subs))
+            record = await runner.replay(kube, subs, run_id, timeout=timeout,
+                                         progress=lambda done, total: bar.update(task, completed=done))
+        if not keep:
+            await runner.delete_run(kube, record)
+    finally:
+        await kube.close()
+
+    by_key = {f"{s.trainjob['metadata']['namespace']}/{s.trainjob['metadata']['name']}": s.job_id for s in subs}
+    outcomes = [outcome_of(by_key[k], record.objects[k], record.submitted[k], record.finished.get(k)) for k in by_key]
+    real = summarize(outcomes)
+    latency = measured_latency(outcomes, ideal.outcomes, {j.id: j.duration for j in p.sim_jobs})
+    cp = ControlPlane(bind_seconds=latency["bind_seconds"], finish_seconds=latency["finish_seconds"],
+                      retry_seconds=retry_seconds)
+    model = simulate(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs)
+    return {"scenario": sc.name, "jobs": len(subs), "compression": compression,
+            "cluster": [{"nodes": pl.nodes, "gpus_per_node": pl.gpus_per_node} for pl in pools],
+            "measured_latency": latency | {"retry_seconds": retry_seconds},
+            "real": real, "ideal": _pick(ideal.summary), "model": _pick(model.summary)}
+
+
+def measured_latency(real, ideal_outcomes, durations: dict[str, float]) -> dict[str, float]:
+    """The control plane's own latencies, from this run: bind = real queueing delay of jobs the
+    ideal simulation started at once (nothing to wait for); finish = real run time beyond the job's
+    duration (pod exit to TrainJob Complete). Medians."""
+    immediate = {o.id for o in ideal_outcomes if o.queue_delay == 0}
+    bind = [o.queue_delay for o in real if o.job_id in immediate and o.queue_delay is not None]
+    finish = [o.finished - o.bound - durations[o.job_id] for o in real
+              if o.state == "done" and o.finished is not None and o.bound is not None]
+    return {"bind_seconds": round(max(0.0, statistics.median(bind)), 3) if bind else 0.0,
+            "finish_seconds": round(max(0.0, statistics.median(finish)), 3) if finish else 0.0}
+
+
+def _pick(summary: dict) -> dict:
+    return {k: summary[k] for k in ("jobs", "jct_seconds", "queue_delay_seconds")}
+
+
+def _print(result: dict, rows, tolerance: float, passed: bool) -> None:
+    table = Table(title=f"sim-check {result['scenario']}: {result['jobs']} jobs, compression {result['compression']:g}")
+    for col in ("metric", "real", "sim ideal", "sim model", "model vs real"):
+        table.add_column(col, justify="right")
+    ideal = {r.metric: r.sim for r in compare(result["real"], result["ideal"])}
+    for r in rows:
+        d = r.relative_difference
+        shown = "-" if d is None else f"{d:+.1%}"
+        if r.checked:
+            shown = f"[{'green' if r.ok(tolerance) else 'red'}]{shown}[/]"
+        table.add_row(r.metric, _num(r.real), _num(ideal[r.metric]), _num(r.sim), shown)
+    out.print(table)
+    lat = result["measured_latency"]
+    out.print(f"control plane measured: bind {lat['bind_seconds']}s, finish {lat['finish_seconds']}s; "
+              f"retry every {lat['retry_seconds']}s")
+    out.print(f"real jobs: {result['real']['jobs']}")
+    verdict_text = "[green]PASS[/]" if passed else "[red]FAIL[/]"
+    out.print(f"{verdict_text}: mean JCT and mean queueing delay of the model within {tolerance:.0%} of the real ones")
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:.2f}"

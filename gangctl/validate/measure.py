@@ -1,0 +1,107 @@
+"""Pure: what a replay measured, from TrainJob objects, and how it compares with the simulator.
+
+A job's real queueing delay is `status.gang.boundAt` (set by the controller when every pod of the
+gang has a node) minus the moment the replay created the TrainJob; its completion time is when the
+replay first saw the TrainJob `Complete` (the condition's lastTransitionTime, whole seconds, is the
+fallback). These are the simulator's definitions: start = the gang placed, end = the job done.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from gangctl.policy.status import parse_time
+
+COMPLETE, FAILED = "Complete", "Failed"
+DEFAULT_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class RealOutcome:
+    job_id: str
+    submitted: float              # epoch seconds, when the replay created the TrainJob
+    bound: float | None           # gang.boundAt
+    finished: float | None        # first seen Complete/Failed (or the condition's time)
+    state: str                    # done | failed | unfinished
+
+    @property
+    def queue_delay(self) -> float | None:
+        return None if self.bound is None else max(0.0, self.bound - self.submitted)
+
+    @property
+    def jct(self) -> float | None:
+        return None if self.finished is None or self.state != "done" else self.finished - self.submitted
+
+
+def finished_condition(trainjob: Mapping) -> dict | None:
+    """The true Complete or Failed condition of a TrainJob, if it has one."""
+    for c in (trainjob.get("status") or {}).get("conditions") or []:
+        if c.get("type") in (COMPLETE, FAILED) and c.get("status") == "True":
+            return c
+    return None
+
+
+def outcome_of(job_id: str, trainjob: Mapping, submitted: float, seen_finished: float | None) -> RealOutcome:
+    status = trainjob.get("status") or {}
+    gang = status.get("gang") or {}
+    bound = parse_time(gang["boundAt"]).timestamp() if gang.get("boundAt") else None
+    cond = finished_condition(trainjob)
+    if cond is None:
+        return RealOutcome(job_id, submitted, bound, None, "unfinished")
+    finished = seen_finished
+    if finished is None and cond.get("lastTransitionTime"):
+        finished = parse_time(cond["lastTransitionTime"]).timestamp()
+    return RealOutcome(job_id, submitted, bound, finished, "done" if cond["type"] == COMPLETE else "failed")
+
+
+def _stats(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"mean": None, "p50": None, "p95": None}
+    ordered = sorted(values)
+    q = statistics.quantiles(ordered, n=100, method="inclusive") if len(ordered) > 1 else ordered * 99
+    return {"mean": statistics.fmean(ordered), "p50": q[49], "p95": q[94]}
+
+
+def summarize(outcomes: Iterable[RealOutcome]) -> dict:
+    """The same keys as the simulator's summary, for the metrics both have."""
+    outcomes = list(outcomes)
+    return {
+        "jobs": {state: sum(1 for o in outcomes if o.state == state) for state in ("done", "failed", "unfinished")}
+        | {"total": len(outcomes)},
+        "jct_seconds": _stats([o.jct for o in outcomes if o.jct is not None]),
+        "queue_delay_seconds": _stats([o.queue_delay for o in outcomes if o.queue_delay is not None]),
+    }
+
+
+@dataclass(frozen=True)
+class Row:
+    metric: str
+    real: float | None
+    sim: float | None
+    checked: bool                 # part of the pass/fail verdict (the means)
+
+    @property
+    def relative_difference(self) -> float | None:
+        if self.real is None or self.sim is None:
+            return None
+        if self.real == 0:
+            return 0.0 if self.sim == 0 else float("inf")
+        return (self.sim - self.real) / self.real
+
+    def ok(self, tolerance: float = DEFAULT_TOLERANCE) -> bool:
+        d = self.relative_difference
+        return d is not None and abs(d) <= tolerance
+
+
+def compare(real: Mapping, sim: Mapping) -> list[Row]:
+    """Real beside simulated: mean JCT and mean queueing delay decide; the rest is shown."""
+    rows = []
+    for key, label in (("jct_seconds", "JCT"), ("queue_delay_seconds", "queueing delay")):
+        for stat in ("mean", "p50", "p95"):
+            rows.append(Row(f"{stat} {label} (s)", real[key][stat], sim[key][stat], stat == "mean"))
+    return rows
+
+
+def verdict(rows: list[Row], tolerance: float = DEFAULT_TOLERANCE) -> bool:
+    return all(r.ok(tolerance) for r in rows if r.checked)

@@ -1,0 +1,89 @@
+"""Pure: the slice of a scenario to replay, and the simulation that must match the real run.
+
+What the real stack does today, and so what the simulation of a replay must model:
+- the controller creates a coscheduling PodGroup per TrainJob and has no quota admission yet, so
+  the simulated quota never binds (one team per scenario team, nothing limited) and the backend
+  is `coscheduling`;
+- KWOK nodes do not fail and KWOK pods exit 0, so no failures;
+- no elastic gangs (the replay uses the shipped, rigid runtime) and no priority classes (the
+  cluster has no PriorityClass objects for them);
+- the cluster is the real one: its Ready GPU nodes, not the scenario's pools;
+- gangs that can never fit those nodes are left out (the real scheduler would keep them pending).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Iterable, Mapping
+
+from gangctl.policy.quota import QuotaPolicy, Resources, Team
+from gangctl.sim.model import NodePool
+from gangctl.sim.replay import compressed
+from gangctl.sim.scenario import Backend, ControlPlane, Failures, PoolSpec, Scenario
+from gangctl.sim.traces import TraceJob
+
+GPU = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    scenario: Scenario            # what to simulate (compressed jobs, the real nodes)
+    policy: QuotaPolicy           # quota that never binds, the scenario's teams and namespaces
+    jobs: list[TraceJob]          # the slice, uncompressed (replay.trainjob_submissions compresses)
+    sim_jobs: list[TraceJob]      # the slice, compressed (simulate these)
+    left_out: int                 # jobs whose gang can never fit the real nodes
+
+
+def gpu_pools(nodes: Iterable[Mapping]) -> list[NodePool]:
+    """Node pools from Node objects: Ready nodes with nvidia.com/gpu, grouped by GPUs per node."""
+    counts: Counter[tuple[int, str]] = Counter()
+    for node in nodes:
+        gpus = int(str(((node.get("status") or {}).get("allocatable") or {}).get(GPU, "0")))
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (node.get("status") or {}).get("conditions") or [])
+        unschedulable = (node.get("spec") or {}).get("unschedulable")
+        if gpus and ready and not unschedulable:
+            product = ((node.get("metadata") or {}).get("labels") or {}).get("nvidia.com/gpu.product", "gpu")
+            counts[(gpus, product)] += 1
+    return [NodePool(f"{product}-{gpus}", n, gpus, "gpu") for (gpus, product), n in sorted(counts.items())]
+
+
+def open_policy(policy: QuotaPolicy) -> QuotaPolicy:
+    """The same teams and namespaces with nothing limited: what the controller enforces today."""
+    return QuotaPolicy(teams=[Team(name=t.name, namespaces=t.namespaces, nominal=Resources()) for t in policy.teams])
+
+
+def largest_gang(pools: list[NodePool], gpus_per_pod: int) -> int:
+    return sum(p.nodes * (p.gpus_per_node // gpus_per_pod) for p in pools)
+
+
+def plan(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], pools: list[NodePool], *,
+         count: int, compression: float, control_plane: ControlPlane | None = None) -> ReplayPlan:
+    if not pools:
+        raise ValueError("the cluster has no Ready GPU nodes")
+    fitting = [j for j in jobs if largest_gang(pools, j.gpus_per_node) >= j.num_nodes]
+    slice_ = [replace(j, priority_class=None) for j in fitting[:count]]
+    last = fitting[len(slice_) - 1].submit if slice_ else 0.0
+    left_out = sum(1 for j in jobs if j.submit <= last) - len(slice_)
+    sim_jobs = compressed(slice_, compression)
+    if sim_jobs:
+        t0 = sim_jobs[0].submit
+        sim_jobs = [replace(j, submit=j.submit - t0) for j in sim_jobs]
+    sc = scenario.model_copy(update={
+        "cluster": scenario.cluster.model_copy(update={"pools": [
+            PoolSpec(name=p.name, nodes=p.nodes, gpus_per_node=p.gpus_per_node, gpu_type=p.gpu_type) for p in pools],
+            "same_zone": False}),
+        "backend": Backend.COSCHEDULING,
+        "failures": Failures(restart_overhead_seconds=0),
+        "workload": scenario.workload.model_copy(update={
+            "elastic": scenario.workload.elastic.model_copy(update={"enabled": False})}),
+        "control_plane": control_plane or scenario.control_plane,
+        "sample_seconds": 5.0,
+    })
+    sc = Scenario.model_validate(sc.model_dump(by_alias=True))
+    return ReplayPlan(sc, open_policy(policy), slice_, sim_jobs, left_out)
+
+
+def namespaces_of(policy: QuotaPolicy) -> dict[str, str]:
+    """Each team's first namespace (where its TrainJobs go)."""
+    return {t.name: (t.namespaces or [t.name])[0] for t in policy.teams}

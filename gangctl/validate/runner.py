@@ -1,0 +1,131 @@
+"""The cluster side of `gangctl sim-check`: submit TrainJobs on schedule, watch them finish.
+
+Times are this process's wall clock (the controller stamps `gang.boundAt` with the same machine's
+clock): `submitted` is the midpoint of the create request, `finished` the moment a watch event
+first shows the TrainJob Complete or Failed.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, NAMESPACES, NODES, TRAINJOBS
+from gangctl.kube.client import ApiError, Kube
+from gangctl.sim.replay import SIM_RUN_LABEL, Submission
+from gangctl.validate.measure import finished_condition
+
+
+class ReplayError(RuntimeError):
+    pass
+
+
+@dataclass
+class ReplayRecord:
+    submitted: dict[str, float] = field(default_factory=dict)        # TrainJob key -> epoch seconds
+    finished: dict[str, float] = field(default_factory=dict)         # TrainJob key -> first seen finished
+    objects: dict[str, dict] = field(default_factory=dict)           # TrainJob key -> last seen object
+
+
+def key_of(trainjob: dict) -> str:
+    meta = trainjob["metadata"]
+    return f"{meta['namespace']}/{meta['name']}"
+
+
+async def gpu_nodes(kube: Kube) -> list[dict]:
+    return (await kube.get(NODES.path()))["items"]
+
+
+async def check_runtime(kube: Kube, name: str) -> None:
+    try:
+        await kube.get(CLUSTER_TRAINING_RUNTIMES.path(None, name))
+    except ApiError as err:
+        if err.not_found:
+            raise ReplayError(f"ClusterTrainingRuntime {name!r} not found (gangctl cluster up installs it)") from None
+        raise
+
+
+async def ensure_namespaces(kube: Kube, names: set[str]) -> None:
+    for ns in sorted(names):
+        try:
+            await kube.create(NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        except ApiError as err:
+            if not err.conflict:
+                raise
+
+
+async def replay(kube: Kube, submissions: list[Submission], run_id: str, *, timeout: float,
+                 progress: Callable[[int, int], None] = lambda done, total: None,
+                 picked_up_within: float = 60.0) -> ReplayRecord:
+    """Submit each TrainJob at its offset, and return when all are finished (or raise on timeout)."""
+    record = ReplayRecord()
+    total = len(submissions)
+    all_done = asyncio.Event()
+    selector = f"{SIM_RUN_LABEL}={run_id}"
+
+    def see(obj: dict) -> None:
+        k = key_of(obj)
+        record.objects[k] = obj
+        if k not in record.finished and finished_condition(obj) is not None:
+            record.finished[k] = time.time()
+            progress(len(record.finished), total)
+            if len(record.finished) == total:
+                all_done.set()
+
+    async def watch() -> None:
+        while not all_done.is_set():
+            listing = await kube.get(TRAINJOBS.path(), labelSelector=selector)
+            for obj in listing["items"]:
+                see(obj)
+            try:
+                async for event in kube.watch(TRAINJOBS.path(), listing["metadata"]["resourceVersion"],
+                                              label_selector=selector, timeout_seconds=60):
+                    if event.get("type") in ("ADDED", "MODIFIED"):
+                        see(event["object"])
+                    elif event.get("type") == "ERROR":
+                        break
+                    if all_done.is_set():
+                        return
+            except (ApiError, OSError, asyncio.TimeoutError):
+                await asyncio.sleep(0.5)
+
+    async def submit() -> None:
+        start = time.time()
+        for sub in submissions:
+            delay = start + sub.at_seconds - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            body = sub.trainjob
+            before = time.time()
+            await kube.create(TRAINJOBS.path(body["metadata"]["namespace"]), body)
+            record.submitted[key_of(body)] = (before + time.time()) / 2
+
+    async def picked_up() -> None:
+        """Fail fast when no controller serves TrainJobs."""
+        await asyncio.sleep(picked_up_within)
+        if not any((o.get("status") or {}).get("conditions") for o in record.objects.values()):
+            raise ReplayError(f"no TrainJob got a status within {picked_up_within:.0f}s: is `gangctl controller` running?")
+
+    deadline = time.monotonic() + timeout
+    waiter = asyncio.create_task(all_done.wait())
+    tasks = {asyncio.create_task(watch()), asyncio.create_task(picked_up()), asyncio.create_task(submit()), waiter}
+    try:
+        while not all_done.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ReplayError(f"{total - len(record.finished)} of {total} TrainJobs not finished after {timeout:.0f}s")
+            done, tasks = await asyncio.wait(tasks, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task.exception() is not None:
+                    raise task.exception()
+    finally:
+        for task in tasks:
+            task.cancel()
+    return record
+
+
+async def delete_run(kube: Kube, record: ReplayRecord) -> None:
+    for k in list(record.submitted):
+        ns, name = k.split("/", 1)
+        await kube.delete(TRAINJOBS.path(ns, name))

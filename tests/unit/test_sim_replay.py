@@ -1,0 +1,152 @@
+"""The pure parts of the sim-versus-real replay: the TrainJobs it submits, the plan, the measurements."""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gangctl.api.trainjob import parse_trainjob
+from gangctl.policy.admission import GPU, Verdict, Workload, decide, queue_key
+from gangctl.policy.quota import QuotaPolicy
+from gangctl.policy.resolve import resolve
+from gangctl.sim.metrics import JobOutcome
+from gangctl.sim.model import NodePool
+from gangctl.sim.replay import trainjob_submissions
+from gangctl.sim.scenario import Backend, load_quota_policy, load_scenario, load_workload
+from gangctl.sim.traces import TraceJob
+from gangctl.validate.cli import measured_latency
+from gangctl.validate.measure import RealOutcome, compare, outcome_of, summarize, verdict
+from gangctl.validate.plan import gpu_pools, namespaces_of, open_policy, plan
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNTIME = yaml.safe_load((ROOT / "deploy/runtimes/torch-distributed.yaml").read_text())
+COMPLETE = "pod-complete.stage.kwok.x-k8s.io/"
+
+
+def job(id: str, submit: float, duration: float, nodes: int = 1, gpus: int = 8, **kw) -> TraceJob:
+    return TraceJob(id, submit, duration, nodes, gpus, cpu_per_node=6.0 * gpus, memory_per_node=48.0 * gpus,
+                    group="ml-a", **kw)
+
+
+# --- the TrainJobs -------------------------------------------------------------------------------
+
+def test_trainjobs_finish_on_kwok_after_the_compressed_duration_exactly():
+    jobs = [job("j-2", 1200, 600, nodes=2), job("j-1", 600, 90.5)]
+    subs = trainjob_submissions(jobs, runtime="torch-distributed", namespace_of_team={"ml-a": "ml-a"},
+                                compression=60, run_id="r1")
+    assert [(s.job_id, s.at_seconds) for s in subs] == [("j-1", 10.0), ("j-2", 20.0)]
+    for sub, seconds in zip(subs, ["1508ms", "10000ms"]):
+        tj = sub.trainjob
+        parse_trainjob(tj | {"metadata": tj["metadata"] | {"uid": "u"}})   # valid for the API
+        assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", tj["metadata"]["name"]) and len(tj["metadata"]["name"]) <= 40
+        # The override reaches the node pods, which KWOK reads.
+        pod = resolve(tj | {"metadata": tj["metadata"] | {"uid": "u"}}, RUNTIME).pod_template
+        annotations = pod["metadata"]["annotations"]
+        # KWOK uses jitter-delay instead of delay when it is not larger: both are the run time.
+        assert annotations[COMPLETE + "delay"] == annotations[COMPLETE + "jitter-delay"] == seconds
+        for stage in ("pod-create", "pod-ready"):
+            assert annotations[f"{stage}.stage.kwok.x-k8s.io/delay"] == "0ms"
+            assert annotations[f"{stage}.stage.kwok.x-k8s.io/jitter-delay"] == "0ms"
+        assert tj["metadata"]["labels"]["gangctl.io/sim-run"] == "r1"
+    requests = subs[1].trainjob["spec"]["trainer"]["resourcesPerNode"]["requests"]
+    assert requests == {GPU: "8", "cpu": "48000m", "memory": "393216Mi"}
+    assert subs[1].trainjob["spec"]["trainer"]["numNodes"] == 2
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+def node(name: str, gpus: int | None, ready: bool = True) -> dict:
+    alloc = {"cpu": "96"} | ({GPU: str(gpus)} if gpus is not None else {})
+    return {"metadata": {"name": name, "labels": {}},
+            "status": {"allocatable": alloc, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def test_pools_are_the_ready_gpu_nodes():
+    nodes = [node("a", 8), node("b", 8), node("c", 4), node("cpu", None), node("down", 8, ready=False)]
+    pools = gpu_pools(nodes)
+    assert sorted((p.nodes, p.gpus_per_node) for p in pools) == [(1, 4), (2, 8)]
+
+
+def test_plan_models_what_the_real_stack_does():
+    sc = load_scenario(ROOT / "simulations/replay-check.yaml")
+    policy = load_quota_policy(sc.quota_policy)
+    jobs = load_workload(sc, policy).jobs
+    pools = [NodePool("g", 4, 8)]                          # 32 GPUs: bigger gangs never fit
+    p = plan(sc, policy, jobs, pools, count=100, compression=60)
+    assert len(p.jobs) == 100 and all(j.gpus <= 32 for j in p.jobs)
+    assert p.left_out == sum(1 for j in jobs if j.gpus > 32 and j.submit <= p.jobs[-1].submit) > 0
+    assert p.scenario.backend is Backend.COSCHEDULING and p.scenario.cluster.total_gpus == 32
+    assert p.scenario.failures.node_mtbf_hours is None and p.scenario.failures.exit_failure_rate == 0
+    assert not p.scenario.workload.elastic.enabled
+    assert all(j.priority_class is None for j in p.jobs)
+    assert p.sim_jobs[0].submit == 0
+    assert p.sim_jobs[5].duration == pytest.approx(p.jobs[5].duration / 60)
+    # Quota never binds (the controller has no quota admission yet): everything pending is admitted.
+    quotas = p.policy.to_quotas()
+    pending = {}
+    for j in p.jobs:
+        w = Workload(j.id, "ml-a", 0, j.submit, {GPU: j.gpus * 1000})
+        pending.setdefault("ml-a", []).append(w)
+    pending["ml-a"].sort(key=queue_key)
+    assert all(d.verdict is Verdict.ADMIT for d in decide(quotas, {}, pending))
+    assert namespaces_of(p.policy) == namespaces_of(policy)
+
+
+def test_open_policy_keeps_teams_and_namespaces():
+    policy = QuotaPolicy.model_validate({"teams": [{"name": "a", "namespaces": ["x", "y"], "nominal": {"gpu": 1}}]})
+    opened = open_policy(policy)
+    assert opened.team_of_namespace("y") == "a" and opened.teams[0].nominal.gpu is None
+
+
+# --- measuring -----------------------------------------------------------------------------------
+
+def stamp(t: float, precise: bool = True) -> str:
+    d = datetime.fromtimestamp(t, tz=timezone.utc)
+    return d.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" if precise else d.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def trainjob(bound: float | None, done: float | None, kind: str = "Complete") -> dict:
+    status: dict = {"conditions": [{"type": "Created", "status": "True"}]}
+    if bound is not None:
+        status["gang"] = {"createdAt": stamp(bound - 1), "boundAt": stamp(bound)}
+    if done is not None:
+        status["conditions"].append({"type": kind, "status": "True", "lastTransitionTime": stamp(done, precise=False)})
+    return {"status": status}
+
+
+def test_outcomes_from_trainjob_status():
+    t0 = 1_700_000_000.0
+    o = outcome_of("j", trainjob(t0 + 12.25, t0 + 40), submitted=t0 + 2, seen_finished=t0 + 40.4)
+    assert (o.state, o.queue_delay, o.jct) == ("done", pytest.approx(10.25), pytest.approx(38.4))
+    fallback = outcome_of("j", trainjob(t0 + 12.25, t0 + 40), submitted=t0 + 2, seen_finished=None)
+    assert fallback.jct == pytest.approx(38.0)              # the condition's whole-second time
+    failed = outcome_of("j", trainjob(t0 + 3, t0 + 5, "Failed"), submitted=t0, seen_finished=t0 + 5)
+    assert failed.state == "failed" and failed.jct is None and failed.queue_delay == pytest.approx(3)
+    waiting = outcome_of("j", trainjob(None, None), submitted=t0, seen_finished=None)
+    assert waiting.state == "unfinished" and waiting.queue_delay is None
+
+
+def test_summary_and_verdict():
+    real = summarize([RealOutcome(str(i), 0.0, float(i), 10.0 + i, "done") for i in range(1, 11)])
+    assert real["jobs"] == {"done": 10, "failed": 0, "unfinished": 0, "total": 10}
+    assert real["queue_delay_seconds"]["mean"] == pytest.approx(5.5)
+    assert real["jct_seconds"]["mean"] == pytest.approx(15.5)
+    close = {"jct_seconds": {"mean": 15.5 * 1.04, "p50": 1, "p95": 1}, "queue_delay_seconds": {"mean": 5.5 * 0.96, "p50": 0, "p95": 0}}
+    far = {"jct_seconds": {"mean": 15.5 * 1.06, "p50": 1, "p95": 1}, "queue_delay_seconds": {"mean": 5.5, "p50": 0, "p95": 0}}
+    assert verdict(compare(real, close)) is True
+    rows = compare(real, far)
+    assert verdict(rows) is False
+    assert [r.metric for r in rows if r.checked and not r.ok()] == ["mean JCT (s)"]
+
+
+def test_latency_is_measured_on_jobs_that_had_nothing_to_wait_for():
+    ideal = [JobOutcome("a", "t", 8, 0, 0, 10, "done"), JobOutcome("b", "t", 8, 0, 10, 20, "done"),
+             JobOutcome("c", "t", 8, 5, 5, 15, "done")]
+    real = [RealOutcome("a", 100.0, 101.0, 112.5, "done"),     # bound 1 s after submit, done 1.5 s after its 10 s
+            RealOutcome("b", 100.0, 111.0, 122.0, "done"),     # waited for a: not a bind-latency sample
+            RealOutcome("c", 105.0, 106.0, 117.5, "done")]
+    lat = measured_latency(real, ideal, {"a": 10, "b": 10, "c": 10})
+    assert lat == {"bind_seconds": 1.0, "finish_seconds": 1.5}
