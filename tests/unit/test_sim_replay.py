@@ -150,3 +150,75 @@ def test_latency_is_measured_on_jobs_that_had_nothing_to_wait_for():
             RealOutcome("c", 105.0, 106.0, 117.5, "done")]
     lat = measured_latency(real, ideal, {"a": 10, "b": 10, "c": 10})
     assert lat == {"bind_seconds": 1.0, "finish_seconds": 1.5}
+
+
+# --- the runner, against a fake API server ------------------------------------------------------------
+
+class FakeKube:
+    """Creates TrainJobs; a fake controller binds each at once and completes it after `run` seconds."""
+
+    def __init__(self, run: float, serve: bool = True):
+        import asyncio
+        self.run, self.serve = run, serve
+        self.objects: dict[str, dict] = {}
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.created: list[str] = []
+
+    async def create(self, path: str, body: dict) -> dict:
+        import asyncio
+        import copy
+        import time
+        obj = copy.deepcopy(body)
+        k = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        self.created.append(k)
+        self.objects[k] = obj
+        if self.serve:
+            obj["status"] = {"conditions": [{"type": "Created", "status": "True"}],
+                             "gang": {"boundAt": stamp(time.time())}}
+            asyncio.get_running_loop().call_later(self.run, self._complete, k)
+        await self.events.put({"type": "ADDED", "object": obj})
+        return obj
+
+    def _complete(self, k: str) -> None:
+        obj = self.objects[k]
+        obj["status"]["conditions"].append({"type": "Complete", "status": "True"})
+        self.events.put_nowait({"type": "MODIFIED", "object": obj})
+
+    async def get(self, path: str, **params) -> dict:
+        return {"items": list(self.objects.values()), "metadata": {"resourceVersion": "1"}}
+
+    async def watch(self, path, rv, *, label_selector=None, timeout_seconds=60):
+        while True:
+            yield await self.events.get()
+
+
+def test_runner_submits_on_schedule_and_returns_when_all_are_done():
+    import asyncio
+    import time
+
+    from gangctl.validate import runner
+    subs = trainjob_submissions([job(f"j{i}", i * 6.0, 60) for i in range(5)], runtime="torch-distributed",
+                                namespace_of_team={"ml-a": "ml-a"}, compression=60, run_id="r")
+    kube = FakeKube(run=0.2)
+    started = time.time()
+    record = asyncio.run(runner.replay(kube, subs, "r", timeout=10))
+    assert kube.created == [f"ml-a/{s.trainjob['metadata']['name']}" for s in subs]
+    assert len(record.finished) == 5
+    first, last = (record.submitted[k] - started for k in (kube.created[0], kube.created[-1]))
+    assert first < 0.1 and 0.35 < last < 0.6                 # offsets 0 .. 0.4 s
+    for k in kube.created:
+        assert 0.15 < record.finished[k] - record.submitted[k] < 0.5
+        outcome = outcome_of(k, record.objects[k], record.submitted[k], record.finished[k])
+        assert outcome.state == "done" and outcome.queue_delay < 0.1
+
+
+def test_runner_says_when_no_controller_serves_trainjobs():
+    import asyncio
+
+    from gangctl.validate import runner
+    subs = trainjob_submissions([job("j", 0, 60)], runtime="torch-distributed", namespace_of_team={"ml-a": "ml-a"},
+                                compression=60, run_id="r")
+    with pytest.raises(runner.ReplayError, match="is `gangctl controller` running"):
+        asyncio.run(runner.replay(FakeKube(run=0.1, serve=False), subs, "r", timeout=5, picked_up_within=0.3))
+    with pytest.raises(runner.ReplayError, match="1 of 1 TrainJobs not finished"):
+        asyncio.run(runner.replay(FakeKube(run=5), subs, "r", timeout=0.5, picked_up_within=0.2))
