@@ -189,6 +189,10 @@ def plot_curve(points: list[Point], target: Target, answer: int | None, path: Pa
     ax.axhline(target.value / scale, color="red", linestyle="--", label=f"target {target.text}")
     if answer is not None:
         ax.axvline(answer, color="green", linestyle=":", label=f"smallest: {answer} GPUs")
+    shown = [y / scale for y in ys if y]
+    if shown and max(shown) > 50 * min(shown):   # delays span decades: keep the target region readable
+        ax.set_yscale("symlog", linthresh=max(target.value / scale / 2, 1e-3))
+        ax.set_ylim(bottom=0)
     ax.set_xlabel("cluster GPUs")
     ax.set_ylabel(f"{'.'.join(target.path)} {unit}".strip())
     ax.legend()
