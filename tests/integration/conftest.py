@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from gangctl.cluster.lifecycle import UpOptions, down, up
+from gangctl.api.resources import NODES
+from gangctl.cluster.lifecycle import UpOptions, down, process_node_state, start_process_nodes, up
 from gangctl.config import ClusterSettings
 from gangctl.kube.client import Kube
 from tests.integration.helpers import delete_namespace, eventually
@@ -31,7 +32,8 @@ GPUS_PER_NODE = 8
 
 @pytest.fixture(scope="session")
 def cluster_settings() -> ClusterSettings:
-    return ClusterSettings(cluster_name="gangctl-test")
+    # GANGCTL_TEST_CLUSTER: run the suite against another cluster name (one per engineer/CI job).
+    return ClusterSettings(cluster_name=os.environ.get("GANGCTL_TEST_CLUSTER", "gangctl-test"))
 
 
 @pytest.fixture(scope="session")
@@ -111,6 +113,50 @@ async def wait_ready(ctl: ControllerProcess) -> None:
         except aiohttp.ClientError:
             return False
     await eventually(ready, 30, "controller /readyz")
+
+
+# Process nodes (`gangctl node-agent`) the tests add to the session cluster: started by the first
+# test that asks for them, shared by test_process_nodes.py, test_sdk.py and test_training.py.
+PROCESS_NODES = 3
+PROCESS_NODE_PREFIX = "itest-node"
+PROCESS_NODE_FIRST_INDEX = 10  # pod subnets 10.244.11-13.0/24; further agents take the next indexes
+PROCESS_RUNTIME = "torch-process-nodes"  # deploy/runtimes/torch-process-nodes.yaml, applied by `cluster up`
+
+
+def process_node_test_state(settings: ClusterSettings) -> Path:
+    return process_node_state(settings) / "itest"
+
+
+@pytest.fixture(scope="session")
+def process_nodes(cluster_settings: ClusterSettings, kubeconfig: Path):
+    from gangctl.nodeagent import launch
+
+    state = process_node_test_state(cluster_settings)
+    names = start_process_nodes(cluster_settings, kubeconfig, PROCESS_NODES, lambda m: print(f"[nodes] {m}"),
+                                state=state, prefix=PROCESS_NODE_PREFIX, first_index=PROCESS_NODE_FIRST_INDEX)
+    yield names
+    launch.stop(cluster_settings.cluster_name, state)
+    _delete_nodes(kubeconfig, names)
+
+
+def _delete_nodes(kubeconfig: Path, names: list[str]) -> None:
+    import asyncio
+
+    async def go() -> None:
+        kube = await Kube.connect(kubeconfig)
+        try:
+            for name in names:
+                await kube.delete(NODES.path(name=name))
+        finally:
+            await kube.close()
+    asyncio.run(go())
+
+
+@pytest_asyncio.fixture(scope="session")
+async def process_runtime(kube: Kube, process_nodes) -> str:
+    """The shipped process-node runtime's name (installed with the cluster, from deploy/runtimes)."""
+    await kube.get(f"/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/{PROCESS_RUNTIME}")
+    return PROCESS_RUNTIME
 
 
 @pytest_asyncio.fixture

@@ -1,6 +1,6 @@
 """Process nodes on the real cluster: pods run as real processes, logs through the apiserver, real
 torchrun gangs with their own addresses and names, and node loss seen by the real node lifecycle
-controller. The agents are added to the session cluster by a fixture of this module.
+controller. The agents are added to the session cluster by the `process_nodes` fixture (conftest.py).
 """
 from __future__ import annotations
 
@@ -13,22 +13,19 @@ import uuid
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
-import yaml
 
 from gangctl.api.resources import NODES, PODS
-from gangctl.cluster.lifecycle import process_node_state, start_process_nodes
-from gangctl.config import REPO_ROOT, ClusterSettings
+from gangctl.cluster.lifecycle import start_process_nodes
+from gangctl.config import ClusterSettings
 from gangctl.kube.client import ApiError, Kube
 from gangctl.nodeagent import launch
+from tests.integration.conftest import PROCESS_NODE_FIRST_INDEX, PROCESS_NODES, process_node_test_state
 from tests.integration.helpers import eventually, get_trainjob, is_true, pods_of, submit
 
 pytestmark = pytest.mark.integration
 
-RUNTIME = yaml.safe_load((REPO_ROOT / "examples/process-nodes/runtime.yaml").read_text())
-PREFIX = "itest-node"
-FIRST_INDEX = 10
-NODES_COUNT = 3
+NODES_COUNT = PROCESS_NODES
+FIRST_INDEX = PROCESS_NODE_FIRST_INDEX
 # kube-controller-manager: --node-monitor-grace-period=16s, --node-monitor-period=2s; gang pods
 # tolerate not-ready/unreachable for 5 s (gangctl.plugins.workload.NODE_LOSS_TOLERATION_SECONDS).
 NOT_READY_WITHIN = 25
@@ -36,34 +33,7 @@ EVICTED_WITHIN = 35
 
 
 def _state(settings: ClusterSettings) -> Path:
-    return process_node_state(settings) / "itest"
-
-
-@pytest.fixture(scope="module")
-def process_nodes(cluster_settings: ClusterSettings, kubeconfig: Path):
-    names = start_process_nodes(cluster_settings, kubeconfig, NODES_COUNT, lambda m: print(f"[nodes] {m}"),
-                                state=_state(cluster_settings), prefix=PREFIX, first_index=FIRST_INDEX)
-    yield names
-    launch.stop(cluster_settings.cluster_name, _state(cluster_settings))
-    _delete_nodes(kubeconfig, names)
-
-
-def _delete_nodes(kubeconfig: Path, names: list[str]) -> None:
-    async def go() -> None:
-        kube = await Kube.connect(kubeconfig)
-        try:
-            for name in names:
-                await kube.delete(NODES.path(name=name))
-        finally:
-            await kube.close()
-    asyncio.run(go())
-
-
-@pytest_asyncio.fixture(scope="module")
-async def process_runtime(kube: Kube, process_nodes):
-    await kube.apply(f"/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/{RUNTIME['metadata']['name']}",
-                     RUNTIME, "gangctl-tests")
-    return RUNTIME["metadata"]["name"]
+    return process_node_test_state(settings)
 
 
 def kubectl(kubeconfig: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -1,12 +1,10 @@
 """The kubeflow SDK, unchanged, against gangctl and process nodes: a function trained on 3 nodes by
-real torchrun workers, read back through the SDK (get_job, get_job_logs, wait_for_job_status)."""
+real torchrun workers on the session's process nodes (conftest.py), read back through the SDK (get_job, get_job_logs, wait_for_job_status)."""
 from __future__ import annotations
 
 import time
 
 import pytest
-
-from tests.integration.test_process_nodes import process_nodes, process_runtime  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.integration
 
