@@ -198,7 +198,7 @@ _mount_sim()
 
 @app.command("demo")
 def demo(gpu_nodes: int = typer.Option(64), gpus_per_node: int = typer.Option(8)) -> None:
-    """Bring up a 64 x 8-GPU KWOK cluster and run two gangs through gangctl, live."""
+    """A 64 x 8-GPU KWOK cluster plus 3 process nodes: two KWOK gangs and a real 3-node DDP job, live."""
     from gangctl.demo import run_demo
 
     raise typer.Exit(run_demo(out, gpu_nodes, gpus_per_node))

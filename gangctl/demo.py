@@ -26,7 +26,7 @@ from rich.table import Table
 from gangctl.api.resources import PODS, TRAINJOBS
 from gangctl.cluster.lifecycle import UpOptions, up
 from gangctl.config import REPO_ROOT, ClusterSettings
-from gangctl.kube.client import Kube
+from gangctl.kube.client import ApiError, Kube
 from gangctl.policy.status import finished, phase
 
 NAMESPACE = "demo"
@@ -128,13 +128,10 @@ def _rank0(pods: list[dict], name: str) -> dict | None:
 async def _pod_log(kube: Kube, pod: dict, tail_lines: int | None = None) -> str:
     """GET pods/log: the apiserver proxies it to the process node's kubelet API (what `kubectl logs` does)."""
     path = PODS.path(NAMESPACE, pod["metadata"]["name"]) + "/log"
-    params = {"tailLines": str(tail_lines)} if tail_lines else None
     try:
-        async with kube.session.get(kube.host + path, params=params, headers=await kube._headers(),
-                                    timeout=aiohttp.ClientTimeout(total=10)) as resp:
-            return await resp.text() if resp.status == 200 else ""
-    except (aiohttp.ClientError, asyncio.TimeoutError):
-        return ""
+        return await kube.text(path, timeout=10, tailLines=tail_lines)
+    except (ApiError, aiohttp.ClientError, asyncio.TimeoutError):
+        return ""  # not started yet, or its node is gone: the live table shows nothing for it
 
 
 def _last_step(log: str) -> str:

@@ -69,17 +69,27 @@ class Kube:
             headers["Authorization"] = token
         return headers
 
-    async def request(self, method: str, path: str, *, params: dict | None = None, body: Any = None,
-                      content_type: str = "application/json", timeout: float = 60) -> dict:
+    async def _send(self, method: str, path: str, params: dict | None, body: Any, content_type: str,
+                    timeout: float) -> str:
+        """The response body as text; an ApiError (with the server's reason and message) on status >= 400."""
         data = None if body is None else json.dumps(body)
         async with self.session.request(method, self.host + path, params=_clean(params), data=data,
                                         headers=await self._headers(content_type),
                                         timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
             text = await resp.text()
-            payload = json.loads(text) if text else {}
             if resp.status >= 400:
+                payload = json.loads(text) if text.startswith("{") else {}
                 raise ApiError(resp.status, payload.get("reason", resp.reason or ""), payload.get("message", text[:500]))
-            return payload
+            return text
+
+    async def request(self, method: str, path: str, *, params: dict | None = None, body: Any = None,
+                      content_type: str = "application/json", timeout: float = 60) -> dict:
+        text = await self._send(method, path, params, body, content_type, timeout)
+        return json.loads(text) if text else {}
+
+    async def text(self, path: str, *, timeout: float = 60, **params: Any) -> str:
+        """GET a plain-text subresource, e.g. pods/log (proxied by the apiserver to the node's kubelet)."""
+        return await self._send("GET", path, params, None, "application/json", timeout)
 
     async def get(self, path: str, **params: Any) -> dict:
         return await self.request("GET", path, params=params)
