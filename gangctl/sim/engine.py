@@ -145,7 +145,14 @@ class Simulation:
         self.finish_seconds = cp.finish_seconds
         self.retry_seconds = cp.retry_seconds
         self.retry_on_arrival = cp.retry_on_arrival
-        self._parked: set[str] = set()   # waiting gangs that did not fit, until the next retry
+        self.nudge_delay = cp.finish_seconds + cp.nudge_delay_seconds
+        # With retries modelled, a waiting gang that did not fit is set aside as the scheduler sets
+        # its pods aside: `_parked` when the free GPUs fell short of the gang in sum (Coscheduling's
+        # PreFilter; tried again on a Coscheduling event: a PodGroup added or nudged, a pod bound),
+        # `_unfit` when they sufficed in sum but not node by node (Filter; tried again when pods
+        # leave a node).
+        self._parked: set[str] = set()
+        self._unfit: set[str] = set()
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -182,6 +189,7 @@ class Simulation:
                 self._node_up(version)
             elif kind == _RETRY:
                 self._parked.clear()
+                self._unfit.clear()
                 if version == 1:   # the periodic retry, not a nudge after a job is done
                     self._push(t + self.retry_seconds, _RETRY, None, 1)
             else:
@@ -224,7 +232,10 @@ class Simulation:
                     self._preempt(self.by_id[victim.id])
                 self._admit(self.by_id[d.workload.id])
         if self.waiting and (self.cluster.free_gpus or self.retry_seconds is not None):
-            self._place_waiting()   # (with retries modelled, gangs that do not fit are set aside)
+            # With retries modelled, gangs that do not fit are set aside; a gang bound (its pods'
+            # add events) makes the scheduler retry the ones Coscheduling rejected.
+            while self._place_waiting() and self._parked:
+                self._parked.clear()
         if self.growable and not self.waiting and self.cluster.free_gpus:
             self._grow()
 
@@ -285,6 +296,7 @@ class Simulation:
         if self.waiting.pop(job.spec.id, None) is None:
             return False
         self._parked.discard(job.spec.id)
+        self._unfit.discard(job.spec.id)
         self._count_queued(job, -1)
         return True
 
@@ -347,23 +359,29 @@ class Simulation:
         job.workload = w
         self._enqueue(w)
 
-    def _place_waiting(self) -> None:
+    def _place_waiting(self) -> int:
+        """Place waiting gangs in admission order, whichever fit; return how many started."""
         cluster = self.cluster
         parked = self._parked if self.retry_seconds is not None else None
+        unfit = self._unfit
+        started = 0
         for job in list(self.waiting.values()):
-            if parked is not None and job.spec.id in parked:
+            if parked is not None and (job.spec.id in parked or job.spec.id in unfit):
                 continue
             placement = None
-            if cluster.free_gpus >= job.gang.min_member * job.spec.gpus_per_node:
+            short = cluster.free_gpus < job.gang.min_member * job.spec.gpus_per_node
+            if not short:
                 placement = cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
             if placement is None:
-                if parked is not None:
-                    parked.add(job.spec.id)   # the scheduler set it aside until something retries it
+                if parked is not None:   # set aside until something retries it
+                    (parked if short else unfit).add(job.spec.id)
             else:
                 self._unwait(job)
                 self._start(job, placement)
+                started += 1
                 if not cluster.free_gpus:
-                    return
+                    break
+        return started
 
     def _ready_timeout(self, job: SimJob) -> None:
         if job.state == ADMITTED and self._unwait(job):
@@ -413,6 +431,7 @@ class Simulation:
     def _stop(self, job: SimJob) -> None:
         """Take all the job's pods off the nodes."""
         self.cluster.release(job.placement, job.spec.gpus_per_node)
+        self._unfit.clear()   # pods left nodes: the scheduler retries pods no node fitted
         for node, _ in job.placement:
             del self.node_jobs[node][job.spec.id]
         self.team_gpus[job.team] -= job.pods * job.spec.gpus_per_node
@@ -426,7 +445,7 @@ class Simulation:
         self._hold(job, 0)
         self._end(job, DONE)
         if self.retry_seconds is not None:   # the PodGroup goes when the job is reported done: gangctl nudges
-            self._push(self.clock.now + self.finish_seconds, _RETRY, None, 0)
+            self._push(self.clock.now + self.nudge_delay, _RETRY, None, 0)
 
     def _end(self, job: SimJob, state: str) -> None:
         job.state = state
@@ -580,7 +599,7 @@ def simulate(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob],
              observer: Callable[[Simulation], None] | None = None) -> SimResult:
     """Run one scenario on already loaded jobs (teams in `TraceJob.group`)."""
     spec = scenario.cluster
-    cluster = Cluster(spec.node_pools(), spec.packing, spec.same_zone)
+    cluster = Cluster(spec.node_pools(), spec.packing, spec.same_zone, seed=scenario.seed)
     sim = Simulation(jobs, policy, cluster, backend=scenario.backend, failures=scenario.failures,
                      elastic=scenario.workload.elastic, seed=scenario.seed, sample_seconds=scenario.sample_seconds,
                      pods_ready_timeout_seconds=scenario.pods_ready_timeout_seconds,

@@ -9,6 +9,7 @@ O(GPUs per node) and best-fit placement touches only the nodes it uses.
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from enum import Enum
 from typing import Mapping
@@ -17,6 +18,7 @@ from typing import Mapping
 class Packing(str, Enum):
     BEST_FIT = "best-fit"     # fill the fullest nodes that still fit a pod (keeps whole nodes free)
     FIRST_FIT = "first-fit"   # nodes in declaration order
+    SPREAD = "spread"         # the node with the most free GPUs, ties at random (kube-scheduler's default)
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,12 @@ class _Domain:
 
 
 class Cluster:
-    def __init__(self, pools: list[NodePool], packing: Packing = Packing.BEST_FIT, same_zone: bool = False) -> None:
+    def __init__(self, pools: list[NodePool], packing: Packing = Packing.BEST_FIT, same_zone: bool = False,
+                 seed: int = 0) -> None:
         if not pools or any(p.nodes < 0 or p.gpus_per_node < 1 for p in pools):
             raise ValueError("a cluster needs node pools with at least 1 GPU per node")
         self.packing = packing
+        self._rng = random.Random(seed) if packing is Packing.SPREAD else None   # spread's ties
         max_gpus = max(p.gpus_per_node for p in pools)
         self.max_gpus_per_node = max_gpus
         self.capacity: list[int] = []
@@ -100,6 +104,9 @@ class Cluster:
         if self.packing is Packing.BEST_FIT:
             domain = min(fitting, key=lambda d: d.free_gpus)
             placement = self._select_best_fit(domain, pods, gpus_per_pod)
+        elif self.packing is Packing.SPREAD:
+            domain = max(fitting, key=lambda d: d.free_gpus)
+            return self._place_spread(domain, pods, gpus_per_pod)
         else:
             domain = fitting[0]
             placement = self._select_first_fit(domain, pods, gpus_per_pod)
@@ -170,6 +177,23 @@ class Cluster:
                 if not remaining:
                     return placement
         raise AssertionError("slots said the gang fits")
+
+    def _place_spread(self, domain: _Domain, pods: int, gpus_per_pod: int) -> Placement:
+        """Pod by pod (as the scheduler assumes them), each on a node with the most free GPUs."""
+        rng = self._rng
+        on: dict[int, int] = {}
+        buckets = domain.buckets
+        for _ in range(pods):
+            k = len(buckets) - 1
+            while not buckets[k]:
+                k -= 1
+            if k < gpus_per_pod:
+                raise AssertionError("slots said the gang fits")
+            nodes = buckets[k]
+            node = next(iter(nodes)) if len(nodes) == 1 else rng.choice(list(nodes))
+            self._set_free(node, self.free[node] - gpus_per_pod)
+            on[node] = on.get(node, 0) + 1
+        return list(on.items())
 
     def _select_first_fit(self, domain: _Domain, pods: int, gpus_per_pod: int) -> Placement:
         placement: Placement = []

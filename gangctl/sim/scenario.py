@@ -77,6 +77,8 @@ class ControlPlane(_Model):
     retry_seconds: float | None = Field(None, gt=0, description="a gang that did not fit is tried again only when a job is reported done "
                                         "and every this many seconds (gangctl's GANGCTL_GANG_RETRY_SECONDS); absent: after every event")
     retry_on_arrival: bool = Field(True, description="with retrySeconds: a new gang's pods also make the scheduler retry waiting gangs")
+    nudge_delay_seconds: float = Field(1.0, ge=0, description="with retrySeconds: from a job reported done (its PodGroup deleted) "
+                                       "to gangctl nudging the waiting gangs (its debounce)")
 
 
 class TraceSpec(_Model):

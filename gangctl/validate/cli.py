@@ -41,6 +41,7 @@ def sim_check_command(
     tolerance: float = typer.Option(DEFAULT_TOLERANCE, help="largest relative difference of the means that passes"),
     keep: bool = typer.Option(False, help="keep the TrainJobs afterwards (default: delete them)"),
     output: str = typer.Option("text", "-o", "--output", help="text or json"),
+    dump: Optional[Path] = typer.Option(None, help="write one JSON line per job: real and simulated submit/start/end"),
 ) -> None:
     """Replay a scenario slice on the local cluster through the real controller and scheduler; compare with the simulator."""
     from gangctl.sim.scenario import load_quota_policy, load_scenario, load_workload
@@ -51,6 +52,9 @@ def sim_check_command(
     try:
         result = asyncio.run(_run(sc, policy, trace.jobs, jobs, compression, kubeconfig, timeout, retry_seconds, keep,
                                   quiet=output == "json"))
+        per_job = result.pop("per_job")
+        if dump is not None:
+            dump.write_text("".join(json.dumps(row) + "\n" for row in per_job))
     except Exception as exc:  # noqa: BLE001 - one line for the user, whatever went wrong
         err.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}")
         raise typer.Exit(1)
@@ -106,7 +110,7 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
     cp = ControlPlane(bind_seconds=latency["bind_seconds"], finish_seconds=latency["finish_seconds"],
                       retry_seconds=retry_seconds)
     model = simulate(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs)
-    return {"scenario": sc.name, "jobs": len(subs), "compression": compression,
+    return {"per_job": per_job_rows(p.sim_jobs, outcomes, ideal.outcomes, model.outcomes),"scenario": sc.name, "jobs": len(subs), "compression": compression,
             "cluster": [{"nodes": pl.nodes, "gpus_per_node": pl.gpus_per_node} for pl in pools],
             "measured_latency": latency | {"retry_seconds": retry_seconds},
             "real": real, "ideal": _pick(ideal.summary), "model": _pick(model.summary)}
@@ -122,6 +126,25 @@ def measured_latency(real, ideal_outcomes, durations: dict[str, float]) -> dict[
               if o.state == "done" and o.finished is not None and o.bound is not None]
     return {"bind_seconds": round(max(0.0, statistics.median(bind)), 3) if bind else 0.0,
             "finish_seconds": round(max(0.0, statistics.median(finish)), 3) if finish else 0.0}
+
+
+def per_job_rows(sim_jobs, real, ideal_outcomes, model_outcomes) -> list[dict]:
+    """Each job's submit, start (all pods bound) and end: real (seconds after the first submission)
+    beside the ideal and the model simulation."""
+    t0 = min((o.submitted for o in real), default=0.0)
+    rel = lambda t: None if t is None else round(t - t0, 3)  # noqa: E731
+    by_id = {o.job_id: o for o in real}
+    ideal = {o.id: o for o in ideal_outcomes}
+    model = {o.id: o for o in model_outcomes}
+    rows = []
+    for j in sim_jobs:
+        r, i, m = by_id.get(j.id), ideal.get(j.id), model.get(j.id)
+        rows.append({"job": j.id, "pods": j.num_nodes, "gpus_per_pod": j.gpus_per_node, "submit": round(j.submit, 3),
+                     "duration": j.duration,
+                     "real": r and {"submit": rel(r.submitted), "start": rel(r.bound), "end": rel(r.finished)},
+                     "ideal": i and {"start": i.start, "end": i.end},
+                     "model": m and {"start": m.start, "end": m.end}})
+    return rows
 
 
 def _pick(summary: dict) -> dict:

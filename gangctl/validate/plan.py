@@ -8,6 +8,10 @@ What the real stack does today, and so what the simulation of a replay must mode
 - no elastic gangs (the replay uses the shipped, rigid runtime) and no priority classes (the
   cluster has no PriorityClass objects for them);
 - the cluster is the real one: its Ready GPU nodes, not the scenario's pools;
+- the local cluster's kube-scheduler keeps NodeResourcesFit's default LeastAllocated scoring, and
+  a replay's CPU and memory requests go with its GPUs, so each pod goes to the node with the most
+  free GPUs (`spread` packing): small jobs spread over every node, and pods that take a whole node
+  wait until one drains;
 - gangs that can never fit those nodes are left out (the real scheduler would keep them pending).
 """
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
 from gangctl.policy.quota import QuotaPolicy, Resources, Team
-from gangctl.sim.model import NodePool
+from gangctl.sim.model import NodePool, Packing
 from gangctl.sim.replay import compressed
 from gangctl.sim.scenario import Backend, ControlPlane, Failures, PoolSpec, Scenario
 from gangctl.sim.traces import TraceJob
@@ -72,7 +76,7 @@ def plan(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], pools: l
     sc = scenario.model_copy(update={
         "cluster": scenario.cluster.model_copy(update={"pools": [
             PoolSpec(name=p.name, nodes=p.nodes, gpus_per_node=p.gpus_per_node, gpu_type=p.gpu_type) for p in pools],
-            "same_zone": False}),
+            "same_zone": False, "packing": Packing.SPREAD}),
         "backend": Backend.COSCHEDULING,
         "failures": Failures(restart_overhead_seconds=0),
         "workload": scenario.workload.model_copy(update={

@@ -209,7 +209,7 @@ def test_with_retries_modelled_a_waiting_gang_starts_at_the_nudge_or_the_periodi
     jobs = [job("a", 0, 100, nodes=2), job("b", 10, 100, nodes=2)]
     nudged = with_control_plane(scenario(nodes=2), finishSeconds=5, retrySeconds=1000)
     by = {o.id: o for o in simulate(nudged, ONE_TEAM, jobs).outcomes}
-    assert by["b"].start == 105                          # a reported done at 105: gangctl nudges b
+    assert by["b"].start == 106          # a reported done at 105 (PodGroup deleted): gangctl nudges b 1 s later
     # Until a is reported done (t=200), only the periodic retry (every 30 s) tries b again.
     slow = with_control_plane(scenario(nodes=2), finishSeconds=100, retrySeconds=30)
     by = {o.id: o for o in simulate(slow, ONE_TEAM, jobs).outcomes}
