@@ -331,9 +331,41 @@ class ReplicatedJob(OpenModel):
         return next((c for c in self.pod_spec.get("containers") or [] if c.get("name") == name), None)
 
 
-class JobSetSpec(OpenModel):
-    """A JobSet spec; only replicatedJobs is modelled, failurePolicy/successPolicy/network... are kept."""
+FAILURE_ACTIONS = ("FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts")
+JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes", "MaxFailedIndexesExceeded",
+                       "PodFailurePolicy")
 
+
+class FailurePolicyRule(K8sModel):
+    """JobSet failurePolicy rule: the first rule matching a failed child Job decides the action."""
+
+    name: str | None = None
+    action: Literal["FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts"]
+    on_job_failure_reasons: list[Literal["BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes",
+                                         "MaxFailedIndexesExceeded", "PodFailurePolicy"]] | None = None
+    target_replicated_jobs: list[str] | None = None
+
+
+class FailurePolicy(K8sModel):
+    """JobSet failurePolicy: restart the child jobs up to maxRestarts times (user failures only)."""
+
+    max_restarts: int | None = Field(None, ge=0)
+    restart_strategy: Literal["Recreate", "BlockingRecreate"] | None = None
+    rules: list[FailurePolicyRule] | None = None
+
+
+class SuccessPolicy(K8sModel):
+    """JobSet successPolicy: the TrainJob completes when All (or Any) of the target jobs complete."""
+
+    operator: Literal["All", "Any"] = "All"
+    target_replicated_jobs: list[str] | None = None
+
+
+class JobSetSpec(OpenModel):
+    """A JobSet spec: replicatedJobs, failurePolicy and successPolicy are modelled, the rest is kept."""
+
+    failure_policy: FailurePolicy | None = None
+    success_policy: SuccessPolicy | None = None
     replicated_jobs: list[ReplicatedJob] | None = Field(
         None, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
     )

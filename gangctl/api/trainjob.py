@@ -16,6 +16,7 @@ from gangctl.api.runtime import (
     CLUSTER_TRAINING_RUNTIME_KIND,
     GROUP,
     TRAINING_RUNTIME_KIND,
+    ElasticPolicy,
     EnvVar,
     FreeForm,
     K8sModel,
@@ -88,6 +89,8 @@ class Trainer(K8sModel):
     num_nodes: int | None = Field(None, ge=1)
     resources_per_node: ResourceRequirements | None = None
     num_proc_per_node: NumProcPerNode | None = None
+    elastic_policy: ElasticPolicy | None = Field(
+        None, description="gangctl extension: overrides the runtime's mlPolicy.torch.elasticPolicy for this job")
 
 
 class TrainJobSpec(K8sModel):
@@ -146,6 +149,40 @@ class GangStatus(K8sModel):
     created_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
 
 
+class LastFailure(K8sModel):
+    """The most recent failure of a child Job and what gangctl did about it."""
+
+    kind: Literal["user", "infrastructure"]
+    reason: str
+    message: str = ""
+    job: str | None = None
+    job_uid: str | None = Field(None, alias="jobUID")
+    pod: str | None = None
+    exit_code: int | None = None
+    action: Literal["Fail", "Restart"] | None = None
+    time: str | None = Field(None, json_schema_extra={"format": "date-time"})
+
+
+class RestartsStatus(K8sModel):
+    """gangctl extension: restarts by cause; counters only grow (sticky across controller restarts)."""
+
+    user: int = Field(0, ge=0, description="charged to failurePolicy.maxRestarts")
+    infrastructure: int = Field(0, ge=0, description="node loss, eviction, preemption: never charged")
+    ignored: int = Field(0, ge=0, description="RestartJobSetAndIgnoreMaxRestarts: not charged")
+    last_failure: LastFailure | None = None
+
+
+class ElasticStatus(K8sModel):
+    """gangctl extension: the elastic job's current size and why it last changed."""
+
+    current_nodes: int = Field(ge=0)
+    min_nodes: int = Field(ge=1)
+    max_nodes: int = Field(ge=1)
+    resizes: int = Field(0, ge=0)
+    last_resize_reason: str | None = None
+    last_resize_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
+
+
 class TrainJobStatus(K8sModel):
     """Observed state."""
 
@@ -158,6 +195,8 @@ class TrainJobStatus(K8sModel):
     trainer_status: FreeForm | None = None
     restart_count: int | None = Field(None, ge=0, description="gangctl extension: restarts charged to the job")
     gang: GangStatus | None = Field(None, description="gangctl extension: gang scheduling times")
+    restarts: RestartsStatus | None = Field(None, description="gangctl extension: restarts by cause")
+    elastic: ElasticStatus | None = Field(None, description="gangctl extension: elastic size")
 
     def condition(self, type_: str) -> Condition | None:
         """The condition of this type."""

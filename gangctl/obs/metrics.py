@@ -21,8 +21,20 @@ class Metrics:
             registry=registry, buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600))
         self.invalid = Counter("gangctl_trainjobs_invalid_total", "TrainJobs marked Failed for an invalid spec",
                                registry=registry)
+        self.restarts = Counter("gangctl_trainjob_restarts_total",
+                                "Child Job restarts by cause (user, infrastructure, ignored)", ["cause"],
+                                registry=registry)
+        self.policy_failures = Counter("gangctl_trainjob_policy_failures_total",
+                                       "TrainJobs failed by the failure policy, by reason", ["reason"],
+                                       registry=registry)
+        self.world_size = Gauge("gangctl_elastic_world_size", "Current node count of an elastic TrainJob",
+                                ["namespace", "trainjob"], registry=registry)
+        self.resizes = Counter("gangctl_elastic_resizes_total", "Elastic resizes by direction and cause",
+                               ["direction", "cause"], registry=registry)
         for phase in PHASES:
             self.trainjobs.labels(phase).set(0)
+        for cause in ("user", "infrastructure", "ignored"):
+            self.restarts.labels(cause)
 
     def set_phases(self, counts: dict[str, int]) -> None:
         for phase in PHASES:

@@ -39,6 +39,14 @@ class ResolvedJob:
     pod_template: dict[str, Any]      # the node job's pod template with the trainer merged in
     job_spec: dict[str, Any]          # the node job's batch/v1 spec fields other than the template
     requests: dict[str, Fraction] = field(default_factory=dict)  # one node pod's requests
+    failure_policy: dict | None = None  # JobSet spec.failurePolicy of the runtime template
+    success_policy: dict | None = None  # JobSet spec.successPolicy of the runtime template
+    elastic: dict | None = None         # mlPolicy.torch.elasticPolicy, with spec.trainer.elasticPolicy over it
+
+    @property
+    def max_nodes(self) -> int:
+        """The most nodes the job may run on (num_nodes; for an elastic job, maxNodes)."""
+        return self.num_nodes
 
 
 def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
@@ -49,6 +57,7 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
     torch = ml.get("torch") or {}
     trainer = spec.get("trainer") or {}
 
+    js = (rspec.get("template") or {}).get("spec") or {}
     node_job = _node_job(rspec)
     job_template = copy.deepcopy(node_job.get("template") or {})
     job_spec = dict(job_template.get("spec") or {})
@@ -70,10 +79,14 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
             _apply_override(pod_template, override)
 
     num_nodes = int(trainer.get("numNodes") or ml.get("numNodes") or 1)
-    elastic = torch.get("elasticPolicy") or {}
+    elastic = {**(torch.get("elasticPolicy") or {}), **(trainer.get("elasticPolicy") or {})}
     min_nodes = elastic.get("minNodes")
     if elastic:
         num_nodes = int(elastic.get("maxNodes") or num_nodes)
+        if min_nodes is not None and int(min_nodes) > num_nodes:
+            raise ResolveError(f"elasticPolicy: minNodes ({min_nodes}) must be less than or equal to "
+                               f"maxNodes ({num_nodes}) (spec.trainer.elasticPolicy over the runtime's "
+                               "mlPolicy.torch.elasticPolicy)")
 
     requests = pod_requests(pod_spec)
     nproc = trainer.get("numProcPerNode", torch.get("numProcPerNode", "auto"))
@@ -87,6 +100,8 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
         suspend=bool(spec.get("suspend")),
         gang_backend=backend, gang_settings=settings,
         pod_template=pod_template, job_spec=job_spec, requests=requests,
+        failure_policy=js.get("failurePolicy"), success_policy=js.get("successPolicy"),
+        elastic=elastic or None,
     )
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from gangctl.policy.failure import succeeded
+
 CREATED, RUNNING, SUSPENDED, COMPLETE, FAILED = "Created", "Running", "Suspended", "Complete", "Failed"
 CONDITION_ORDER = (CREATED, SUSPENDED, RUNNING, COMPLETE, FAILED)
 
@@ -37,7 +39,10 @@ class ChildJob:
                    parallelism=int(spec.get("parallelism") or 0), active=int(st.get("active") or 0),
                    ready=int(st.get("ready") or 0), succeeded=int(st.get("succeeded") or 0),
                    failed=int(st.get("failed") or 0), suspended=bool(spec.get("suspend")),
-                   complete=pick("Complete"), failure=pick("Failed"))
+                   # The Job controller decides first (SuccessCriteriaMet / FailureTarget) and sets
+                   # Complete / Failed once every pod has terminated; the decision is what counts.
+                   complete=pick("Complete") or pick("SuccessCriteriaMet"),
+                   failure=pick("Failed") or pick("FailureTarget"))
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,8 @@ def failed_status(previous: dict | None, reason: str, message: str, now: datetim
 
 
 def derive_status(previous: dict | None, jobs: list[ChildJob], gang: GangObservation | None,
-                  suspend: bool, now: datetime, generation: int | None = None) -> dict:
+                  suspend: bool, now: datetime, generation: int | None = None,
+                  success_policy: dict | None = None) -> dict:
     status = dict(previous or {})
     conds: list[dict] = list(status.get("conditions") or [])
     gen = generation
@@ -113,7 +119,7 @@ def derive_status(previous: dict | None, jobs: list[ChildJob], gang: GangObserva
         conds = set_condition(conds, SUSPENDED, False, "Resumed", "spec.suspend is false", now, gen)
 
     failure = next((j for j in jobs if j.failure), None)
-    complete = jobs and all(j.complete for j in jobs)
+    complete = succeeded(success_policy, {j.replicated_job: bool(j.complete) for j in jobs})
     gang_status = dict(status.get("gang") or {})
     if failure:
         reason, message = failure.failure  # type: ignore[misc]

@@ -21,6 +21,7 @@ from gangctl.plugins.names import SPEC_HASH, TRAINJOB_NAME, child_job_name
 from gangctl.plugins.registry import backend_for
 from gangctl.plugins.workload import headless_service, node_job, owner_reference
 from gangctl.policy import status as st
+from gangctl.policy.failure import PodFailure, Restarts, classify, decide, parse_failure_policy
 from gangctl.policy.gang import size_gang
 from gangctl.policy.resolve import NODE_JOB, ResolveError, resolve
 
@@ -60,6 +61,12 @@ class Reconciler:
         self.on_capacity_freed: Callable[[], None] = lambda: None
         # Waiting gangs whose PodGroup should be touched on their next reconcile (see _nudge).
         self.nudge: set[str] = set()
+        # What this process last wrote or decided, so a reconcile that reads a TrainJob from a cache
+        # that has not yet seen our own status write neither counts a failure twice nor rolls the
+        # counters back (they only grow; the newest view wins).
+        self._restarts: dict[str, Restarts] = {}                # TrainJob uid -> counters
+        self._decided: dict[str, tuple[str, str]] = {}          # TrainJob uid -> (failed Job uid, action)
+        self._disruptions: dict[str, dict[str, PodFailure]] = {}  # Job uid -> pod name -> disruption
 
     async def reconcile(self, key: str) -> None:
         trainjob = self.caches.trainjobs.get(key)
@@ -68,7 +75,8 @@ class Reconciler:
         if (trainjob.get("spec") or {}).get("managedBy") not in SERVED_MANAGERS:
             return
         previous = trainjob.get("status") or {}
-        if st.finished(previous):
+        memo = trainjob["metadata"].get("uid") or key  # a recreated TrainJob of the same name starts afresh
+        if st.finished(previous) or self._decided.get(memo, ("", ""))[1] == "Fail":
             # Final: release the gang, and never recreate children someone deleted (TTL, cleanup).
             await self._release_gang(trainjob)
             return
@@ -99,6 +107,20 @@ class Reconciler:
             return
 
         owner = owner_reference(trainjob)
+        ns = job.namespace
+        observed_job = self.caches.jobs.get(f"{ns}/{child_job_name(job.name, NODE_JOB)}")
+        restarts = Restarts.from_status(previous).newest(self._restarts.get(memo))
+        if observed_job is not None:
+            child = st.ChildJob.from_job(observed_job, NODE_JOB)
+            if child.failure is not None:
+                await self._on_failed_job(memo, trainjob, job, observed_job, child, restarts)
+                return
+            if observed_job["metadata"].get("deletionTimestamp"):
+                return  # a restart is removing it (foreground: its pods go first); its deletion requeues us
+            self._note_disruptions(ns, job.name, observed_job)
+        elif self._live_pods(ns, job.name):
+            return  # an old attempt's pods are still going: never two live pods for one index
+
         await self._ensure(SERVICES, self.caches.services, headless_service(job, owner))
         if backend is not None and not job.suspend:
             await self._ensure(backend.group_resource, self.caches.pod_groups, backend.group(job, gang, owner))
@@ -106,14 +128,15 @@ class Reconciler:
         if job.suspend:
             await self._release_gang(trainjob)
 
-        ns = job.namespace
         jobs = []
-        observed_job = self.caches.jobs.get(f"{ns}/{child_job_name(job.name, NODE_JOB)}")
         if observed_job is not None:
             jobs.append(st.ChildJob.from_job(observed_job, NODE_JOB))
         gang_obs = st.GangObservation(gang.min_member, self._bound_pods(ns, job.name, observed_job))
         status = st.derive_status(previous, jobs, gang_obs, job.suspend, self.clock(),
-                                  trainjob["metadata"].get("generation"))
+                                  trainjob["metadata"].get("generation"), success_policy=job.success_policy)
+        if restarts.total or restarts.last_failure:
+            status["restarts"] = restarts.to_status()
+            status["restartCount"] = restarts.user
         if status != previous:
             await self._write_status(trainjob, status)
             self._record_transitions(trainjob, previous, status)
@@ -123,6 +146,82 @@ class Reconciler:
             self.nudge.discard(key)
             if st.waiting_for_gang(status):
                 await self._nudge(backend.group_resource, job.namespace, job.name)
+
+    async def _on_failed_job(self, key: str, trainjob: dict, job, observed_job: dict, child: st.ChildJob,
+                             restarts: Restarts) -> None:
+        """The child Job failed: classify, then fail the TrainJob or restart (recreate) the Job, once per Job."""
+        uid = observed_job["metadata"].get("uid", "")
+        decided = self._decided.get(key)
+        if decided and decided[0] == uid:
+            action = decided[1]
+        elif restarts.last_failure.get("jobUID") == uid:
+            action = restarts.last_failure.get("action", "Restart")
+        else:
+            action = None
+        if action is not None:  # already counted (by us, or by an earlier run of the controller)
+            if action == "Restart":
+                await self._delete_job(observed_job)
+            return
+        reason, message = child.failure  # type: ignore[misc]
+        pods = {p.name: p for p in self._disruptions.get(uid, {}).values()}
+        for pod in self._pods_of_job(job.namespace, job.name, uid):
+            failed = PodFailure.from_pod(pod)
+            if failed is not None:
+                pods[failed.name] = failed
+        failure = classify(reason, message, list(pods.values()))
+        policy = parse_failure_policy(job.failure_policy) if job.failure_policy is not None else None
+        decision = decide(policy, failure, restarts)
+        now = self.clock()
+        after = restarts.after(decision, failure, observed_job["metadata"]["name"], uid, st.timestamp(now))
+        self._restarts[key], self._decided[key] = after, (uid, decision.action)
+        previous = trainjob.get("status") or {}
+        status = {**previous, "restarts": after.to_status(), "restartCount": after.user}
+        status["jobsStatus"] = st.derive_status(previous, [child], None, False, now)["jobsStatus"]
+        if decision.action == "Fail":
+            status = st.failed_status(status, decision.reason, decision.message, now)
+            self.metrics.policy_failures.labels(decision.reason).inc()
+            await self._write_status(trainjob, status)
+            await self.events.warning(trainjob, decision.reason, decision.message)
+            await self._release_gang(trainjob)
+            return
+        conds = st.set_condition(list(status.get("conditions") or []), st.RUNNING, False, "Restarting",
+                                 decision.message, now)
+        status["conditions"] = conds
+        status.pop("gang", None)  # the new attempt's gang is measured from its own creation
+        self.metrics.restarts.labels(decision.counter).inc()
+        await self._write_status(trainjob, status)
+        record = self.events.normal if decision.counter == "infrastructure" else self.events.warning
+        await record(trainjob, "Restarting", f"{decision.reason}: {decision.message}")
+        await self._delete_job(observed_job)
+        self._disruptions.pop(uid, None)
+
+    async def _delete_job(self, job: dict) -> None:
+        """Delete a failed attempt, its pods first (foreground), and only that attempt (uid precondition)."""
+        meta = job["metadata"]
+        if meta.get("deletionTimestamp"):
+            return
+        body = {"propagationPolicy": "Foreground", "preconditions": {"uid": meta.get("uid")}}
+        try:
+            await self.kube.request("DELETE", JOBS.path(meta["namespace"], meta["name"]), body=body)
+        except ApiError as err:
+            if not (err.not_found or err.status == 409):
+                raise
+
+    def _pods_of_job(self, namespace: str, name: str, uid: str) -> list[dict]:
+        return [pod for pod in self.caches.pods.list(namespace, {TRAINJOB_NAME: name})
+                if any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])]
+
+    def _note_disruptions(self, namespace: str, name: str, job: dict) -> None:
+        """Remember pods of the running attempt that carry DisruptionTarget: they may be gone when it fails."""
+        uid = job["metadata"].get("uid", "")
+        for pod in self._pods_of_job(namespace, name, uid):
+            failed = PodFailure.from_pod(pod)
+            if failed is not None and failed.disruption is not None:
+                self._disruptions.setdefault(uid, {})[failed.name] = failed
+
+    def _live_pods(self, namespace: str, name: str) -> bool:
+        return any((pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                   for pod in self.caches.pods.list(namespace, {TRAINJOB_NAME: name}))
 
     def _runtime_for(self, trainjob: dict) -> dict | None:
         ref = trainjob["spec"]["runtimeRef"]

@@ -1,0 +1,83 @@
+"""Failure classification and the JobSet-style failure/success policy decisions."""
+from __future__ import annotations
+
+from gangctl.policy import failure as f
+
+
+def pod(name, at, code=None, disruption=None, phase="Failed", index="0"):
+    conds = [{"type": "DisruptionTarget", "status": "True", "reason": disruption[0], "message": disruption[1],
+              "lastTransitionTime": at}] if disruption else []
+    statuses = [{"name": "node", "state": {"terminated": {"exitCode": code, "reason": "Error", "finishedAt": at}}}] \
+        if code is not None else []
+    return {"metadata": {"name": name, "annotations": {"batch.kubernetes.io/job-completion-index": index}},
+            "status": {"phase": phase, "conditions": conds, "containerStatuses": statuses}}
+
+
+POLICY = f.parse_failure_policy({"maxRestarts": 2, "rules": [
+    {"name": "fatal", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]},
+    {"name": "deadline", "action": "RestartJobSetAndIgnoreMaxRestarts", "onJobFailureReasons": ["DeadlineExceeded"]},
+]})
+
+
+def test_pod_failure_reads_exit_code_index_and_disruption():
+    p = f.PodFailure.from_pod(pod("tj-node-0-1", "2026-01-01T00:00:05Z", code=42, index="1"))
+    assert (p.name, p.exit_code, p.index, p.disruption) == ("tj-node-0-1", 42, 1, None)
+    d = f.PodFailure.from_pod(pod("x", "t", disruption=("DeletionByTaintManager", "node lost"), phase="Running"))
+    assert d.disruption == ("DeletionByTaintManager", "node lost")
+    assert f.PodFailure.from_pod(pod("ok", "t", phase="Running")) is None
+
+
+def test_first_failed_pod_is_the_culprit_and_a_disruption_makes_it_infrastructure():
+    pods = [f.PodFailure.from_pod(pod("b", "2026-01-01T00:00:09Z", code=143)),
+            f.PodFailure.from_pod(pod("a", "2026-01-01T00:00:05Z", disruption=("EvictionByEvictionAPI", "")))]
+    failure = f.classify("BackoffLimitExceeded", "Job has reached the specified backoff limit", pods)
+    assert failure.kind == "infrastructure" and failure.pod == "a"
+    user = f.classify("BackoffLimitExceeded", "", [f.PodFailure.from_pod(pod("c", "2026-01-01T00:00:01Z", code=1))] + pods)
+    assert user.kind == "user" and user.exit_code == 1 and "pod c exited with code 1" in user.describe()
+
+
+def test_pod_named_by_pod_failure_policy_wins():
+    pods = [f.PodFailure.from_pod(pod("a", "2026-01-01T00:00:01Z", disruption=("PreemptionByScheduler", ""))),
+            f.PodFailure.from_pod(pod("tj-node-0-2", "2026-01-01T00:00:09Z", code=42))]
+    msg = "Container node for pod ns/tj-node-0-2 failed with exit code 42 matching FailJob rule at index 1"
+    failure = f.classify("PodFailurePolicy", msg, pods)
+    assert (failure.kind, failure.pod, failure.exit_code) == ("user", "tj-node-0-2", 42)
+
+
+def test_rules_budget_and_infrastructure():
+    user = f.Failure("user", "BackoffLimitExceeded", "", "p", 1)
+    r0 = f.Restarts()
+    d = f.decide(POLICY, user, r0)
+    assert (d.action, d.charged, d.counter) == ("Restart", True, "user")
+    r2 = f.Restarts(user=2)
+    d = f.decide(POLICY, user, r2)
+    assert d.action == "Fail" and d.reason == f.REASON_BUDGET and "pod p exited with code 1" in d.message
+    fatal = f.decide(POLICY, f.Failure("user", "PodFailurePolicy", "", "p", 42), r0)
+    assert fatal.action == "Fail" and fatal.reason == f.REASON_RULE and "fatal" in fatal.message
+    ignored = f.decide(POLICY, f.Failure("user", "DeadlineExceeded", ""), r2)
+    assert (ignored.action, ignored.counter) == ("Restart", "ignored")
+    infra = f.decide(POLICY, f.Failure("infrastructure", "BackoffLimitExceeded", "", "p"), r2)
+    assert (infra.action, infra.charged, infra.counter) == ("Restart", False, "infrastructure")
+    # No failurePolicy: a user failure fails the TrainJob with the Job's reason; infrastructure still restarts.
+    assert f.decide(None, user, r0).reason == "BackoffLimitExceeded"
+    assert f.decide(None, f.Failure("infrastructure", "BackoffLimitExceeded", ""), r0).action == "Restart"
+
+
+def test_restart_counters_are_monotonic_and_newest_wins():
+    user = f.Failure("user", "BackoffLimitExceeded", "", "p", 1)
+    d = f.decide(POLICY, user, f.Restarts())
+    after = f.Restarts().after(d, user, "tj-node-0", "uid-1", "2026-01-01T00:00:00Z")
+    assert after.to_status()["user"] == 1 and after.last_failure["jobUID"] == "uid-1"
+    assert after.last_failure["exitCode"] == 1 and after.last_failure["action"] == "Restart"
+    stale = f.Restarts.from_status({})
+    assert stale.newest(after) is after and after.newest(stale) is after
+    assert f.Restarts.from_status({"restarts": after.to_status()}) == after
+
+
+def test_success_policy():
+    assert f.succeeded(None, {"node": True})
+    assert not f.succeeded(None, {"node": False})
+    assert not f.succeeded(None, {})
+    assert f.succeeded({"operator": "Any"}, {"node": True, "launcher": False})
+    assert not f.succeeded({"operator": "All"}, {"node": True, "launcher": False})
+    assert f.succeeded({"operator": "All", "targetReplicatedJobs": ["node"]}, {"node": True, "launcher": False})
