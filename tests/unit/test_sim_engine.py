@@ -223,3 +223,52 @@ def test_default_control_plane_changes_nothing():
     sc = scenario(nodes=24, backend="kueue", seed=1, failures=FLAKY)
     explicit = with_control_plane(sc, bindSeconds=0, finishSeconds=0)
     assert outcomes(simulate(sc, EXAMPLE_POLICY, jobs)) == outcomes(simulate(explicit, EXAMPLE_POLICY, jobs))
+
+
+# --- kube-scheduler's placement and requeueing (what the replay on the local cluster runs) ------
+
+def spread(sc: Scenario) -> Scenario:
+    return Scenario.model_validate(sc.model_dump(by_alias=True)
+                                   | {"cluster": sc.cluster.model_dump(by_alias=True) | {"packing": "spread"}})
+
+
+def test_spread_packing_puts_each_pod_on_the_emptiest_node_and_is_deterministic():
+    from gangctl.sim.model import Cluster, NodePool, Packing
+    c = Cluster([NodePool("p", 4, 8)], Packing.SPREAD, seed=3)
+    firsts = [c.place(1, 1)[0][0] for _ in range(4)]
+    assert sorted(firsts) == [0, 1, 2, 3]                    # one small pod on every node
+    assert c.place(1, 8) is None                             # no node is whole any more
+    assert c.place(2, 2) is not None and max(c.free) == 7   # then the next emptiest
+    again = Cluster([NodePool("p", 4, 8)], Packing.SPREAD, seed=3)
+    assert [again.place(1, 1)[0][0] for _ in range(4)] == firsts
+    best = Cluster([NodePool("p", 4, 8)], Packing.BEST_FIT)
+    assert {best.place(1, 1)[0][0] for _ in range(4)} == {0}  # best-fit packs them instead
+    assert best.place(3, 8) is not None
+
+
+def test_with_spread_small_jobs_keep_a_whole_node_pod_waiting_that_best_fit_starts_at_once():
+    jobs = [job(f"s{i}", i, 100, gpus=1) for i in range(2)] + [job("big", 5, 10, gpus=8)]
+    sc = scenario(nodes=2)
+    assert {o.id: o for o in simulate(sc, ONE_TEAM, jobs).outcomes}["big"].start == 5
+    assert {o.id: o for o in simulate(spread(sc), ONE_TEAM, jobs).outcomes}["big"].start == 100
+
+
+def test_a_gang_short_node_by_node_is_retried_when_pods_leave_a_node_without_a_nudge():
+    # 2 nodes; s0, s1 (1 GPU each) spread over both; the 8-GPU pod fits the GPUs in sum (14 free)
+    # but no node: the scheduler retries it when s0's pod leaves (t=50), not at the next nudge.
+    jobs = [job("s0", 0, 50, gpus=1), job("s1", 1, 100, gpus=1), job("big", 5, 10, gpus=8)]
+    sc = with_control_plane(spread(scenario(nodes=2)), finishSeconds=5, retrySeconds=1000)
+    assert {o.id: o for o in simulate(sc, ONE_TEAM, jobs).outcomes}["big"].start == 50
+
+
+def test_a_gang_short_in_sum_waits_for_a_coscheduling_event():
+    # a holds both nodes; b (a whole-cluster gang) is short in sum: Coscheduling's PreFilter rejects
+    # it, and it is retried at gangctl's nudge (a done at 105, +1 s), not when a's pods leave (100)...
+    jobs = [job("a", 0, 100, nodes=2), job("b", 10, 100, nodes=2)]
+    sc = with_control_plane(scenario(nodes=2), finishSeconds=5, retrySeconds=1000)
+    assert {o.id: o for o in simulate(sc, ONE_TEAM, jobs).outcomes}["b"].start == 106
+    # ... or when a new gang arrives (its PodGroup and pods are added) before that.
+    arrives = jobs + [job("c", 102, 10, nodes=2)]
+    by = {o.id: o for o in simulate(sc, ONE_TEAM, arrives).outcomes}
+    assert by["b"].start == 102                  # b first: the older PodGroup
+    assert by["c"].start == 208                  # c: b's pods exit at 202, reported done 207, nudge 208

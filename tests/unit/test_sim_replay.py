@@ -17,7 +17,8 @@ from gangctl.sim.model import NodePool
 from gangctl.sim.replay import trainjob_submissions
 from gangctl.sim.scenario import Backend, load_quota_policy, load_scenario, load_workload
 from gangctl.sim.traces import TraceJob
-from gangctl.validate.cli import measured_latency
+from gangctl.sim.model import Packing
+from gangctl.validate.cli import measured_latency, per_job_rows
 from gangctl.validate.measure import RealOutcome, compare, outcome_of, summarize, verdict
 from gangctl.validate.plan import gpu_pools, namespaces_of, open_policy, plan
 
@@ -79,6 +80,7 @@ def test_plan_models_what_the_real_stack_does():
     assert len(p.jobs) == 100 and all(j.gpus <= 32 for j in p.jobs)
     assert p.left_out == sum(1 for j in jobs if j.gpus > 32 and j.submit <= p.jobs[-1].submit) > 0
     assert p.scenario.backend is Backend.COSCHEDULING and p.scenario.cluster.total_gpus == 32
+    assert p.scenario.cluster.packing is Packing.SPREAD     # the local scheduler's default scoring
     assert p.scenario.failures.node_mtbf_hours is None and p.scenario.failures.exit_failure_rate == 0
     assert not p.scenario.workload.elastic.enabled
     assert all(j.priority_class is None for j in p.jobs)
@@ -150,3 +152,13 @@ def test_latency_is_measured_on_jobs_that_had_nothing_to_wait_for():
             RealOutcome("c", 105.0, 106.0, 117.5, "done")]
     lat = measured_latency(real, ideal, {"a": 10, "b": 10, "c": 10})
     assert lat == {"bind_seconds": 1.0, "finish_seconds": 1.5}
+
+
+def test_per_job_dump_rows_put_real_times_after_the_first_submission_beside_the_simulations():
+    sim_jobs = [TraceJob("a", 0, 10, 1, 8), TraceJob("b", 5, 10, 2, 8)]
+    real = [RealOutcome("a", 100.0, 100.5, 111.5, "done"), RealOutcome("b", 105.0, 120.0, None, "unfinished")]
+    ideal = [JobOutcome("a", "t", 8, 0, 0, 10, "done"), JobOutcome("b", "t", 16, 5, 10, 20, "done")]
+    rows = per_job_rows(sim_jobs, real, ideal, ideal)
+    assert rows[0]["real"] == {"submit": 0.0, "start": 0.5, "end": 11.5} and rows[0]["pods"] == 1
+    assert rows[1]["real"] == {"submit": 5.0, "start": 20.0, "end": None}
+    assert rows[1]["ideal"] == rows[1]["model"] == {"start": 10, "end": 20}
