@@ -16,6 +16,8 @@ from gangctl.config import ClusterSettings, ControllerSettings
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Gang-scheduled, elastic PyTorch training on Kubernetes.")
 cluster_app = typer.Typer(no_args_is_help=True, help="A real local control plane (kube-apiserver, scheduler, controllers, KWOK GPU nodes).")
 app.add_typer(cluster_app, name="cluster")
+policy_app = typer.Typer(no_args_is_help=True, help="Quota policies (policies/*.yaml): validate, and apply as Kueue or Volcano objects.")
+app.add_typer(policy_app, name="policy")
 err = Console(stderr=True)
 out = Console()
 
@@ -23,6 +25,17 @@ out = Console()
 class Output(str, Enum):
     text = "text"
     json = "json"
+
+
+class Scheduler(str, Enum):
+    coscheduling = "coscheduling"
+    volcano = "volcano"
+    kueue = "kueue"
+
+
+class QuotaBackend(str, Enum):
+    kueue = "kueue"
+    volcano = "volcano"
 
 
 def _fail(message: str) -> None:
@@ -73,6 +86,7 @@ def cluster_up(
     gpu_nodes: int = typer.Option(4, help="KWOK GPU nodes to create"),
     gpus_per_node: int = typer.Option(8, help="nvidia.com/gpu allocatable on each GPU node"),
     process_nodes: int = typer.Option(0, help="process nodes (gangctl node-agent): pods on them run real processes"),
+    scheduler: Scheduler = typer.Option(Scheduler.coscheduling, help="also run Volcano or Kueue (built once, cached)"),
 ) -> None:
     """Build the pinned binaries (once; minutes the first time), start the cluster, install CRDs and nodes."""
     from gangctl.cluster.build import BuildError
@@ -83,8 +97,9 @@ def cluster_up(
     bar, progress = _build_progress()
     with bar:
         try:
-            cluster = up(settings, UpOptions(gpu_nodes, gpus_per_node, process_nodes), lambda m: err.print(f"• {m}"), progress)
-        except (BuildError, ClusterError, TimeoutError) as exc:
+            cluster = up(settings, UpOptions(gpu_nodes, gpus_per_node, process_nodes, scheduler.value),
+                         lambda m: err.print(f"• {m}"), progress)
+        except (BuildError, ClusterError, TimeoutError, RuntimeError) as exc:
             _fail(str(exc))
     err.print(f"[green]cluster {settings.cluster_name!r} is up.[/] Use it with:\n  export KUBECONFIG={cluster.kubeconfig}")
 
@@ -113,7 +128,8 @@ def cluster_status(output: Output = typer.Option(Output.text, "-o", "--output"))
     if not info["exists"]:
         out.print(f"cluster {info['name']!r} does not exist; start it with: gangctl cluster up")
         return
-    table = Table(title=f"cluster {info['name']}: {'running' if info['running'] else 'not running'}")
+    table = Table(title=f"cluster {info['name']} ({info.get('scheduler', 'coscheduling')}): "
+                        f"{'running' if info['running'] else 'not running'}")
     table.add_column("component")
     table.add_column("process")
     for comp in info["components"]:
@@ -183,6 +199,91 @@ def node_agent(
         asyncio.run(run_agent(cfg))
     except KeyboardInterrupt:
         pass
+
+
+def _read_policy(path: str):
+    from pathlib import Path
+
+    from gangctl.policy.quota_check import check_policy
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc.strerror}")
+    policy, problems = check_policy(text)
+    return policy, [p.format(path) for p in problems]
+
+
+@policy_app.command("validate")
+def policy_validate(file: str = typer.Argument(..., help="a quota policy YAML file (schema: policies/schema.json)"),
+                    output: Output = typer.Option(Output.text, "-o", "--output")) -> None:
+    """Check a quota policy: schema and semantic errors, each with its field and line. Exit 1 if any."""
+    policy, problems = _read_policy(file)
+    if output is Output.json:
+        print(json.dumps({"file": file, "valid": policy is not None, "errors": problems,
+                          "teams": [t.name for t in policy.teams] if policy else []}, indent=2))
+    elif policy is not None:
+        teams = ", ".join(f"{t.name} ({len(t.namespaces or [t.name])} ns)" for t in policy.teams)
+        out.print(f"[green]{file}: valid[/] — {len(policy.teams)} teams: {teams}; "
+                  f"priorities: {', '.join(f'{k}={v}' for k, v in policy.priorities.items())}", soft_wrap=True)
+    else:
+        for line in problems:
+            print(line, file=sys.stderr)
+    if policy is None:
+        raise typer.Exit(1)
+
+
+@policy_app.command("apply")
+def policy_apply(
+    file: str = typer.Argument(..., help="a quota policy YAML file"),
+    backend: QuotaBackend = typer.Option(None, help="kueue or volcano (default: the scheduler the local cluster runs)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="show the diff against the cluster; change nothing"),
+    kubeconfig: str = typer.Option(None, envvar="KUBECONFIG", help="default: the local cluster's"),
+    output: Output = typer.Option(Output.text, "-o", "--output"),
+) -> None:
+    """Translate a quota policy into Kueue objects or Volcano Queues and server-side apply them."""
+    import asyncio
+
+    from gangctl.kube.client import ApiError, Kube
+    from gangctl.policy_apply import apply_policy
+
+    policy, problems = _read_policy(file)
+    if policy is None:
+        for line in problems:
+            print(line, file=sys.stderr)
+        raise typer.Exit(1)
+    settings = ClusterSettings()
+    if backend is None:
+        from gangctl.cluster.schedulers import chosen
+
+        name = chosen(settings)
+        if name not in ("kueue", "volcano"):
+            _fail("the local cluster runs coscheduling, which has no quota objects (gangctl admits its jobs "
+                  "itself); pass --backend kueue|volcano")
+        backend = QuotaBackend(name)
+
+    async def run():
+        kube = await Kube.connect(kubeconfig or settings.kubeconfig)
+        try:
+            return await apply_policy(kube, policy, backend.value, dry_run=dry_run)
+        finally:
+            await kube.close()
+    try:
+        changes = asyncio.run(run())
+    except (ApiError, RuntimeError, OSError) as exc:
+        _fail(str(exc))
+    if output is Output.json:
+        print(json.dumps({"backend": backend.value, "dryRun": dry_run, "objects": [c.as_json() for c in changes]}, indent=2))
+        return
+    colour = {"create": "green", "created": "green", "update": "yellow", "updated": "yellow", "unchanged": "dim"}
+    for c in changes:
+        where = f"{c.namespace}/" if c.namespace else ""
+        out.print(f"[{colour.get(c.action, 'white')}]{c.action:>9}[/] {c.kind} {where}{c.name}")
+        if dry_run and c.diff:
+            out.print("".join(c.diff).rstrip(), markup=False, highlight=False)
+    counts = {a: sum(c.action == a for c in changes) for a in dict.fromkeys(c.action for c in changes)}
+    summary = ", ".join(f"{n} {a}" for a, n in counts.items())
+    err.print(f"{backend.value}: {summary}{' (dry run: nothing changed)' if dry_run else ''}")
 
 
 def _mount_sim() -> None:

@@ -124,8 +124,14 @@ def ensure_built(integrations: Path, bin_root: Path, progress: Progress | None =
     return out
 
 
+def _nice() -> list[str]:
+    """Builds run at the lowest CPU priority: on a 2-core machine they must not slow what else runs."""
+    nice = shutil.which("nice")
+    return [nice, "-n", "19"] if nice else []
+
+
 def _build_one(go: str, module_dir: Path, tool: Tool, target: Path, log: Path, on_line: Callable[[str], None]) -> None:
-    cmd = [go, "build", "-v", "-trimpath", *version_ldflags(module_dir), "-o", str(target) + ".tmp", tool.package]
+    cmd = [*_nice(), go, "build", "-v", "-trimpath", *version_ldflags(module_dir), "-o", str(target) + ".tmp", tool.package]
     with log.open("a") as sink:
         sink.write(f"$ (cd {module_dir} && {' '.join(cmd)})\n")
         proc = subprocess.Popen(cmd, cwd=module_dir, env=go_env(), stdout=subprocess.PIPE,
@@ -161,3 +167,34 @@ def ensure_coredns(integrations: Path, bin_root: Path, progress: Progress | None
                lambda line: progress and progress("coredns", 0, 1, line))
     (out / ".complete").write_text(go_version(go) + "\n")
     return target
+
+
+# Kueue and Volcano are built only when `cluster up --scheduler kueue|volcano` asks for them, each
+# cached in its own folder (keyed like the others), so the default cluster never pays for them.
+KUEUE = GoModule("kueue", (Tool("sigs.k8s.io/kueue/cmd/kueue", "kueue"),))
+VOLCANO = GoModule("volcano", (
+    Tool("volcano.sh/volcano/cmd/scheduler", "vc-scheduler"),
+    Tool("volcano.sh/volcano/cmd/controller-manager", "vc-controller-manager"),
+))
+EXTRA_MODULES = {"kueue": KUEUE, "volcano": VOLCANO}
+
+
+def ensure_module(module: GoModule, integrations: Path, bin_root: Path, progress: Progress | None = None) -> Path:
+    """Build (or reuse) every program of one optional wrapper module; returns the folder holding them."""
+    go = go_binary()
+    goversion = go_version(go)
+    module_dir = integrations / module.folder
+    out = bin_root / f"{module.folder}-{module_key(module_dir, goversion)[:8]}"
+    if (out / ".complete").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    total = len(module.tools)
+    for number, tool in enumerate(module.tools, 1):
+        target = out / tool.binary
+        if not target.exists():
+            _build_one(go, module_dir, tool, target, out / "build.log",
+                       lambda line, n=number, b=tool.binary: progress and progress(b, n - 1, total, line))
+        if progress:
+            progress(tool.binary, number, total, "built")
+    (out / ".complete").write_text(goversion + "\n")
+    return out

@@ -4,13 +4,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from gangctl.cluster import setup
 from gangctl.cluster.build import ensure_built
 from gangctl.cluster.local import ClusterError, LocalCluster, coscheduling_crd
 from gangctl.config import ClusterSettings
-from gangctl.kube.client import Kube
+from gangctl.kube.client import ApiError, Kube
 
 Say = Callable[[str], None]
 BuildProgress = Callable[[str, int, int, str], None]
@@ -21,6 +21,7 @@ class UpOptions:
     gpu_nodes: int = 4
     gpus_per_node: int = 8
     process_nodes: int = 0  # node agents: pods bound to them run as real local processes
+    scheduler: str = "coscheduling"  # or "volcano" / "kueue": started beside the base cluster
 
 
 def local_cluster(settings: ClusterSettings, progress: BuildProgress | None = None) -> LocalCluster:
@@ -29,14 +30,23 @@ def local_cluster(settings: ClusterSettings, progress: BuildProgress | None = No
 
 
 def up(settings: ClusterSettings, options: UpOptions, say: Say, progress: BuildProgress | None = None) -> LocalCluster:
+    from gangctl.cluster import schedulers
+
     cluster = local_cluster(settings, progress)
+    scheduler = options.scheduler
     if cluster.exists():
         say(f"cluster {settings.cluster_name!r} exists; starting its components")
+        if scheduler == "coscheduling" and schedulers.chosen(settings) != "coscheduling":
+            # Its webhooks (Kueue) or queues (Volcano) are in the cluster: restart what it was made with.
+            scheduler = schedulers.chosen(settings)
+            say(f"it was brought up with --scheduler {scheduler}; starting {scheduler} again")
         cluster.start()
     else:
         say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler (coscheduling), kwok-controller")
         cluster.create()
     asyncio.run(prepare(cluster, options, say))
+    if scheduler != "coscheduling":
+        start_scheduler(settings, cluster.kubeconfig, scheduler, say, progress)
     if options.process_nodes:
         start_process_nodes(settings, cluster.kubeconfig, options.process_nodes, say, progress)
     return cluster
@@ -100,6 +110,7 @@ def down(settings: ClusterSettings, say: Say) -> None:
     from gangctl.nodeagent import network
 
     launch.stop(settings.cluster_name, process_node_state(settings))  # agents first: they kill their pods
+    stop_scheduler(settings, say)
     network.delete_cluster_network(settings.cluster_name)  # whatever else ran in the pod network
     cluster = LocalCluster(settings, Path("/nonexistent"))
     if not cluster.exists():
@@ -123,6 +134,10 @@ def status(settings: ClusterSettings) -> dict:
     cluster = LocalCluster(settings, Path("/nonexistent"))
     info: dict = {"name": settings.cluster_name, "exists": cluster.exists(),
                   "kubeconfig": str(cluster.kubeconfig), "components": cluster.components()}
+    from gangctl.cluster import schedulers
+
+    info["scheduler"] = schedulers.chosen(settings)
+    info["components"] += schedulers.components(schedulers.state_dir(settings))
     info["running"] = bool(info["components"]) and all(c["running"] for c in info["components"])
     if info["running"]:
         info["nodes"] = asyncio.run(_node_summary(cluster.kubeconfig))
@@ -135,3 +150,89 @@ async def _node_summary(kubeconfig: Path) -> dict:
         return {"kwok_ready": await setup.count_ready_nodes(kube, "type=kwok")}
     finally:
         await kube.close()
+
+
+def start_scheduler(settings: ClusterSettings, kubeconfig: Path, scheduler: str, say: Say,
+                    progress: BuildProgress | None = None, timeout: float = 120) -> None:
+    """Build (once) and start Kueue or Volcano beside the cluster, with its CRDs (and webhooks)."""
+    from gangctl.cluster import kueue, schedulers, volcano
+    from gangctl.cluster.build import EXTRA_MODULES, ensure_module
+
+    if scheduler not in schedulers.SCHEDULERS:
+        raise ClusterError(f"unknown scheduler {scheduler!r}; choose one of {', '.join(schedulers.SCHEDULERS)}")
+    bin_dir = ensure_module(EXTRA_MODULES[scheduler], settings.integrations_dir, settings.bin_root, progress)
+    state = schedulers.state_dir(settings)
+    schedulers.stop(state)  # a restart of an existing cluster: never two copies
+    schedulers.record_choice(settings, scheduler)
+    if scheduler == "kueue":
+        proc, ports = kueue.process(settings, bin_dir, kubeconfig)
+        crds = kueue.crds(settings.integrations_dir)
+        asyncio.run(_install(kubeconfig, crds, namespaces=[kueue.NAMESPACE]))
+        say(f"installed {len(crds)} Kueue CRDs")
+        pid = schedulers.spawn(state, proc)
+        schedulers.wait_http_ok(f"http://127.0.0.1:{ports['health']}/readyz", timeout, "kueue to be ready",
+                                lambda: schedulers.running(pid))
+        ca = (state / "kueue-certs" / "tls.crt").read_bytes()
+        hooks = kueue.webhook_configurations(settings.integrations_dir, ports["webhook"], ca)
+        asyncio.run(_install(kubeconfig, [], webhooks=hooks))
+        say(f"kueue running (pid {pid}); webhooks on https://127.0.0.1:{ports['webhook']}; "
+            f"log {state / 'logs' / 'kueue.log'}")
+    else:
+        procs, ports = volcano.processes(settings, bin_dir, kubeconfig)
+        crds = volcano.crds(settings.integrations_dir)
+        asyncio.run(_install(kubeconfig, crds))
+        say(f"installed {len(crds)} Volcano CRDs")
+        started = {p.name: schedulers.spawn(state, p) for p in procs}
+        schedulers.wait_http_ok(f"http://127.0.0.1:{ports['scheduler_health']}/healthz", timeout,
+                                "vc-scheduler to be healthy", lambda: schedulers.running(started["vc-scheduler"]))
+        asyncio.run(_wait_default_queue(kubeconfig, timeout))
+        say(f"volcano running (vc-scheduler pid {started['vc-scheduler']}, vc-controller-manager pid "
+            f"{started['vc-controller-manager']}); Queue 'default' exists; logs in {state / 'logs'}")
+
+
+async def _install(kubeconfig: Path, crds: list[dict], *, namespaces: Sequence[str] = (),
+                   webhooks: Sequence[dict] = ()) -> None:
+    from gangctl.api.resources import NAMESPACES, Resource
+
+    kube = await Kube.connect(kubeconfig)
+    try:
+        for ns in namespaces:
+            await kube.apply(NAMESPACES.path(name=ns), {"apiVersion": "v1", "kind": "Namespace",
+                                                         "metadata": {"name": ns}}, setup.FIELD_MANAGER)
+        if crds:
+            await setup.install_crds(kube, crds)
+        for hook in webhooks:
+            res = Resource("admissionregistration.k8s.io", "v1", hook["kind"].lower() + "s", hook["kind"], namespaced=False)
+            await kube.apply(res.path(name=hook["metadata"]["name"]), hook, setup.FIELD_MANAGER)
+    finally:
+        await kube.close()
+
+
+async def _wait_default_queue(kubeconfig: Path, timeout: float) -> None:
+    from gangctl.plugins.volcano import VOLCANO_QUEUES
+
+    kube = await Kube.connect(kubeconfig)
+    try:
+        async def exists() -> bool:
+            try:
+                await kube.get(VOLCANO_QUEUES.path(name="default"))
+                return True
+            except ApiError as err:
+                if err.not_found:
+                    return False
+                raise
+        await setup.wait_for(exists, timeout, "Volcano's default Queue")
+    finally:
+        await kube.close()
+
+
+def stop_scheduler(settings: ClusterSettings, say: Say) -> None:
+    import shutil
+
+    from gangctl.cluster import schedulers
+
+    state = schedulers.state_dir(settings)
+    stopped = schedulers.stop(state)
+    if stopped:
+        say(f"stopped {', '.join(stopped)}")
+    shutil.rmtree(state, ignore_errors=True)

@@ -2,6 +2,11 @@
 
 A backend is pure: from the resolved job and its gang it says how pods join the gang and which
 objects (a PodGroup, …) must exist. Adding a backend is one module plus one registry line.
+
+The four methods of `GangBackend` are what every backend has. Backends whose admission works on
+the child Job itself (Kueue) also answer the optional hooks below; `job_labels`, `job_annotations`,
+`controls_suspend` and `wants_group` read them with the defaults a PodGroup backend has, so
+coscheduling needs none of them.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from gangctl.policy.resolve import ResolvedJob
 
 class GangBackend(Protocol):
     name: str
-    group_resource: Resource  # the kind of object that represents the gang
+    group_resource: Resource | None  # the kind of object that represents the gang (None: no object)
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]: ...
 
@@ -22,4 +27,30 @@ class GangBackend(Protocol):
 
     def scheduler_name(self, job: ResolvedJob, default: str) -> str | None: ...
 
-    def group(self, job: ResolvedJob, gang: Gang, owner: dict) -> dict: ...
+    def group(self, job: ResolvedJob, gang: Gang, owner: dict) -> dict | None: ...
+
+    # Optional hooks (see the module docstring):
+    #   job_labels(job, gang) -> dict[str, str]        labels on the child Job (Kueue's queue-name)
+    #   job_annotations(job, gang) -> dict[str, str]   annotations on the child Job
+    #   controls_suspend: bool                         the backend, not gangctl, owns spec.suspend
+
+
+def job_labels(backend: GangBackend | None, job: ResolvedJob, gang: Gang) -> dict[str, str]:
+    hook = getattr(backend, "job_labels", None)
+    return dict(hook(job, gang)) if hook else {}
+
+
+def job_annotations(backend: GangBackend | None, job: ResolvedJob, gang: Gang) -> dict[str, str]:
+    hook = getattr(backend, "job_annotations", None)
+    return dict(hook(job, gang)) if hook else {}
+
+
+def controls_suspend(backend: GangBackend | None) -> bool:
+    """True when the backend's admission flips the child Job's spec.suspend (gangctl must not apply it
+    after creating the Job suspended, or server-side apply would take admission back)."""
+    return bool(getattr(backend, "controls_suspend", False))
+
+
+def wants_group(backend: GangBackend | None) -> bool:
+    """True when the backend represents the gang by an object gangctl must create (a PodGroup)."""
+    return backend is not None and getattr(backend, "group_resource", None) is not None

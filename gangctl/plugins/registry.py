@@ -17,3 +17,15 @@ def backend_for(name: str | None) -> GangBackend | None:
         raise KeyError(f"spec.podGroupPolicy.{name}: this backend is not supported yet "
                        f"(supported: {', '.join(sorted(BACKENDS))})")
     return BACKENDS[name]
+
+
+def _all_backends() -> dict[str, GangBackend]:
+    from gangctl.plugins.kueue import Kueue
+    from gangctl.plugins.volcano import Volcano
+
+    return {**BACKENDS, "volcano": Volcano(), "kueue": Kueue()}
+
+
+# Every backend that has a builder. The reconciler serves BACKENDS; volcano and kueue join it once
+# the reconciler handles a backend without a PodGroup (Kueue) and watches Volcano's PodGroup phase.
+ALL_BACKENDS: dict[str, GangBackend] = _all_backends()

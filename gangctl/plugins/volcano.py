@@ -1,0 +1,77 @@
+"""Volcano: a PodGroup scheduling.volcano.sh/v1beta1, pods with schedulerName volcano.
+
+Pods join the group by the annotation `scheduling.k8s.io/group-name`. Volcano's enqueue action moves
+the PodGroup Pending -> Inqueue when its queue has room for `minResources`; the gang plugin then
+binds `minMember` pods together or none. `minTaskMember` counts pods per task, and Volcano reads a
+pod's task from the annotation `volcano.sh/task-spec`, so the trainer's pods carry `node`.
+
+The queue is the runtime's `podGroupPolicy.volcano.queue`, else `default` (the queue Volcano
+creates); with a quota policy applied, each team has a Queue named after it (see
+gangctl.policy.quota_volcano.queue_for_namespace). The priority class is
+`podGroupPolicy.volcano.priorityClassName`, else the pod template's `priorityClassName`.
+"""
+from __future__ import annotations
+
+from gangctl.api.quantity import format_quantity
+from gangctl.api.resources import Resource
+from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
+from gangctl.policy.gang import Gang
+from gangctl.policy.resolve import ResolvedJob
+
+VOLCANO_POD_GROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
+VOLCANO_QUEUES = Resource("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False)
+GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
+TASK_SPEC_ANNOTATION = "volcano.sh/task-spec"
+SCHEDULER_NAME = "volcano"
+DEFAULT_QUEUE = "default"
+TASK = "node"  # the trainer's replicated job: the only task of the gang
+
+# PodGroup phases (status.phase); Inqueue means admitted by the queue, pods may now be bound.
+PENDING, INQUEUE, RUNNING = "Pending", "Inqueue", "Running"
+
+
+class Volcano:
+    name = "volcano"
+    group_resource: Resource = VOLCANO_POD_GROUPS
+
+    def pod_labels(self, job: ResolvedJob) -> dict[str, str]:
+        return {}
+
+    def pod_annotations(self, job: ResolvedJob) -> dict[str, str]:
+        return {GROUP_NAME_ANNOTATION: job.name, TASK_SPEC_ANNOTATION: TASK}
+
+    def scheduler_name(self, job: ResolvedJob, default: str) -> str | None:
+        return SCHEDULER_NAME
+
+    def queue(self, job: ResolvedJob) -> str:
+        return str(job.gang_settings.get("queue") or DEFAULT_QUEUE)
+
+    def priority_class(self, job: ResolvedJob) -> str | None:
+        return (job.gang_settings.get("priorityClassName")
+                or (job.pod_template.get("spec") or {}).get("priorityClassName"))
+
+    def group(self, job: ResolvedJob, gang: Gang, owner: dict) -> dict:
+        spec: dict = {
+            "minMember": gang.min_member,
+            "minTaskMember": {TASK: gang.min_member},
+            "minResources": {k: format_quantity(v) for k, v in sorted(gang.min_resources.items())},
+            "queue": self.queue(job),
+        }
+        if (pc := self.priority_class(job)):
+            spec["priorityClassName"] = pc
+        return {
+            "apiVersion": VOLCANO_POD_GROUPS.api_version,
+            "kind": VOLCANO_POD_GROUPS.kind,
+            "metadata": {
+                "name": job.name,
+                "namespace": job.namespace,
+                "labels": {MANAGED_BY: MANAGER, TRAINJOB_NAME: job.name},
+                "ownerReferences": [owner],
+            },
+            "spec": spec,
+        }
+
+
+def podgroup_phase(podgroup: dict | None) -> str | None:
+    """The observed phase of a Volcano PodGroup (None: not created or not yet seen by Volcano)."""
+    return ((podgroup or {}).get("status") or {}).get("phase")

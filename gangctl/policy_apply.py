@@ -1,0 +1,139 @@
+"""`gangctl policy apply`: a quota policy's Kueue or Volcano objects, server-side applied.
+
+The objects come from the pure translators (gangctl.policy.quota_kueue / quota_volcano); this
+module only talks to the API server through gangctl.kube. `--dry-run` applies with `dryRun=All`
+(so the diff shows what the server would store, defaults included) and diffs that against what is
+there now; objects are never changed then.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Literal
+
+import yaml
+
+from gangctl.api.resources import Resource
+from gangctl.kube.client import ApiError, Kube
+from gangctl.policy.quota import QuotaPolicy
+from gangctl.policy.quota_kueue import kueue_objects
+from gangctl.policy.quota_volcano import volcano_objects
+
+FIELD_MANAGER = "gangctl-policy"
+Backend = Literal["kueue", "volcano"]
+
+KINDS = {
+    ("v1", "Namespace"): Resource("", "v1", "namespaces", "Namespace", namespaced=False),
+    ("scheduling.k8s.io/v1", "PriorityClass"): Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False),
+    ("kueue.x-k8s.io/v1beta1", "ResourceFlavor"): Resource("kueue.x-k8s.io", "v1beta1", "resourceflavors", "ResourceFlavor", namespaced=False),
+    ("kueue.x-k8s.io/v1beta1", "ClusterQueue"): Resource("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", namespaced=False),
+    ("kueue.x-k8s.io/v1beta1", "LocalQueue"): Resource("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue"),
+    ("kueue.x-k8s.io/v1beta1", "WorkloadPriorityClass"): Resource("kueue.x-k8s.io", "v1beta1", "workloadpriorityclasses", "WorkloadPriorityClass", namespaced=False),
+    ("kueue.x-k8s.io/v1alpha1", "Cohort"): Resource("kueue.x-k8s.io", "v1alpha1", "cohorts", "Cohort", namespaced=False),
+    ("scheduling.volcano.sh/v1beta1", "Queue"): Resource("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False),
+}
+_VOLATILE_META = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
+_CRD_HINT = {"kueue": "start the cluster with `gangctl cluster up --scheduler kueue`",
+             "volcano": "start the cluster with `gangctl cluster up --scheduler volcano`"}
+
+
+def objects_for(policy: QuotaPolicy, backend: Backend) -> list[dict]:
+    return kueue_objects(policy) if backend == "kueue" else volcano_objects(policy)
+
+
+def resource_of(obj: dict) -> Resource:
+    return KINDS[(obj["apiVersion"], obj["kind"])]
+
+
+def object_path(obj: dict) -> str:
+    meta = obj["metadata"]
+    return resource_of(obj).path(meta.get("namespace"), meta["name"])
+
+
+def ref(obj: dict) -> str:
+    meta = obj["metadata"]
+    return f"{obj['kind']} {meta['namespace'] + '/' if meta.get('namespace') else ''}{meta['name']}"
+
+
+@dataclass
+class Change:
+    kind: str
+    name: str
+    namespace: str | None
+    action: Literal["create", "update", "unchanged", "created", "updated", "applied"]
+    diff: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        out = {"kind": self.kind, "name": self.name, "action": self.action}
+        if self.namespace:
+            out["namespace"] = self.namespace
+        if self.diff:
+            out["diff"] = "".join(self.diff)
+        return out
+
+
+def comparable(obj: dict | None) -> dict | None:
+    """An object without the fields the server keeps changing (status, managedFields, versions)."""
+    if obj is None:
+        return None
+    out = {k: v for k, v in obj.items() if k != "status"}
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _VOLATILE_META}
+    if isinstance(meta.get("annotations"), dict):
+        meta["annotations"] = {k: v for k, v in meta["annotations"].items()
+                               if k != "kubectl.kubernetes.io/last-applied-configuration"} or None
+        if meta["annotations"] is None:
+            del meta["annotations"]
+    out["metadata"] = meta
+    return out
+
+
+def diff_lines(before: dict | None, after: dict | None, label: str) -> list[str]:
+    a = yaml.safe_dump(comparable(before), sort_keys=True).splitlines(keepends=True) if before else []
+    b = yaml.safe_dump(comparable(after), sort_keys=True).splitlines(keepends=True) if after else []
+    return list(difflib.unified_diff(a, b, fromfile=f"{label} (cluster)", tofile=f"{label} (policy)"))
+
+
+_NOT_SERVED = "the server could not find the requested resource"
+
+
+def _not_served(err: ApiError) -> bool:
+    """404 for the resource type itself (its CRD is not installed), not for one missing object."""
+    return err.not_found and _NOT_SERVED in err.message
+
+
+async def _get(kube: Kube, path: str) -> dict | None:
+    try:
+        return await kube.get(path)
+    except ApiError as err:
+        if err.not_found and not _not_served(err):
+            return None
+        raise
+
+
+async def apply_policy(kube: Kube, policy: QuotaPolicy, backend: Backend, *, dry_run: bool) -> list[Change]:
+    changes = []
+    for obj in objects_for(policy, backend):
+        path, meta = object_path(obj), obj["metadata"]
+        try:
+            current = await _get(kube, path)
+        except ApiError as err:
+            if _not_served(err):
+                raise RuntimeError(f"{ref(obj)}: the API server does not serve {obj['apiVersion']} "
+                                   f"{obj['kind']}; {_CRD_HINT[backend]}") from err
+            raise
+        if dry_run:
+            try:
+                after = await kube.request("PATCH", path, body=obj, content_type="application/apply-patch+yaml",
+                                           params={"fieldManager": FIELD_MANAGER, "force": "true", "dryRun": "All"})
+            except ApiError as err:
+                if not err.not_found or _not_served(err):  # NotFound: a namespace this run would create
+                    raise
+                after = obj
+            lines = diff_lines(current, after, ref(obj))
+            action = "create" if current is None else ("update" if lines else "unchanged")
+        else:
+            after = await kube.apply(path, obj, FIELD_MANAGER)
+            lines = diff_lines(current, after, ref(obj))
+            action = "created" if current is None else ("updated" if lines else "unchanged")
+        changes.append(Change(obj["kind"], meta["name"], meta.get("namespace"), action, lines if current else []))
+    return changes

@@ -1,0 +1,116 @@
+"""Volcano and Kueue backend builders: what a resolved TrainJob becomes for each (pure, no cluster)."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+
+from gangctl.plugins import base
+from gangctl.plugins.coscheduling import Coscheduling
+from gangctl.plugins.kueue import Kueue, workload_state
+from gangctl.plugins.registry import ALL_BACKENDS, BACKENDS
+from gangctl.plugins.volcano import Volcano, podgroup_phase
+from gangctl.plugins.workload import node_job, owner_reference
+from gangctl.policy.gang import size_gang
+from gangctl.policy.resolve import resolve
+
+RUNTIME = yaml.safe_load((Path(__file__).parents[2] / "deploy/runtimes/torch-distributed.yaml").read_text())
+
+
+def runtime(policy: dict) -> dict:
+    rt = copy.deepcopy(RUNTIME)
+    rt["spec"]["podGroupPolicy"] = policy
+    return rt
+
+
+def trainjob(**trainer) -> dict:
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "llm", "namespace": "ml-a", "uid": "u-9"},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer}}
+
+
+TJ = trainjob(numNodes=4, resourcesPerNode={"limits": {"nvidia.com/gpu": "8", "cpu": "16"}})
+
+
+def test_volcano_podgroup_queue_priority_and_members():
+    job = resolve(TJ, runtime({"volcano": {"queue": "ml-a"}}))
+    job.pod_template.setdefault("spec", {})["priorityClassName"] = "high"
+    gang = size_gang(job.num_nodes, job.requests)
+    group = Volcano().group(job, gang, owner_reference(TJ))
+    assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1" and group["kind"] == "PodGroup"
+    assert group["metadata"]["name"] == "llm" and group["metadata"]["namespace"] == "ml-a"
+    assert group["metadata"]["ownerReferences"][0]["uid"] == "u-9"
+    assert group["spec"] == {"minMember": 4, "minTaskMember": {"node": 4},
+                             "minResources": {"cpu": "64", "nvidia.com/gpu": "32"},
+                             "queue": "ml-a", "priorityClassName": "high"}
+
+
+def test_volcano_defaults_to_the_default_queue_and_no_priority():
+    job = resolve(TJ, runtime({"volcano": {}}))
+    group = Volcano().group(job, size_gang(job.num_nodes, job.requests), owner_reference(TJ))
+    assert group["spec"]["queue"] == "default" and "priorityClassName" not in group["spec"]
+
+
+def test_volcano_pods_join_by_annotation_and_use_the_volcano_scheduler():
+    job = resolve(TJ, runtime({"volcano": {"queue": "q"}}))
+    pod = node_job(job, owner_reference(TJ), Volcano(), "scheduler-plugins-scheduler")["spec"]["template"]
+    assert pod["spec"]["schedulerName"] == "volcano"
+    assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "llm"
+    assert pod["metadata"]["annotations"]["volcano.sh/task-spec"] == "node", "minTaskMember counts this task"
+    assert "scheduling.x-k8s.io/pod-group" not in pod["metadata"]["labels"]
+
+
+def test_volcano_elastic_floor_is_min_member():
+    job = resolve(TJ, runtime({"volcano": {}}))
+    gang = size_gang(4, job.requests, min_nodes=2)
+    spec = Volcano().group(job, gang, owner_reference(TJ))["spec"]
+    assert spec["minMember"] == 2 and spec["minTaskMember"] == {"node": 2}
+    assert spec["minResources"]["nvidia.com/gpu"] == "16"
+
+
+def test_kueue_labels_the_job_not_the_pods_and_makes_no_group():
+    job = resolve(TJ, runtime({"kueue": {"queueName": "research"}}))
+    gang = size_gang(job.num_nodes, job.requests)
+    k = Kueue()
+    assert k.group(job, gang, owner_reference(TJ)) is None
+    assert not base.wants_group(k) and base.controls_suspend(k)
+    assert base.job_labels(k, job, gang) == {"kueue.x-k8s.io/queue-name": "research"}
+    assert base.job_annotations(k, job, gang) == {}
+    pod = node_job(job, owner_reference(TJ), k, "scheduler-plugins-scheduler")["spec"]["template"]
+    assert "schedulerName" not in pod["spec"], "Kueue admits; the default scheduler binds"
+    assert not any(key.startswith("kueue.x-k8s.io/") for key in pod["metadata"]["labels"])
+
+
+def test_kueue_defaults_priority_and_partial_admission():
+    job = resolve(TJ, runtime({"kueue": {}}))
+    job.gang_settings["priorityClassName"] = "high"
+    gang = size_gang(4, job.requests, min_nodes=2)
+    assert Kueue().job_labels(job, gang) == {"kueue.x-k8s.io/queue-name": "default",
+                                             "kueue.x-k8s.io/priority-class": "high"}
+    assert Kueue().job_annotations(job, gang) == {"kueue.x-k8s.io/job-min-parallelism": "2"}
+
+
+def test_coscheduling_keeps_the_defaults_of_the_optional_hooks():
+    job = resolve(TJ, RUNTIME)
+    gang = size_gang(job.num_nodes, job.requests)
+    c = Coscheduling()
+    assert base.wants_group(c) and not base.controls_suspend(c)
+    assert base.job_labels(c, job, gang) == {} and base.job_annotations(c, job, gang) == {}
+    assert not base.wants_group(None)
+
+
+def test_registry_serves_coscheduling_only_until_the_reconciler_is_wired():
+    assert set(BACKENDS) == {"coscheduling"}
+    assert set(ALL_BACKENDS) == {"coscheduling", "volcano", "kueue"}
+    assert all(ALL_BACKENDS[name].name == name for name in ALL_BACKENDS)
+
+
+def test_observed_state_helpers():
+    assert podgroup_phase(None) is None and podgroup_phase({"status": {"phase": "Inqueue"}}) == "Inqueue"
+    assert workload_state(None) == "Pending"
+    wl = {"status": {"conditions": [{"type": "QuotaReserved", "status": "True"}, {"type": "Admitted", "status": "True"},
+                                    {"type": "PodsReady", "status": "False"}]}}
+    assert workload_state(wl) == "Admitted"
+    wl["status"]["conditions"].append({"type": "Evicted", "status": "True"})
+    assert workload_state(wl) == "Evicted"
