@@ -98,7 +98,7 @@ _NOT_SERVED = "the server could not find the requested resource"
 
 def _not_served(err: ApiError) -> bool:
     """404 for the resource type itself (its CRD is not installed), not for one missing object."""
-    return err.not_found and _NOT_SERVED in err.message
+    return err.not_found and (_NOT_SERVED in err.message or "404 page not found" in err.message)
 
 
 async def _get(kube: Kube, path: str) -> dict | None:

@@ -36,7 +36,7 @@ def crds(integrations: Path) -> list[dict]:
 
 def processes(settings: ClusterSettings, bin_dir: Path, kubeconfig: Path) -> tuple[list[schedulers.Process], dict]:
     metrics, sched_health, cm_health = schedulers.free_ports(3)
-    env = dict(os.environ)
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig))  # its device plugins read the kubeconfig from here
     common = [f"--kubeconfig={kubeconfig}", "--leader-elect=false", "--kube-api-qps=100", "--kube-api-burst=200"]
     scheduler = [str(bin_dir / "vc-scheduler"), *common,
                  f"--scheduler-conf={settings.integrations_dir / 'volcano' / 'scheduler.conf'}",

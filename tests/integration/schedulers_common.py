@@ -1,0 +1,69 @@
+"""Shared by the Kueue and Volcano integration tests: a cluster of their own, and TrainJob-built gangs.
+
+Each backend's module starts its own small cluster (4 KWOK nodes x 8 GPUs) under a distinct name
+with `--scheduler kueue|volcano`, so it never disturbs the session's coscheduling cluster; Kueue
+and Volcano are built on first use (cached like the control plane) and the cluster is deleted at
+the end of the module. The gangs are what gangctl's builders make of a TrainJob (resolve ->
+size_gang -> backend + node_job), created directly: the reconciler does not serve these backends yet.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+
+from gangctl.cluster import schedulers
+from gangctl.cluster.lifecycle import UpOptions, down, up
+from gangctl.config import REPO_ROOT, ClusterSettings
+from gangctl.plugins import base
+from gangctl.plugins.base import GangBackend
+from gangctl.plugins.workload import node_job
+from gangctl.policy.gang import size_gang
+from gangctl.policy.resolve import resolve
+
+GPU_NODES = 4
+GPUS_PER_NODE = 8
+RUNTIME = yaml.safe_load((REPO_ROOT / "deploy/runtimes/torch-distributed.yaml").read_text())
+EXAMPLE_POLICY = REPO_ROOT / "policies/example-teams.yaml"
+# KWOK finishes a Job pod after `delay` (at most `jitter-delay`): long enough to outlive the test.
+RUN_FOREVER = {"pod-complete.stage.kwok.x-k8s.io/delay": "3600s",
+               "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "3600s"}
+
+
+def start(name: str, scheduler: str) -> tuple[ClusterSettings, Path]:
+    settings = ClusterSettings(cluster_name=name)
+    down(settings, lambda m: None)  # left by an interrupted run
+    cluster = up(settings, UpOptions(GPU_NODES, GPUS_PER_NODE, scheduler=scheduler), lambda m: print(f"[{name}] {m}"))
+    return settings, cluster.kubeconfig
+
+
+def stop(settings: ClusterSettings) -> list[int]:
+    """Delete the cluster; returns the pids of its extra scheduler processes still alive (none, we hope)."""
+    recorded = schedulers.pids(schedulers.state_dir(settings))
+    down(settings, lambda m: print(f"[{settings.cluster_name}] {m}"))
+    return [pid for pid in recorded.values() if schedulers.running(pid)]
+
+
+def gang_objects(backend: GangBackend, name: str, namespace: str, nodes: int, policy: dict) -> tuple[dict | None, dict]:
+    """The group (or None) and the child Job gangctl builds for a TrainJob of `nodes` x 8 GPUs."""
+    rt = copy.deepcopy(RUNTIME)
+    rt["spec"]["podGroupPolicy"] = policy
+    tj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+          "metadata": {"name": name, "namespace": namespace, "uid": "not-created"},
+          "spec": {"runtimeRef": {"name": "torch-distributed"},
+                   "trainer": {"numNodes": nodes, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}}}}
+    job = resolve(tj, rt)
+    meta = job.pod_template.setdefault("metadata", {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), **RUN_FOREVER}
+    gang = size_gang(job.num_nodes, job.requests)
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "unused", "uid": "unused"}
+    group = backend.group(job, gang, owner) if base.wants_group(backend) else None
+    child = node_job(job, owner, backend, "scheduler-plugins-scheduler")
+    # What the reconciler is to do with the optional hooks (see gangctl/plugins/base.py):
+    child["metadata"]["labels"].update(base.job_labels(backend, job, gang))
+    child["metadata"].setdefault("annotations", {}).update(base.job_annotations(backend, job, gang))
+    for obj in (group, child):  # no TrainJob exists here: nothing owns them
+        if obj:
+            obj["metadata"].pop("ownerReferences", None)
+    return group, child
