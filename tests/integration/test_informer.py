@@ -13,10 +13,12 @@ from tests.integration.helpers import eventually
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+MINE = "gangctl.io/test=informer"  # kube-controller-manager adds kube-root-ca.crt to every namespace
 
 
 def configmap(name: str, namespace: str) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+    labels = {"gangctl.io/test": "informer"}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace, "labels": labels},
             "data": {"k": name}}
 
 
@@ -24,7 +26,7 @@ async def test_expired_watch_relists_and_loses_no_change(kube, namespace):
     await kube.create(CONFIGMAPS.path(namespace), configmap("kept", namespace))
     await kube.create(CONFIGMAPS.path(namespace), configmap("removed-while-away", namespace))
     heard: list[tuple[str, str]] = []
-    informer = Informer(kube, CONFIGMAPS, namespace=namespace,
+    informer = Informer(kube, CONFIGMAPS, namespace=namespace, label_selector=MINE,
                         handlers=[lambda kind, obj: heard.append((kind, obj["metadata"]["name"]))])
     task = asyncio.create_task(informer.run())
     try:
