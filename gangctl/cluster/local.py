@@ -19,6 +19,7 @@ import yaml
 
 from gangctl.cluster.build import BuildError, pinned_version
 from gangctl.config import ClusterSettings
+from gangctl.processes import running, running_from
 
 # kube-controller-manager settings that make node loss visible in seconds, not minutes.
 NODE_MONITOR_ARGS = {
@@ -199,7 +200,7 @@ class LocalCluster:
         while (left := [p for p in pids if _exists(p)]) and time.monotonic() < deadline:
             time.sleep(0.2)
         for pid in left:  # kwokctl could not stop it: make sure nothing is left behind
-            if _running(pid):
+            if running(pid):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.state_dir, ignore_errors=True)
 
@@ -212,7 +213,7 @@ class LocalCluster:
         rows = []
         for comp in conf.get("components") or []:
             pid_file = self.state_dir / "pids" / f"{comp['name']}.pid"
-            rows.append({"name": comp["name"], "running": _pid_alive(pid_file)})
+            rows.append({"name": comp["name"], "running": running_from(pid_file)})
         return rows
 
 
@@ -220,20 +221,6 @@ def _exists(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
-def _running(pid: int) -> bool:
-    """Alive and not a zombie waiting to be reaped."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _pid_alive(pid_file: Path) -> bool:
-    try:
-        os.kill(int(pid_file.read_text().strip()), 0)
-        return True
-    except (OSError, ValueError):
-        return False
 
 
 def kwok_module_dir(integrations: Path) -> Path:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from gangctl.config import ClusterSettings
+from gangctl.processes import running
 
 SCHEDULERS = ("coscheduling", "volcano", "kueue")
 LOOPBACK = "127.0.0.1"
@@ -55,13 +56,6 @@ def spawn(state: Path, proc: Process) -> int:
                                  env=proc.env, start_new_session=True)
     (state / "pids" / f"{proc.name}.pid").write_text(str(child.pid))
     return child.pid
-
-
-def running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def pids(state: Path) -> dict[str, int]:

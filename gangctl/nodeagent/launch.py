@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from gangctl.nodeagent import network
+from gangctl.processes import running, running_from
 
 NETD = "netd"
 
@@ -41,7 +42,7 @@ def start(cluster: str, kubeconfig: Path, count: int, state: Path, coredns: Path
     """Start the cluster network and `count` agents; returns the node names."""
     env = dict(os.environ, KUBECONFIG=str(kubeconfig))
     py = sys.executable
-    if not _alive_from(_pid_dir(state) / f"{NETD}.pid") and not network_running(cluster):
+    if not running_from(_pid_dir(state) / f"{NETD}.pid") and not networkrunning(cluster):
         _spawn(NETD, [py, "-m", "gangctl.nodeagent.netd", "--cluster", cluster, "--kubeconfig", str(kubeconfig),
                       "--coredns", str(coredns), "--state", str(state / NETD)], state, env)
     names = []
@@ -58,7 +59,7 @@ def start(cluster: str, kubeconfig: Path, count: int, state: Path, coredns: Path
     return names
 
 
-def network_running(cluster: str) -> bool:
+def networkrunning(cluster: str) -> bool:
     """Is a netd (with its CoreDNS) already serving this cluster's network namespace?"""
     net = network.net_namespace(cluster)
     return network.netns_exists(net) and bool(network._ip("netns", "pids", net, check=False).stdout.split())
@@ -83,10 +84,10 @@ def stop(cluster: str, state: Path, grace: float = 10) -> None:
     for pid in pids:
         _kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     for pid in pids:
-        if _running(pid):
+        if running(pid):
             _kill(pid, signal.SIGKILL)
     owned_network = any(f.stem == NETD for f in pid_files)
     for f in pid_files:
@@ -102,15 +103,3 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
-def _running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _alive_from(pid_file: Path) -> bool:
-    try:
-        return _running(int(pid_file.read_text()))
-    except (OSError, ValueError):
-        return False

@@ -16,6 +16,7 @@ import yaml
 from gangctl.cluster import schedulers
 from gangctl.cluster.lifecycle import UpOptions, down, up
 from gangctl.config import REPO_ROOT, ClusterSettings
+from gangctl.processes import running
 from gangctl.plugins import base
 from gangctl.plugins.base import GangBackend
 from gangctl.plugins.workload import node_job
@@ -42,7 +43,7 @@ def stop(settings: ClusterSettings) -> list[int]:
     """Delete the cluster; returns the pids of its extra scheduler processes still alive (none, we hope)."""
     recorded = schedulers.pids(schedulers.state_dir(settings))
     down(settings, lambda m: print(f"[{settings.cluster_name}] {m}"))
-    return [pid for pid in recorded.values() if schedulers.running(pid)]
+    return [pid for pid in recorded.values() if running(pid)]
 
 
 def gang_objects(backend: GangBackend, name: str, namespace: str, nodes: int, policy: dict) -> tuple[dict | None, dict]:
