@@ -297,6 +297,43 @@ def _mount_sim() -> None:
 _mount_sim()
 
 
+@app.command("explain")
+def explain_command(
+    target: str = typer.Argument(..., metavar="NAMESPACE/NAME", help="the TrainJob"),
+    output: Output = typer.Option(Output.text, "-o", "--output"),
+) -> None:
+    """Why a TrainJob waits (or runs, or ended): its gang's requests against what the nodes have free."""
+    import asyncio
+
+    from gangctl.explain import ExplainError, as_json, explain
+    from gangctl.kube.client import ApiError
+
+    namespace, _, name = target.partition("/")
+    if not name:
+        _fail(f"give the TrainJob as NAMESPACE/NAME, e.g. default/{target}")
+    settings = ControllerSettings()
+    try:
+        trainjob, d = asyncio.run(explain(settings.kubeconfig, namespace, name, settings.gang_retry_seconds))
+    except (ExplainError, ApiError, ValueError) as exc:
+        _fail(str(exc))
+    if output is Output.json:
+        print(json.dumps(as_json(trainjob, d), indent=2))
+        return
+    out.print(f"[bold]{namespace}/{name}[/]: [bold]{d.reason}[/]")
+    out.print(d.message)
+    if d.rows:
+        table = Table(title=f"{d.pods_missing} pod(s) of the gang missing; room for {d.slots} on schedulable nodes")
+        for col in ("resource", "the missing pods need", "free on schedulable nodes"):
+            table.add_column(col, justify="right")
+        for row in d.rows:
+            short = row.free < row.needed
+            table.add_row(row.resource, f"{float(row.needed):g}",
+                          f"[red]{float(row.free):g}[/]" if short else f"{float(row.free):g}")
+        out.print(table)
+    if d.scheduler_says:
+        out.print(f"the scheduler says: {d.scheduler_says}")
+
+
 @app.command("demo")
 def demo(gpu_nodes: int = typer.Option(64), gpus_per_node: int = typer.Option(8)) -> None:
     """A 64 x 8-GPU KWOK cluster plus 3 process nodes: two KWOK gangs and a real 3-node DDP job, live."""

@@ -1,0 +1,84 @@
+"""`gangctl explain NAMESPACE/NAME`: read what the decision needs from the cluster, then diagnose.
+
+The reading is here; the deciding is `gangctl.policy.explain` (pure). The gang is sized exactly as
+the controller sizes it (resolve over the runtime, then size_gang), so the numbers are the ones
+the PodGroup carries.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, NODES, PODS, TRAINING_RUNTIMES, TRAINJOBS, Resource
+from gangctl.kube.client import ApiError, Kube
+from gangctl.plugins.names import TRAINJOB_NAME
+from gangctl.policy.explain import Diagnosis, diagnose, node_rooms
+from gangctl.policy.gang import size_gang
+from gangctl.policy.resolve import resolve
+
+
+CORE_EVENTS = Resource("", "v1", "events", "Event")  # core v1: its field selectors include reason
+
+
+class ExplainError(RuntimeError):
+    """The TrainJob or its runtime could not be read; the message says what to check."""
+
+
+async def explain(kubeconfig: Path | str | None, namespace: str, name: str,
+                  retry_seconds: float | None = None) -> tuple[dict, Diagnosis]:
+    kube = await Kube.connect(kubeconfig)
+    try:
+        try:
+            trainjob = await kube.get(TRAINJOBS.path(namespace, name))
+        except ApiError as err:
+            if err.not_found:
+                raise ExplainError(f"TrainJob {namespace}/{name} not found (kubectl get trainjobs -n {namespace})") from None
+            raise
+        ref = trainjob["spec"]["runtimeRef"]
+        kind = ref.get("kind", "ClusterTrainingRuntime")
+        path = (TRAINING_RUNTIMES.path(namespace, ref["name"]) if kind == "TrainingRuntime"
+                else CLUSTER_TRAINING_RUNTIMES.path(None, ref["name"]))
+        try:
+            runtime = await kube.get(path)
+        except ApiError as err:
+            if err.not_found:
+                raise ExplainError(f"{kind} {ref['name']!r} not found: create it or fix spec.runtimeRef") from None
+            raise
+        job = resolve(trainjob, runtime)
+        gang = size_gang(job.num_nodes, job.requests, min_nodes=job.min_nodes)
+        nodes = (await kube.get(NODES.path()))["items"]
+        pods = (await kube.get(PODS.path(), fieldSelector="status.phase!=Succeeded,status.phase!=Failed"))["items"]
+        mine = [p for p in pods if p["metadata"]["namespace"] == namespace
+                and (p["metadata"].get("labels") or {}).get(TRAINJOB_NAME) == name]
+        bound = sum(1 for p in mine if (p.get("spec") or {}).get("nodeName"))
+        tolerations = (job.pod_template.get("spec") or {}).get("tolerations") or []
+        rooms = node_rooms(_selected(nodes, job.pod_template), pods, tolerations)
+        says = await _scheduler_says(kube, namespace, [p["metadata"]["name"] for p in mine if not p["spec"].get("nodeName")])
+        return trainjob, diagnose(trainjob.get("status"), gang, bound, rooms, says, retry_seconds)
+    finally:
+        await kube.close()
+
+
+def _selected(nodes: list[dict], pod_template: dict) -> list[dict]:
+    """The nodes the pod's nodeSelector allows (affinity is left to the scheduler's own message)."""
+    selector = (pod_template.get("spec") or {}).get("nodeSelector") or {}
+    return [n for n in nodes if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())]
+
+
+async def _scheduler_says(kube: Kube, namespace: str, pending: list[str]) -> str:
+    """The newest FailedScheduling message about one of the job's unbound pods."""
+    if not pending:
+        return ""
+    events = (await kube.get(CORE_EVENTS.path(namespace), fieldSelector="reason=FailedScheduling"))["items"]
+    ours = [e for e in events if (e.get("involvedObject") or {}).get("name") in set(pending)]
+    if not ours:
+        return ""
+    newest = max(ours, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return (newest.get("message") or "").strip()
+
+
+def as_json(trainjob: dict, d: Diagnosis) -> dict:
+    meta = trainjob["metadata"]
+    out = asdict(d)
+    out["rows"] = [{"resource": r.resource, "needed": float(r.needed), "free": float(r.free)} for r in d.rows]
+    return {"trainjob": f"{meta['namespace']}/{meta['name']}", **out}

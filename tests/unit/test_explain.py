@@ -1,0 +1,88 @@
+"""The pure 'why is it pending' diagnosis: a gang's requests against free room on schedulable nodes."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from gangctl.policy.explain import NodeRoom, diagnose, node_rooms, slots_on
+from gangctl.policy.gang import size_gang
+
+GPU = "nvidia.com/gpu"
+
+
+def node(name: str, gpus: int, *, ready: bool = True, taints: list | None = None, unschedulable: bool = False) -> dict:
+    return {"metadata": {"name": name},
+            "spec": {"taints": taints or [], **({"unschedulable": True} if unschedulable else {})},
+            "status": {"allocatable": {GPU: str(gpus), "cpu": "96", "memory": "1Ti"},
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def pod(node_name: str | None, gpus: int, phase: str = "Running") -> dict:
+    return {"spec": {"nodeName": node_name, "containers": [{"resources": {"limits": {GPU: str(gpus)}}}]},
+            "status": {"phase": phase}}
+
+
+def waiting(bound: int = 0, min_member: int = 4) -> dict:
+    return {"conditions": [{"type": "Created", "status": "True"},
+                           {"type": "Running", "status": "False", "reason": "WaitingForGang",
+                            "message": f"{bound}/{min_member} pods of the gang are bound"}]}
+
+
+def gang(nodes: int, gpus: int = 8):
+    return size_gang(nodes, {GPU: Fraction(gpus)})
+
+
+def test_free_room_counts_running_pods_and_skips_what_cannot_take_a_pod():
+    nodes = [node("a", 8), node("b", 8), node("down", 8, ready=False), node("cordoned", 8, unschedulable=True),
+             node("tainted", 8, taints=[{"key": "gangctl.io/process-node", "value": "true", "effect": "NoSchedule"}])]
+    pods = [pod("a", 6), pod("a", 1, phase="Succeeded"), pod(None, 8)]
+    rooms = {r.name: r.free[GPU] for r in node_rooms(nodes, pods)}
+    assert rooms == {"a": 2, "b": 8}, "finished and unbound pods hold nothing; NotReady, cordoned, tainted nodes are out"
+    tolerated = node_rooms(nodes, pods, [{"key": "gangctl.io/process-node", "operator": "Exists"}])
+    assert "tainted" in {r.name for r in tolerated}
+
+
+def test_a_gang_bigger_than_the_free_cluster_lacks_capacity_with_numbers():
+    rooms = [NodeRoom(f"n{i}", {GPU: Fraction(8)}) for i in range(2)]
+    d = diagnose(waiting(0, 4), gang(4), 0, rooms, scheduler_says="0/2 nodes are available")
+    assert d.reason == "InsufficientCapacity"
+    assert d.pods_missing == 4 and d.slots == 2
+    row = next(r for r in d.rows if r.resource == GPU)
+    assert (row.needed, row.free) == (32, 16)
+    assert "32 needed, 16 free" in d.message
+    assert d.scheduler_says == "0/2 nodes are available"
+
+
+def test_enough_in_total_but_spread_over_nodes_too_small_is_fragmentation():
+    rooms = [NodeRoom(f"n{i}", {GPU: Fraction(4)}) for i in range(4)]  # 16 free, but no node holds an 8-GPU pod
+    d = diagnose(waiting(0, 2), gang(2), 0, rooms)
+    assert d.reason == "Fragmented"
+    assert d.slots == 0 and sum(r.free for r in d.rows if r.resource == GPU) == 16
+
+
+def test_room_for_every_missing_pod_means_the_scheduler_has_not_tried_yet():
+    rooms = [NodeRoom(f"n{i}", {GPU: Fraction(8)}) for i in range(4)]
+    d = diagnose(waiting(1, 4), gang(4), 1, rooms, retry_seconds=20)
+    assert d.reason == "CapacityAvailable"
+    assert d.pods_missing == 3 and d.slots == 4
+    assert "every 20 s" in d.message
+
+
+def test_running_suspended_and_finished_jobs_say_so():
+    running = {"conditions": [{"type": "Running", "status": "True", "reason": "GangScheduled"}]}
+    assert diagnose(running, gang(2), 2, []).reason == "GangScheduled"
+    suspended = {"conditions": [{"type": "Suspended", "status": "True"}]}
+    assert "spec.suspend=false" in diagnose(suspended, gang(2), 0, []).message
+    failed = {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                              "message": "Job has reached the specified backoff limit"}]}
+    d = diagnose(failed, gang(2), 0, [])
+    assert d.reason == "BackoffLimitExceeded" and "backoff limit" in d.message
+    missing = {"conditions": [{"type": "Created", "status": "False", "reason": "RuntimeNotFound",
+                               "message": "ClusterTrainingRuntime 'x' not found"}]}
+    assert diagnose(missing, gang(2), 0, []).reason == "RuntimeNotFound"
+
+
+def test_slots_take_the_scarcest_resource():
+    room = NodeRoom("n", {GPU: Fraction(8), "cpu": Fraction(10)})
+    assert slots_on(room, {GPU: Fraction(2), "cpu": Fraction(4)}) == 2
+    assert slots_on(room, {GPU: Fraction(2)}) == 4
+    assert slots_on(room, {"example.com/fpga": Fraction(1)}) == 0
