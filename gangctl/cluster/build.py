@@ -198,3 +198,12 @@ def ensure_module(module: GoModule, integrations: Path, bin_root: Path, progress
             progress(tool.binary, number, total, "built")
     (out / ".complete").write_text(goversion + "\n")
     return out
+
+
+# The peer controllers of benchmarks/controller_peer.py (Kubeflow Trainer and the JobSet controller it
+# needs), built only when the benchmark asks for them, each cached in its own folder like the above.
+TRAINER = GoModule("trainer", (
+    Tool("github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager", "trainer-controller-manager"),
+))
+JOBSET = GoModule("jobset", (Tool("sigs.k8s.io/jobset", "jobset"),))
+PEER_MODULES = {"trainer": TRAINER, "jobset": JOBSET}

@@ -13,14 +13,11 @@
 """
 from __future__ import annotations
 
-import base64
-import copy
-import subprocess
 from pathlib import Path
 
 import yaml
 
-from gangctl.cluster import schedulers
+from gangctl.cluster import schedulers, webhooks
 from gangctl.cluster.build import pinned_version
 from gangctl.cluster.local import go_module_dir
 from gangctl.config import ClusterSettings
@@ -44,41 +41,19 @@ def crds(integrations: Path) -> list[dict]:
 
 def self_signed(cert_dir: Path) -> tuple[Path, Path]:
     """tls.crt / tls.key (controller-runtime's file names) for 127.0.0.1; the cert is its own CA."""
-    cert, key = cert_dir / "tls.crt", cert_dir / "tls.key"
-    if not cert.exists() or not key.exists():
-        cert_dir.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
-                        "-out", str(cert), "-days", "3650", "-subj", "/CN=kueue-webhook.gangctl.local",
-                        "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                        "-addext", "basicConstraints=critical,CA:TRUE",
-                        "-addext", "keyUsage=critical,digitalSignature,keyEncipherment,keyCertSign",
-                        "-addext", "extendedKeyUsage=serverAuth"],
-                       check=True, capture_output=True)
-    return cert, key
+    return webhooks.self_signed(cert_dir, "kueue-webhook.gangctl.local")
 
 
 def webhook_configurations(integrations: Path, port: int, ca_pem: bytes) -> list[dict]:
     """Kueue's webhook configurations for Jobs and Kueue objects, reached on 127.0.0.1:`port`."""
     src = module_dir(integrations) / "config" / "components" / "webhook" / "manifests.yaml"
-    out = []
-    for doc in yaml.safe_load_all(src.read_text()):
-        if not doc or doc.get("kind") not in WEBHOOK_NAMES:
-            continue
-        doc = copy.deepcopy(doc)
-        doc["metadata"] = {"name": WEBHOOK_NAMES[doc["kind"]], "labels": {"gangctl.io/managed-by": "gangctl-cluster"}}
-        kept = []
-        for hook in doc.get("webhooks") or []:
-            groups = {g for rule in hook.get("rules") or [] for g in rule.get("apiGroups") or []}
-            if not groups or not groups <= WEBHOOK_GROUPS:
-                continue
-            path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}",
-                                    "caBundle": base64.b64encode(ca_pem).decode()}
-            hook["timeoutSeconds"] = 10
-            kept.append(hook)
-        doc["webhooks"] = kept
-        out.append(doc)
-    return out
+
+    def ours(hook: dict) -> bool:
+        groups = {g for rule in hook.get("rules") or [] for g in rule.get("apiGroups") or []}
+        return bool(groups) and groups <= WEBHOOK_GROUPS
+
+    return [webhooks.on_loopback(doc, WEBHOOK_NAMES[doc["kind"]], port, ca_pem, keep=ours)
+            for doc in webhooks.load(src)]
 
 
 def configuration(integrations: Path, ports: dict[str, int], cert_dir: Path) -> dict:
