@@ -119,6 +119,8 @@ class Result:
     controller_peak_rss_mib: float = 0.0
     processes: dict = field(default_factory=dict)  # name -> {cpu_s, peak_rss_mib}
     apiserver_requests: int | None = None
+    apiserver_requests_by_resource: dict = field(default_factory=dict)  # "verb resource" -> count, top 12
+    loadavg_1m_at_start: float = 0.0
     apiserver_cpu_s: float | None = None
     controller_manager_cpu_s: float | None = None
     scheduler_cpu_s: float | None = None
@@ -126,16 +128,21 @@ class Result:
     create_errors: int = 0
 
 
-async def apiserver_requests(kube: Kube) -> int | None:
+async def apiserver_requests(kube: Kube) -> dict[str, float] | None:
+    """apiserver_request_total summed by "VERB resource" (subresource included)."""
     try:
         text = await kube.text("/metrics")
     except ApiError:
         return None
-    total = 0.0
+    out: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("apiserver_request_total{"):
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+            key = f"{labels.get('verb', '?')} {labels.get('resource', '') or '-'}"
+            if labels.get("subresource"):
+                key += "/" + labels["subresource"]
+            out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
 
 
 async def measure(kubeconfig: Path, jobs: int, nodes: int, gpus: int, concurrency: int, timeout: float,
@@ -177,6 +184,7 @@ async def measure(kubeconfig: Path, jobs: int, nodes: int, gpus: int, concurrenc
                 except asyncio.TimeoutError:
                     continue
 
+        res.loadavg_1m_at_start = round(os.getloadavg()[0], 2)
         cpu0 = {n: cpu_seconds(p) for n, p in {**procs, **cluster_pids}.items()}
         req0 = await apiserver_requests(kube)
         watcher = asyncio.create_task(watch())
@@ -238,7 +246,10 @@ async def measure(kubeconfig: Path, jobs: int, nodes: int, gpus: int, concurrenc
             if comp in cluster_pids:
                 setattr(res, key, round(cpu1[comp] - cpu0[comp], 2))
         if req0 is not None and req1 is not None:
-            res.apiserver_requests = req1 - req0
+            delta = {k: int(v - req0.get(k, 0.0)) for k, v in req1.items()}
+            res.apiserver_requests = sum(delta.values())
+            res.apiserver_requests_by_resource = dict(sorted(((k, v) for k, v in delta.items() if v > 0),
+                                                             key=lambda kv: -kv[1])[:12])
         say(f"done in {t_end - t0:.1f}s")
     finally:
         await kube.close()
@@ -390,8 +401,10 @@ def table(results: list[Result]) -> str:
     out = [fmt_row(heads), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [fmt_row(r) for r in lines]
     for r in results:
         procs = ", ".join(f"{n}: {p['cpu_s']} s CPU, {p['peak_rss_mib']} MiB peak" for n, p in r.processes.items())
-        out.append(f"{r.controller} ({r.version}): {procs}" + (" — TIMED OUT" if r.timed_out else "")
+        out.append(f"{r.controller} ({r.version}; load average {r.loadavg_1m_at_start} at start): {procs}" + (" — TIMED OUT" if r.timed_out else "")
                    + (f" — {r.create_errors} creates failed" if r.create_errors else ""))
+        if r.apiserver_requests_by_resource:
+            out.append("  apiserver requests: " + ", ".join(f"{k} {v}" for k, v in r.apiserver_requests_by_resource.items()))
     return "\n".join(out)
 
 
@@ -432,6 +445,10 @@ def main() -> int:
     gangctl_version = "git " + subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                                               capture_output=True, text=True).stdout.strip()
     conditions["gangctl"] = gangctl_version
+    # The controller runs from this working tree: say if it differs from the commit named above.
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "gangctl"],
+                           capture_output=True, text=True).stdout.split("\n")
+    conditions["gangctl_uncommitted"] = sorted(line[3:] for line in dirty if line.strip())
     say("conditions: " + json.dumps(conditions))
     results = []
     if args.only in (None, "gangctl"):
