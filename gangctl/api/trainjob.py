@@ -175,12 +175,15 @@ class RestartsStatus(K8sModel):
 class ElasticStatus(K8sModel):
     """gangctl extension: the elastic job's current size and why it last changed."""
 
-    current_nodes: int = Field(ge=0)
+    current_nodes: int = Field(ge=0, description="healthy workers: torchrun's effective world size")
+    size: int = Field(ge=0, description="the node Job's completions = parallelism")
     min_nodes: int = Field(ge=1)
     max_nodes: int = Field(ge=1)
     resizes: int = Field(0, ge=0)
     last_resize_reason: str | None = None
     last_resize_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
+    last_shrink_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
+    lost_accounted: int | None = Field(None, ge=0, description="lost pods already answered by a shrink")
 
 
 class TrainJobStatus(K8sModel):

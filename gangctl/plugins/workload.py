@@ -65,7 +65,17 @@ def headless_service(job: ResolvedJob, owner: dict) -> dict:
     })
 
 
-def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, scheduler_name: str) -> dict:
+# An elastic Job must not fail when a node is lost (the lost pod counts as a failure for backoffLimit);
+# gangctl judges its pod failures itself (user exit code: the failure policy; disruption: shrink).
+ELASTIC_BACKOFF_LIMIT = 2147483647
+# An elastic Job is done when any worker finishes: torchrun's workers end together, and an index
+# still waiting for a node must not keep the Job open.
+ELASTIC_SUCCESS_POLICY = {"rules": [{"succeededCount": 1}]}
+
+
+def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, scheduler_name: str,
+             size: int | None = None) -> dict:
+    """The Indexed Job; `size` is an elastic job's current completions = parallelism (default: max)."""
     template = copy.deepcopy(job.pod_template)
     meta = template.setdefault("metadata", {})
     labels = {**(meta.get("labels") or {}), **child_labels(job.name, NODE_JOB), ANCESTOR_STEP: "trainer"}
@@ -93,12 +103,17 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
             env.update({e["name"]: e for e in torch_env(job)})
             container["env"] = list(env.values())
 
+    user_spec = copy.deepcopy(job.job_spec)
+    if job.elastic:
+        user_spec["backoffLimit"] = ELASTIC_BACKOFF_LIMIT
+        user_spec.setdefault("successPolicy", copy.deepcopy(ELASTIC_SUCCESS_POLICY))
+    nodes = size or job.num_nodes
     job_spec = {
         "backoffLimit": 0,
-        **copy.deepcopy(job.job_spec),
+        **user_spec,
         "completionMode": "Indexed",
-        "completions": job.num_nodes,
-        "parallelism": job.num_nodes,
+        "completions": nodes,
+        "parallelism": nodes,
         "suspend": job.suspend,
         "template": template,
     }

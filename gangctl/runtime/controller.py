@@ -44,6 +44,7 @@ class Controller:
         self.reconciler = Reconciler(kube, self.caches, self.metrics, EventRecorder(kube),
                                      field_manager=settings.field_manager, scheduler_name=settings.scheduler_name)
         self.reconciler.on_capacity_freed = self.capacity_changed
+        self.reconciler.requeue_after = self.queue.add_after
         self._retry_timer: asyncio.TimerHandle | None = None
 
     # --- event handlers: only enqueue keys -------------------------------------------------------

@@ -11,16 +11,18 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable
 
-from gangctl.api.resources import JOBS, POD_GROUPS, SERVICES, TRAINJOBS, Resource
+from gangctl.api.resources import JOBS, POD_GROUPS, PODS, SERVICES, TRAINJOBS, Resource
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
-from gangctl.plugins.names import SPEC_HASH, TRAINJOB_NAME, child_job_name
+from gangctl.plugins.names import REPLICATED_JOB, SPEC_HASH, TRAINJOB_NAME, child_job_name
 from gangctl.plugins.registry import backend_for
 from gangctl.plugins.workload import headless_service, node_job, owner_reference
 from gangctl.policy import status as st
+from gangctl.plugins.torch import rendezvous_store, store_name
+from gangctl.policy import elastic
 from gangctl.policy.failure import PodFailure, Restarts, classify, decide, parse_failure_policy
 from gangctl.policy.gang import size_gang
 from gangctl.policy.resolve import NODE_JOB, ResolveError, resolve
@@ -29,6 +31,7 @@ log = logging.getLogger(__name__)
 
 # managedBy values this controller serves: unset, and Kubeflow Trainer's own (gangctl is a drop-in).
 RETRY_ANNOTATION = "gangctl.io/retry-requested-at"
+ELASTIC_RECHECK_SECONDS = 2.0
 SERVED_MANAGERS = {None, "", "trainer.kubeflow.org/trainjob-controller", "gangctl.io/controller"}
 
 
@@ -59,6 +62,9 @@ class Reconciler:
         self.clock = clock or (lambda: datetime.now(timezone.utc))
         # Called when a gang lets go of its nodes, so waiting gangs are retried at once.
         self.on_capacity_freed: Callable[[], None] = lambda: None
+        # Reconcile a key again after a delay (the controller wires its work queue's add_after):
+        # elastic sizing decides on time (how long a pod waited for a node, probe backoff).
+        self.requeue_after: Callable[[str, float], None] = lambda key, delay: None
         # Waiting gangs whose PodGroup should be touched on their next reconcile (see _nudge).
         self.nudge: set[str] = set()
         # What this process last wrote or decided, so a reconcile that reads a TrainJob from a cache
@@ -110,21 +116,48 @@ class Reconciler:
         ns = job.namespace
         observed_job = self.caches.jobs.get(f"{ns}/{child_job_name(job.name, NODE_JOB)}")
         restarts = Restarts.from_status(previous).newest(self._restarts.get(memo))
+        size: int | None = None
+        resize: elastic.Resize | None = None
+        lost_gone = 0
         if observed_job is not None:
             child = st.ChildJob.from_job(observed_job, NODE_JOB)
+            if child.failure is None and job.elastic:
+                child = self._elastic_pod_failure(observed_job, child)
             if child.failure is not None:
                 await self._on_failed_job(memo, trainjob, job, observed_job, child, restarts)
                 return
             if observed_job["metadata"].get("deletionTimestamp"):
                 return  # a restart is removing it (foreground: its pods go first); its deletion requeues us
             self._note_disruptions(ns, job.name, observed_job)
+            if job.elastic and not job.suspend and not child.complete:
+                size = int((observed_job.get("spec") or {}).get("parallelism") or job.num_nodes)
+                workers = self._workers(ns, job.name, observed_job)
+                last = (previous.get("elastic") or {}).get("lastShrinkTime")
+                counted = int((observed_job.get("status") or {}).get("failed") or 0)
+                seen_failed = sum(1 for p in self._pods_of_job(ns, job.name, observed_job["metadata"].get("uid", ""))
+                                  if (p.get("status") or {}).get("phase") == "Failed")
+                accounted = int((previous.get("elastic") or {}).get("lostAccounted") or 0)
+                resize = elastic.plan(size, gang.min_member, job.num_nodes, workers, self.clock(),
+                                      st.parse_time(last) if last else None,
+                                      lost_unseen=counted - seen_failed > accounted)
+                lost_gone = counted - seen_failed
+                if resize is not None:
+                    size = resize.size
+                    uid = observed_job["metadata"].get("uid", "")
+                    for name, seen in list(self._disruptions.get(uid, {}).items()):
+                        if seen.index is not None and seen.index >= size:
+                            del self._disruptions[uid][name]  # accounted for by this shrink
+                if size < job.num_nodes or any(not w.healthy for w in workers):
+                    self.requeue_after(key, ELASTIC_RECHECK_SECONDS)
         elif self._live_pods(ns, job.name):
             return  # an old attempt's pods are still going: never two live pods for one index
+        if job.elastic and not job.suspend:
+            await self._ensure_store(job, owner, backend)
 
         await self._ensure(SERVICES, self.caches.services, headless_service(job, owner))
         if backend is not None and not job.suspend:
             await self._ensure(backend.group_resource, self.caches.pod_groups, backend.group(job, gang, owner))
-        await self._ensure(JOBS, self.caches.jobs, node_job(job, owner, backend, self.scheduler_name))
+        await self._ensure(JOBS, self.caches.jobs, node_job(job, owner, backend, self.scheduler_name, size))
         if job.suspend:
             await self._release_gang(trainjob)
 
@@ -137,6 +170,12 @@ class Reconciler:
         if restarts.total or restarts.last_failure:
             status["restarts"] = restarts.to_status()
             status["restartCount"] = restarts.user
+        if job.elastic and observed_job is not None:
+            status["elastic"] = self._elastic_status(job, previous, observed_job, size, resize, gang.min_member,
+                                                   lost_gone)
+            if resize is not None:
+                self.metrics.resizes.labels(resize.direction, resize.cause).inc()
+                await self.events.normal(trainjob, "Resized", resize.message)
         if status != previous:
             await self._write_status(trainjob, status)
             self._record_transitions(trainjob, previous, status)
@@ -221,7 +260,92 @@ class Reconciler:
 
     def _live_pods(self, namespace: str, name: str) -> bool:
         return any((pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                   for pod in self.caches.pods.list(namespace, {TRAINJOB_NAME: name}))
+                   for pod in self.caches.pods.list(namespace, {TRAINJOB_NAME: name, REPLICATED_JOB: NODE_JOB}))
+
+    # --- elastic ---------------------------------------------------------------------------------
+    def _workers(self, namespace: str, name: str, job: dict) -> list[elastic.Worker]:
+        uid = job["metadata"].get("uid", "")
+        pods = self._pods_of_job(namespace, name, uid)
+        present = {p["metadata"]["name"] for p in pods}
+        # Pods seen disrupted that are already gone (a lost node's pod is deleted within seconds).
+        out = [elastic.Worker(index=seen.index, bound=True, healthy=False, lost=True)
+               for seen in self._disruptions.get(uid, {}).values()
+               if seen.index is not None and seen.name not in present]
+        for pod in pods:
+            meta, status = pod["metadata"], pod.get("status") or {}
+            index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
+            if index is None or not index.isdigit():
+                continue
+            conds = {c.get("type"): c for c in status.get("conditions") or []}
+            disrupted = (conds.get("DisruptionTarget") or {}).get("status") == "True"
+            deleting = bool(meta.get("deletionTimestamp"))
+            bound = bool((pod.get("spec") or {}).get("nodeName"))
+            phase = status.get("phase")
+            sched = conds.get("PodScheduled") or {}
+            since = (st.parse_time(sched["lastTransitionTime"])
+                     if sched.get("status") == "False" and sched.get("reason") == "Unschedulable"
+                     and sched.get("lastTransitionTime") else None)
+            out.append(elastic.Worker(
+                index=int(index), bound=bound,
+                healthy=bound and not deleting and not disrupted and phase in ("Pending", "Running"),
+                lost=disrupted or (deleting and bound and phase not in ("Succeeded",)),
+                unschedulable_since=since, succeeded=phase == "Succeeded"))
+        return out
+
+    def _elastic_pod_failure(self, job: dict, child: st.ChildJob) -> st.ChildJob:
+        """An elastic Job never fails on its own (huge backoffLimit): a worker that exited non-zero
+        without a disruption is the attempt's failure, judged by the failure policy."""
+        meta = job["metadata"]
+        size = int((job.get("spec") or {}).get("parallelism") or 0)
+        for pod in self._pods_of_job(meta["namespace"], meta["labels"].get(TRAINJOB_NAME, ""), meta.get("uid", "")):
+            failed = PodFailure.from_pod(pod)
+            if (failed is not None and failed.disruption is None and failed.index is not None
+                    and failed.index < size and (pod.get("status") or {}).get("phase") == "Failed"):
+                code = f" with exit code {failed.exit_code}" if failed.exit_code is not None else ""
+                return st.ChildJob(**{**child.__dict__, "failure": (
+                    "PodFailed", f"worker {meta['namespace']}/{failed.name} failed{code}")})
+        return child
+
+    def _elastic_status(self, job, previous: dict, observed_job: dict, size: int | None,
+                        resize: elastic.Resize | None, min_nodes: int, lost_gone: int) -> dict:
+        workers = self._workers(job.namespace, job.name, observed_job)
+        healthy = elastic.healthy_count(workers)
+        self.metrics.world_size.labels(job.namespace, job.name).set(healthy)
+        out = dict(previous.get("elastic") or {})
+        out.update({"currentNodes": healthy, "minNodes": min_nodes, "maxNodes": job.num_nodes,
+                    "size": size or int((observed_job.get("spec") or {}).get("parallelism") or 0)})
+        if resize is not None:
+            stamp = st.timestamp(self.clock())
+            out["resizes"] = int(out.get("resizes") or 0) + 1
+            out["lastResizeReason"] = resize.cause
+            out["lastResizeTime"] = stamp
+            if resize.direction == "shrink":
+                out["lastShrinkTime"] = stamp
+            if resize.cause == "NodeLost":
+                out["lostAccounted"] = max(int(out.get("lostAccounted") or 0), lost_gone)
+        return out
+
+    async def _ensure_store(self, job, owner: dict, backend) -> None:
+        """The rendezvous store pod; recreated when it is lost (a new name, since a pod on a lost node
+        can stay Terminating until the node comes back)."""
+        pods = [p for p in self.caches.pods.list(job.namespace, {TRAINJOB_NAME: job.name})
+                if (p["metadata"].get("labels") or {}).get("gangctl.io/role") == "rendezvous-store"]
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")
+                and (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")]
+        if live:
+            return
+        for p in pods:
+            if not p["metadata"].get("deletionTimestamp"):
+                await self.kube.delete(PODS.path(job.namespace, p["metadata"]["name"]))
+        pod = rendezvous_store(job, owner, {})
+        pod["spec"]["schedulerName"] = self.scheduler_name
+        if pods:
+            pod["metadata"]["name"] = f"{store_name(job.name)}-{len(pods)}"
+        try:
+            await self.kube.create(PODS.path(job.namespace), pod)
+        except ApiError as err:
+            if not err.conflict:
+                raise
 
     def _runtime_for(self, trainjob: dict) -> dict | None:
         ref = trainjob["spec"]["runtimeRef"]
@@ -255,6 +379,10 @@ class Reconciler:
         if self.caches.pod_groups.get(key) is not None:
             await self.kube.delete(POD_GROUPS.path(meta["namespace"], meta["name"]))
             self.on_capacity_freed()
+        for pod in self.caches.pods.list(meta["namespace"], {TRAINJOB_NAME: meta["name"],
+                                                             "gangctl.io/role": "rendezvous-store"}):
+            if not pod["metadata"].get("deletionTimestamp"):
+                await self.kube.delete(PODS.path(meta["namespace"], pod["metadata"]["name"]))
 
     async def _nudge(self, resource: Resource, namespace: str, name: str) -> None:
         """Touch a waiting gang's PodGroup so the scheduler tries it again now.

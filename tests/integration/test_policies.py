@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, PODS
+from gangctl.kube.client import ApiError
 from tests.integration.conftest import wait_ready
 from tests.integration.helpers import (KWOK_COMPLETE_DELAY, condition, eventually, get_trainjob, is_true, jobs_in,
                                        pods_of, submit, trainjob)
@@ -201,8 +202,7 @@ async def test_disruption_is_ignored_and_never_charged(kube, controller, namespa
         return len([p for p in pods if (p.get("status") or {}).get("phase") == "Running"]) == 2
     await eventually(running, 60, "2 pods Running")
     victim = (await pods_of(kube, namespace, "evicted"))[0]["metadata"]["name"]
-    await evict(kube, namespace, victim)
-    await report_failed(kube, namespace, victim, exit_code=137)
+    await evict_and_finish(kube, namespace, victim)
 
     tj = await wait_condition(kube, namespace, "evicted", "Complete", 90)
     assert not is_true(tj, "Failed")
@@ -222,13 +222,29 @@ async def test_disruption_that_fails_the_job_restarts_it_uncharged(kube, control
         return len([p for p in pods if (p.get("status") or {}).get("phase") == "Running"]) == 2
     await eventually(running, 60, "2 pods Running")
     victim = (await pods_of(kube, namespace, "lost"))[0]["metadata"]["name"]
-    await evict(kube, namespace, victim)
-    await report_failed(kube, namespace, victim, exit_code=137)
+    await evict_and_finish(kube, namespace, victim)
 
     tj = await wait_condition(kube, namespace, "lost", "Complete", 90)
     restarts = tj["status"]["restarts"]
     assert restarts["infrastructure"] == 1 and restarts["user"] == 0, restarts
     assert restarts["lastFailure"]["kind"] == "infrastructure" and restarts["lastFailure"]["pod"] == victim
+
+
+async def evict_and_finish(kube, namespace: str, pod: str) -> None:
+    """Evict the pod, then report it Failed until it is gone (KWOK may rewrite a status once)."""
+    await evict(kube, namespace, pod)
+
+    async def gone() -> bool:
+        try:
+            current = await kube.get(PODS.path(namespace, pod))
+        except ApiError as err:
+            if err.not_found:
+                return True
+            raise
+        if current["status"].get("phase") != "Failed":
+            await report_failed(kube, namespace, pod, exit_code=137)
+        return False
+    await eventually(gone, 60, f"evicted pod {pod} to be gone", interval=1)
 
 
 async def evict(kube, namespace: str, pod: str) -> None:
