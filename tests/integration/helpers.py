@@ -9,6 +9,9 @@ from gangctl.api.resources import JOBS, PODS, POD_GROUPS, TRAINJOBS
 from gangctl.kube.client import ApiError, Kube
 
 KWOK_COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+# KWOK completes a pod between `delay` and `jitter-delay`, and when jitter-delay (5 s unless set) is
+# not above delay it uses jitter-delay alone: so both are set, or a "3600s" pod finishes after 5 s.
+KWOK_COMPLETE_JITTER = "pod-complete.stage.kwok.x-k8s.io/jitter-delay"
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], timeout: float, what: str, interval: float = 0.2) -> float:
@@ -32,7 +35,8 @@ def trainjob(name: str, namespace: str, *, nodes: int, gpus: int = 8, runtime: s
     }
     if run_for:
         spec["podTemplateOverrides"] = [{"targetJobs": [{"name": "node"}],
-                                         "metadata": {"annotations": {KWOK_COMPLETE_DELAY: run_for}}}]
+                                         "metadata": {"annotations": {KWOK_COMPLETE_DELAY: run_for,
+                                                                      KWOK_COMPLETE_JITTER: run_for}}}]
     if suspend:
         spec["suspend"] = True
     return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
@@ -78,5 +82,18 @@ async def jobs_in(kube: Kube, namespace: str) -> list[dict]:
     return (await kube.get(JOBS.path(namespace)))["items"]
 
 
-async def delete_namespace(kube: Kube, name: str) -> None:
-    await kube.delete(f"/api/v1/namespaces/{name}", propagation="Foreground")
+async def delete_namespace(kube: Kube, name: str, timeout: float = 60) -> None:
+    """Delete a test's namespace and wait until it is gone, so its pods free their nodes for the next test."""
+    path = f"/api/v1/namespaces/{name}"
+    await kube.delete(path, propagation="Foreground")
+    # A terminating namespace takes no new pods; without a grace period its pods (which KWOK would
+    # otherwise keep for their 30 s termination grace) go at once, and so does the namespace.
+    await kube.request("DELETE", PODS.path(name), body={"gracePeriodSeconds": 0})
+
+    async def gone() -> bool:
+        try:
+            await kube.get(path)
+            return False
+        except ApiError as err:
+            return err.not_found
+    await eventually(gone, timeout, f"namespace {name} to be deleted", interval=0.5)

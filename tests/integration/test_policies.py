@@ -18,14 +18,13 @@ import pytest
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, PODS
 from gangctl.kube.client import ApiError
 from tests.integration.conftest import wait_ready
-from tests.integration.helpers import (KWOK_COMPLETE_DELAY, condition, eventually, get_trainjob, is_true, jobs_in,
+from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, condition, eventually, get_trainjob, is_true, jobs_in,
                                        pods_of, submit, trainjob)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
 FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 FAIL_EXIT_CODE = "pod-container-running-failed.stage.kwok.x-k8s.io/exit-code"
-KWOK_COMPLETE_JITTER = "pod-complete.stage.kwok.x-k8s.io/jitter-delay"
 
 
 def runtime(name: str, *, failure_policy: dict | None = None, pod_failure_policy: dict | None = None,
