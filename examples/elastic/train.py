@@ -29,13 +29,14 @@ def main() -> None:
     p.add_argument("--ckpt-every", type=int, default=10)
     p.add_argument("--step-seconds", type=float, default=0.1)
     p.add_argument("--global-batch", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.05)
     args = p.parse_args()
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = DDP(torch.nn.Linear(16, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     true_w = torch.arange(16, dtype=torch.float32).unsqueeze(1) / 16
 
     step = 0
@@ -65,7 +66,7 @@ def main() -> None:
         avg = loss.detach().clone()
         dist.all_reduce(avg)
         if rank == 0:
-            print(f"step={step} loss={avg.item() / world:.5f} world={world} restart={restart} t={time.time():.3f}",
+            print(f"step={step} loss={avg.item() / world:.4e} world={world} restart={restart} t={time.time():.3f}",
                   flush=True)
         if step % args.ckpt_every == 0:
             msd, osd = get_state_dict(model, opt)

@@ -34,6 +34,12 @@ RDZV_CONF = {
     "read_timeout": 30,
 }
 DEFAULT_MAX_RESTARTS = 100
+# torchrun (2.4+) by default shares the rendezvous TCPStore with the workers and caches the bootstrap
+# address (rank 0's host and port) from the agent's *first* round: when rank 0's node is lost, the
+# survivor that becomes rank 0 serves a new address but the other survivors keep connecting to the
+# dead one and hang in init_process_group. With sharing disabled every round publishes the current
+# rank 0's address (RendezvousStoreInfo.build) and rank 0's worker hosts the workers' store.
+NO_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 STORE_SCRIPT = (
     "import signal, sys, threading, torch.distributed as d\n"
@@ -70,6 +76,7 @@ def torch_env(job: ResolvedJob) -> list[dict]:
             {"name": "PET_RDZV_ID", "value": job.uid or job.name},
             {"name": "PET_RDZV_CONF", "value": ",".join(f"{k}={v}" for k, v in RDZV_CONF.items())},
             {"name": "PET_MAX_RESTARTS", "value": str(DEFAULT_MAX_RESTARTS if restarts is None else restarts)},
+            {"name": NO_SHARED_STORE, "value": "1"},
         ]
     return env
 

@@ -70,6 +70,7 @@ def test_torchrun_env_and_store():
     assert env["PET_RDZV_ENDPOINT"] == rdzv_endpoint(job.name) == f"{job.name}-rdzv.{job.name}:29400"
     assert env["PET_MAX_RESTARTS"] == "7"
     assert "last_call_timeout=2" in env["PET_RDZV_CONF"] and "keep_alive_interval=1" in env["PET_RDZV_CONF"]
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1", "each round must publish the current rank 0's address"
     store = rendezvous_store(job, {"uid": "u"}, {})
     anti = store["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti["topologyKey"] == "kubernetes.io/hostname", "the store never shares a node with a worker"
