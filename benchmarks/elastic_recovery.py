@@ -1,0 +1,207 @@
+"""Elastic recovery on real node loss: SIGKILL of the process node hosting rank 0 -> first training step
+after recovery, over repeated kills, beside what torchrun's default rendezvous settings would give.
+
+    .venv/bin/python benchmarks/elastic_recovery.py --kills 5 [--cluster gangctl-bench-elastic] [--json]
+
+Brings up its own cluster (2 KWOK GPU nodes, 5 process nodes: 4 workers + the rendezvous store),
+its own controller, and one elastic TrainJob (min 2, max 4, one worker per node) running
+examples/elastic/train.py for as long as the benchmark needs. Each round: wait for 4 workers to be
+training, SIGKILL the agent of the node that hosts the completion-index-0 pod, and read from the pods'
+logs (`kubectl logs --timestamps`, torchrun's agents at LOGLEVEL=INFO):
+  detect  = kill -> first survivor agent reports its worker group failed (gloo connection reset)
+  rdzv    = that -> the survivors' new rendezvous round complete
+  start   = that -> first training step (workers start, import torch, gloo init, DCP load)
+  total   = kill -> first training step with 3 workers
+then start a new process node and measure `regrow` = node start -> first step with 4 workers.
+torchrun's defaults (keep-alive 5 s x 3 before a dead agent is dropped, last_call 30 s) would add
+15 s + 30 s = 45 s to the rendezvous: `default ~= detect + 45 s + start` (gangctl: 1 s x 3 and 2 s).
+The cluster is deleted at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gangctl.api.resources import NAMESPACES, NODES, PODS, TRAINJOBS  # noqa: E402
+from gangctl.cluster.lifecycle import UpOptions, down, process_node_state, start_process_nodes, up  # noqa: E402
+from gangctl.config import REPO_ROOT, ClusterSettings  # noqa: E402
+from gangctl.kube.client import Kube  # noqa: E402
+from gangctl.nodeagent import launch  # noqa: E402
+
+SCRIPT = REPO_ROOT / "examples" / "elastic" / "train.py"
+NS, NAME = "bench", "el"
+STEP = re.compile(r"^(\S+) step=(\d+) loss=(\S+) world=(\d+) restart=(\d+) t=([0-9.]+)$", re.M)
+AGENT_FAILED = re.compile(r"^(\S+) .*(Worker group FAILED|Detected \d+ new nodes)", re.M)
+RDZV_DONE = re.compile(r"^(\S+) .*Rendezvous complete for workers", re.M)
+DEFAULT_EXTRA = 5 * 3 + 30  # torchrun defaults: keep-alive 5 s x 3, last_call 30 s
+OURS_EXTRA = 1 * 3 + 2
+
+
+def say(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def ts(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def trainjob(ckpt: Path) -> dict:
+    command = (f"set -e\nprogram=`mktemp /tmp/gangctl-elastic-train-XXXXXX.py`\ntrap 'rm -f \"$program\"' EXIT\n"
+               f"cat > \"$program\" <<'PY'\n{SCRIPT.read_text()}PY\n"
+               f"torchrun \"$program\" --steps 1000000 --ckpt-every 10 --step-seconds 0.1 --lr 0.01 --ckpt-dir {ckpt}")
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": NAME, "namespace": NS},
+            "spec": {"runtimeRef": {"name": "torch-process-nodes", "kind": "ClusterTrainingRuntime"},
+                     "trainer": {"numNodes": 4, "numProcPerNode": 1, "elasticPolicy": {"minNodes": 2, "maxNodes": 4},
+                                 "command": ["bash", "-c", command],
+                                 "env": [{"name": "OMP_NUM_THREADS", "value": "1"}, {"name": "LOGLEVEL", "value": "INFO"}],
+                                 "resourcesPerNode": {"requests": {"cpu": "1500m"}, "limits": {"cpu": "1500m"}}}}}
+
+
+class Logs:
+    """Every pod's log as last read (a lost node's pod logs go with it)."""
+
+    def __init__(self, kube: Kube, kubeconfig: Path):
+        self.kube, self.kubeconfig, self.texts = kube, kubeconfig, {}
+
+    async def read(self) -> str:
+        pods = (await self.kube.get(PODS.path(NS), labelSelector=f"jobset.sigs.k8s.io/jobset-name={NAME}"))["items"]
+        for p in pods:
+            name = p["metadata"]["name"]
+            r = await asyncio.to_thread(subprocess.run, ["kubectl", "logs", "--timestamps", "-n", NS, name],
+                                        env=dict(os.environ, KUBECONFIG=str(self.kubeconfig)),
+                                        capture_output=True, text=True, timeout=30)
+            if r.returncode == 0 and len(r.stdout) >= len(self.texts.get(name, "")):
+                self.texts[name] = r.stdout
+        return "\n".join(self.texts.values())
+
+    async def steps(self) -> list[tuple[int, int, float]]:
+        """(step, world, time printed) of every step line, by time."""
+        return sorted(((int(s), int(w), float(t)) for _, s, _, w, _, t in STEP.findall(await self.read())),
+                      key=lambda x: x[2])
+
+
+async def wait_for(check, timeout: float, what: str):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = await check()
+        if found:
+            return found
+        await asyncio.sleep(0.5)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+async def run(settings: ClusterSettings, kubeconfig: Path, kills: int) -> list[dict]:
+    state = process_node_state(settings) / "bench"
+    kube = await Kube.connect(kubeconfig)
+    ckpt = Path("/tmp/gangctl-elastic-bench") / settings.cluster_name
+    shutil.rmtree(ckpt, ignore_errors=True)
+    index = 20
+    nodes = await asyncio.to_thread(start_process_nodes, settings, kubeconfig, 5, lambda m: None,
+                                    state=state, prefix="bench", first_index=index)
+    index += 5
+    rounds = []
+    try:
+        await kube.create(NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        await kube.create(TRAINJOBS.path(NS), trainjob(ckpt))
+        logs = Logs(kube, kubeconfig)
+        since = 0.0
+        for k in range(kills):
+            async def four() -> bool:
+                return any(w == 4 and t > since + 2 for _, w, t in await logs.steps())
+            await wait_for(four, 180, "4 workers training")
+            pods = (await kube.get(PODS.path(NS), labelSelector=f"jobset.sigs.k8s.io/jobset-name={NAME}"))["items"]
+            [rank0] = [p for p in pods if p["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index")
+                       == "0" and p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+            victim = rank0["spec"]["nodeName"]
+            await logs.read()
+            os.kill(launch.agent_pid(state, victim), signal.SIGKILL)
+            killed = time.time()
+
+            async def three():
+                return next(((s, t) for s, w, t in await logs.steps() if w == 3 and t > killed), None)
+            step, first = await wait_for(three, 120, "the survivors' first step")
+            text = await logs.read()
+            failed = min(ts(m[0]) for m in AGENT_FAILED.findall(text) if ts(m[0]) > killed)
+            rdzv = min(ts(m) for m in RDZV_DONE.findall(text) if ts(m) > failed)
+            grow = time.time()
+            nodes += await asyncio.to_thread(start_process_nodes, settings, kubeconfig, 1, lambda m: None,
+                                             state=state, prefix="bench", first_index=index)
+            index += 1
+
+            async def regrown():
+                return next((t for _, w, t in await logs.steps() if w == 4 and t > first), None)
+            back = await wait_for(regrown, 180, "4 workers again")
+            await kube.delete(NODES.path(name=victim))
+            r = {"kill": k + 1, "step": step, "detect": failed - killed, "rdzv": rdzv - failed,
+                 "start": first - rdzv, "total": first - killed, "regrow": back - grow}
+            r["default_estimate"] = r["detect"] + r["start"] + max(r["rdzv"], DEFAULT_EXTRA)
+            say(" ".join(f"{key}={v:.1f}" if isinstance(v, float) else f"{key}={v}" for key, v in r.items()))
+            rounds.append(r)
+            since = back
+    finally:
+        await kube.delete(TRAINJOBS.path(NS, NAME))
+        await kube.close()
+        launch.stop(settings.cluster_name, state)
+        shutil.rmtree(ckpt, ignore_errors=True)
+    return rounds
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--kills", type=int, default=5)
+    p.add_argument("--cluster", default="gangctl-bench-elastic")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    settings = ClusterSettings(cluster_name=args.cluster)
+    down(settings, lambda m: None)
+    cluster = up(settings, UpOptions(2, 8), say)
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
+    log = (Path("/tmp") / f"{args.cluster}-controller.log").open("w")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctl = subprocess.Popen([sys.executable, "-m", "gangctl.cli", "controller", "--metrics-port", str(port)],
+                           env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        rounds = asyncio.run(run(settings, cluster.kubeconfig, args.kills))
+    finally:
+        ctl.send_signal(signal.SIGTERM)
+        try:
+            ctl.wait(10)
+        except subprocess.TimeoutExpired:
+            ctl.kill()
+        down(settings, say)
+    keys = ("detect", "rdzv", "start", "total", "default_estimate", "regrow")
+    summary = {k: {"p50": statistics.median(r[k] for r in rounds), "p95": pct([r[k] for r in rounds], 0.95)}
+               for k in keys}
+    if args.json:
+        print(json.dumps({"rounds": rounds, "summary": summary}, indent=2))
+    else:
+        print(f"| what ({len(rounds)} kills of the rank-0 node) | p50 | p95 |\n|---|---|---|")
+        for k in keys:
+            print(f"| {k} | {summary[k]['p50']:.1f} s | {summary[k]['p95']:.1f} s |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
