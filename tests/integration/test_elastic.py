@@ -117,14 +117,22 @@ async def test_elastic_job_shrinks_on_node_loss_and_grows_back(kube, controller,
     survivors = {p["metadata"]["uid"] for p in pods} - {victim["metadata"]["uid"]}
     await kube.merge_patch(NODES.path(name=node), {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
     try:
+        at_shrink: dict = {}
+
         async def shrunk() -> bool:
-            return (await job())["spec"].get("parallelism") == start - 1
+            # The TrainJob as it is when the shrink shows: 30 s later gangctl may already probe to grow,
+            # and lastResizeReason then names that probe.
+            if (await job())["spec"].get("parallelism") != start - 1:
+                return False
+            tj = await get_trainjob(kube, namespace, "el")
+            at_shrink["tj"] = tj
+            return (tj.get("status", {}).get("elastic") or {}).get("currentNodes") == start - 1
         await eventually(shrunk, 90, f"the job shrunk to {start - 1} after the node loss")
-        tj = await get_trainjob(kube, namespace, "el")
+        tj = at_shrink["tj"]
         # The cause is NodeLost when gangctl saw the evicted pod (or the Job's failed count) before the
         # cut; a lost pod deleted between two looks can still be labelled Unschedulable (known gap).
         assert tj["status"]["elastic"]["lastResizeReason"] in ("NodeLost", "Unschedulable")
-        assert {p["metadata"]["uid"] for p in await healthy()} == survivors, "no healthy worker was killed"
+        assert survivors <= {p["metadata"]["uid"] for p in await healthy()}, "no healthy worker was killed"
         assert not is_true(tj, "Failed")
         assert (tj["status"].get("restarts") or {}).get("user", 0) == 0
 
