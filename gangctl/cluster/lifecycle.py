@@ -193,7 +193,7 @@ def start_scheduler(settings: ClusterSettings, kubeconfig: Path, scheduler: str,
 
 async def _install(kubeconfig: Path, crds: list[dict], *, namespaces: Sequence[str] = (),
                    webhooks: Sequence[dict] = ()) -> None:
-    from gangctl.api.resources import NAMESPACES, Resource
+    from gangctl.api.resources import NAMESPACES
 
     kube = await Kube.connect(kubeconfig)
     try:
@@ -202,9 +202,7 @@ async def _install(kubeconfig: Path, crds: list[dict], *, namespaces: Sequence[s
                                                          "metadata": {"name": ns}}, setup.FIELD_MANAGER)
         if crds:
             await setup.install_crds(kube, crds)
-        for hook in webhooks:
-            res = Resource("admissionregistration.k8s.io", "v1", hook["kind"].lower() + "s", hook["kind"], namespaced=False)
-            await kube.apply(res.path(name=hook["metadata"]["name"]), hook, setup.FIELD_MANAGER)
+        await setup.apply_webhooks(kube, webhooks)
     finally:
         await kube.close()
 

@@ -181,7 +181,7 @@ def start(settings: ClusterSettings, kubeconfig: Path, say: Say, progress: Progr
 
 
 async def _install(kubeconfig: Path, crd_docs: list[dict], runtimes: list[dict], hooks: list[dict] = ()) -> None:
-    from gangctl.api.resources import NAMESPACES, Resource
+    from gangctl.api.resources import NAMESPACES
     from gangctl.kube.client import Kube
 
     kube = await Kube.connect(kubeconfig)
@@ -193,9 +193,7 @@ async def _install(kubeconfig: Path, crd_docs: list[dict], runtimes: list[dict],
             await setup.install_crds(kube, crd_docs)
         if runtimes:
             await setup.apply_cluster_runtimes(kube, runtimes)
-        for hook in hooks:
-            res = Resource("admissionregistration.k8s.io", "v1", hook["kind"].lower() + "s", hook["kind"], namespaced=False)
-            await kube.apply(res.path(name=hook["metadata"]["name"]), hook, setup.FIELD_MANAGER)
+        await setup.apply_webhooks(kube, hooks)
     finally:
         await kube.close()
 

@@ -7,7 +7,7 @@ from typing import Callable, Iterable
 
 import yaml
 
-from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, CRDS, NODES
+from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, CRDS, NODES, Resource
 from gangctl.cluster.local import KWOK_NODE_ANNOTATION
 from gangctl.kube.client import ApiError, Kube
 
@@ -44,6 +44,14 @@ async def _wait_established(kube: Kube, name: str, timeout: float) -> None:
         if loop.time() > deadline:
             raise TimeoutError(f"CRD {name} not Established after {timeout:.0f}s: {conds}")
         await asyncio.sleep(0.2)
+
+
+async def apply_webhooks(kube: Kube, hooks: Iterable[dict]) -> None:
+    """Server-side apply Validating/MutatingWebhookConfigurations (cluster-scoped, plural of their kind)."""
+    for hook in hooks:
+        kind = hook["kind"]
+        res = Resource("admissionregistration.k8s.io", "v1", kind.lower() + "s", kind, namespaced=False)
+        await kube.apply(res.path(name=hook["metadata"]["name"]), hook, FIELD_MANAGER)
 
 
 async def apply_cluster_runtimes(kube: Kube, runtimes: Iterable[dict]) -> list[str]:

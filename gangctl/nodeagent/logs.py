@@ -102,13 +102,19 @@ async def stream_log(path: Path, running: Callable[[], bool], opts: LogOptions,
                      write: Callable[[bytes], Awaitable[None]], poll: float = 0.2) -> None:
     lines, offset = read_lines(path)
     budget = opts.limit_bytes
-    for line in select(lines, opts):
+
+    async def send(line) -> bool:
+        """Write one rendered line within limitBytes; False once the limit is used up."""
+        nonlocal budget
         chunk = render(line, opts.timestamps)
         if budget is not None:
             chunk = chunk[:budget]
             budget -= len(chunk)
         await write(chunk)
-        if budget is not None and budget <= 0:
+        return budget is None or budget > 0
+
+    for line in select(lines, opts):
+        if not await send(line):
             return
     if not opts.follow:
         return
@@ -125,12 +131,7 @@ async def stream_log(path: Path, running: Callable[[], bool], opts: LogOptions,
             line = parse_line(raw)
             if line is None or (opts.since and parse_time(line.time) < opts.since):
                 continue
-            chunk = render(line, opts.timestamps)
-            if budget is not None:
-                chunk = chunk[:budget]
-                budget -= len(chunk)
-            await write(chunk)
-            if budget is not None and budget <= 0:
+            if not await send(line):
                 return
         if not alive and not data:
             return

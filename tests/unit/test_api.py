@@ -159,8 +159,8 @@ def sdk_train_func(lr: float = 0.1):
 
 
 def sdk_posted_trainjob() -> dict:
-    models = pytest.importorskip("kubeflow_trainer_api.models")
-    utils = pytest.importorskip("kubeflow.trainer.backends.kubernetes.utils")
+    import kubeflow.trainer.backends.kubernetes.utils as utils  # the SDK is a dev dependency: no skip
+    import kubeflow_trainer_api.models as models
     from kubeflow.trainer.constants import constants
     from kubeflow.trainer.types import types
 
@@ -188,8 +188,8 @@ def sdk_posted_trainjob() -> dict:
 
 def sdk_runtime(obj: dict):
     """What the SDK makes of a runtime object (KubernetesBackend.__get_runtime_from_cr)."""
-    models = pytest.importorskip("kubeflow_trainer_api.models")
-    utils = pytest.importorskip("kubeflow.trainer.backends.kubernetes.utils")
+    import kubeflow.trainer.backends.kubernetes.utils as utils  # the SDK is a dev dependency: no skip
+    import kubeflow_trainer_api.models as models
     from kubeflow.trainer.types import types
 
     cr = models.TrainerV1alpha1ClusterTrainingRuntime.from_dict(obj)
