@@ -124,9 +124,12 @@ async def test_elastic_job_shrinks_on_node_loss_and_grows_back(kube, controller,
             # and lastResizeReason then names that probe.
             if (await job())["spec"].get("parallelism") != start - 1:
                 return False
+            # gangctl resizes the Job before it writes the TrainJob's status: wait for the status that
+            # records this shrink (its size), not an older one that only saw a worker go.
             tj = await get_trainjob(kube, namespace, "el")
             at_shrink["tj"] = tj
-            return (tj.get("status", {}).get("elastic") or {}).get("currentNodes") == start - 1
+            el = tj.get("status", {}).get("elastic") or {}
+            return el.get("size") == start - 1 and el.get("currentNodes") == start - 1
         await eventually(shrunk, 90, f"the job shrunk to {start - 1} after the node loss")
         tj = at_shrink["tj"]
         # The cause is NodeLost when gangctl saw the evicted pod (or the Job's failed count) before the
