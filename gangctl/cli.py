@@ -36,6 +36,7 @@ class Scheduler(str, Enum):
 class QuotaBackend(str, Enum):
     kueue = "kueue"
     volcano = "volcano"
+    coscheduling = "coscheduling"
 
 
 def _fail(message: str) -> None:
@@ -236,12 +237,16 @@ def policy_validate(file: str = typer.Argument(..., help="a quota policy YAML fi
 @policy_app.command("apply")
 def policy_apply(
     file: str = typer.Argument(..., help="a quota policy YAML file"),
-    backend: QuotaBackend = typer.Option(None, help="kueue or volcano (default: the scheduler the local cluster runs)"),
+    backend: QuotaBackend = typer.Option(None, help="kueue, volcano or coscheduling (default: the scheduler the "
+                                         "local cluster runs)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the diff against the cluster; change nothing"),
     kubeconfig: str = typer.Option(None, envvar="KUBECONFIG", help="default: the local cluster's"),
     output: Output = typer.Option(Output.text, "-o", "--output"),
 ) -> None:
-    """Translate a quota policy into Kueue objects or Volcano Queues and server-side apply them."""
+    """Translate a quota policy into Kueue objects or Volcano Queues and server-side apply them.
+
+    With coscheduling (no quota system of its own) gangctl admits the jobs itself: the policy is
+    stored in the ConfigMap gangctl-system/gangctl-quota-policy, with the policy's PriorityClasses."""
     import asyncio
 
     from gangctl.kube.client import ApiError, Kube
@@ -256,16 +261,15 @@ def policy_apply(
     if backend is None:
         from gangctl.cluster.schedulers import chosen
 
-        name = chosen(settings)
-        if name not in ("kueue", "volcano"):
-            _fail("the local cluster runs coscheduling, which has no quota objects (gangctl admits its jobs "
-                  "itself); pass --backend kueue|volcano")
-        backend = QuotaBackend(name)
+        backend = QuotaBackend(chosen(settings))
+    from pathlib import Path
+
+    text = Path(file).read_text()
 
     async def run():
         kube = await Kube.connect(kubeconfig or settings.kubeconfig)
         try:
-            return await apply_policy(kube, policy, backend.value, dry_run=dry_run)
+            return await apply_policy(kube, policy, backend.value, dry_run=dry_run, text=text)
         finally:
             await kube.close()
     try:

@@ -1,6 +1,8 @@
-"""`gangctl policy apply`: a quota policy's Kueue or Volcano objects, server-side applied.
+"""`gangctl policy apply`: a quota policy's Kueue, Volcano or coscheduling objects, server-side applied.
 
-The objects come from the pure translators (gangctl.policy.quota_kueue / quota_volcano); this
+The objects come from the pure translators (gangctl.policy.quota_kueue / quota_volcano /
+quota_coscheduling: for coscheduling, gangctl admits the jobs itself and the policy is stored in
+the ConfigMap gangctl-system/gangctl-quota-policy that the controller's quota gate reads); this
 module only talks to the API server through gangctl.kube. `--dry-run` applies with `dryRun=All`
 (so the diff shows what the server would store, defaults included) and diffs that against what is
 there now; objects are never changed then.
@@ -16,14 +18,16 @@ import yaml
 from gangctl.api.resources import Resource
 from gangctl.kube.client import ApiError, Kube
 from gangctl.policy.quota import QuotaPolicy
+from gangctl.policy.quota_coscheduling import coscheduling_objects
 from gangctl.policy.quota_kueue import kueue_objects
 from gangctl.policy.quota_volcano import volcano_objects
 
 FIELD_MANAGER = "gangctl-policy"
-Backend = Literal["kueue", "volcano"]
+Backend = Literal["kueue", "volcano", "coscheduling"]
 
 KINDS = {
     ("v1", "Namespace"): Resource("", "v1", "namespaces", "Namespace", namespaced=False),
+    ("v1", "ConfigMap"): Resource("", "v1", "configmaps", "ConfigMap"),
     ("scheduling.k8s.io/v1", "PriorityClass"): Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False),
     ("kueue.x-k8s.io/v1beta1", "ResourceFlavor"): Resource("kueue.x-k8s.io", "v1beta1", "resourceflavors", "ResourceFlavor", namespaced=False),
     ("kueue.x-k8s.io/v1beta1", "ClusterQueue"): Resource("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", namespaced=False),
@@ -34,10 +38,19 @@ KINDS = {
 }
 _VOLATILE_META = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
 _CRD_HINT = {"kueue": "start the cluster with `gangctl cluster up --scheduler kueue`",
-             "volcano": "start the cluster with `gangctl cluster up --scheduler volcano`"}
+             "volcano": "start the cluster with `gangctl cluster up --scheduler volcano`",
+             "coscheduling": "check the API server"}
 
 
-def objects_for(policy: QuotaPolicy, backend: Backend) -> list[dict]:
+def policy_text(policy: QuotaPolicy) -> str:
+    """The policy as YAML (what the coscheduling ConfigMap stores when no file text is given)."""
+    return yaml.safe_dump(policy.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False)
+
+
+def objects_for(policy: QuotaPolicy, backend: Backend, text: str | None = None) -> list[dict]:
+    """`text`: the policy file as written (coscheduling stores it verbatim, comments included)."""
+    if backend == "coscheduling":
+        return coscheduling_objects(policy, text if text is not None else policy_text(policy))
     return kueue_objects(policy) if backend == "kueue" else volcano_objects(policy)
 
 
@@ -110,9 +123,10 @@ async def _get(kube: Kube, path: str) -> dict | None:
         raise
 
 
-async def apply_policy(kube: Kube, policy: QuotaPolicy, backend: Backend, *, dry_run: bool) -> list[Change]:
+async def apply_policy(kube: Kube, policy: QuotaPolicy, backend: Backend, *, dry_run: bool,
+                       text: str | None = None) -> list[Change]:
     changes = []
-    for obj in objects_for(policy, backend):
+    for obj in objects_for(policy, backend, text):
         path, meta = object_path(obj), obj["metadata"]
         try:
             current = await _get(kube, path)

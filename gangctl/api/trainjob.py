@@ -23,6 +23,7 @@ from gangctl.api.runtime import (
     NumProcPerNode,
     ObjectMeta,
     OpenModel,
+    Quantity,
     ResourceRequirements,
     validation_message,
 )
@@ -186,6 +187,18 @@ class ElasticStatus(K8sModel):
     lost_accounted: int | None = Field(None, ge=0, description="lost pods already answered by a shrink")
 
 
+class AdmissionStatus(K8sModel):
+    """gangctl extension: the quota admission of a coscheduling TrainJob.
+
+    Written only by gangctl's quota gate (field manager `gangctl-admission`); present = admitted.
+    It records what was charged, so usage survives controller restarts and policy edits."""
+
+    team: str = Field(min_length=1, description="the quota policy team charged")
+    admitted_at: str = Field(json_schema_extra={"format": "date-time"})
+    priority: int = Field(0, description="the priority value admission used (orders preemption victims)")
+    requests: dict[str, Quantity] = Field(default_factory=dict, description="the gang floor charged to the team")
+
+
 class TrainJobStatus(K8sModel):
     """Observed state."""
 
@@ -200,6 +213,8 @@ class TrainJobStatus(K8sModel):
     gang: GangStatus | None = Field(None, description="gangctl extension: gang scheduling times")
     restarts: RestartsStatus | None = Field(None, description="gangctl extension: restarts by cause")
     elastic: ElasticStatus | None = Field(None, description="gangctl extension: elastic size")
+    admission: AdmissionStatus | None = Field(
+        None, description="gangctl extension: quota admission (coscheduling backend); absent = not admitted")
 
     def condition(self, type_: str) -> Condition | None:
         """The condition of this type."""

@@ -31,6 +31,23 @@ class Metrics:
                                 ["namespace", "trainjob"], registry=registry)
         self.resizes = Counter("gangctl_elastic_resizes_total", "Elastic resizes by direction and cause",
                                ["direction", "cause"], registry=registry)
+        # gangctl's own quota admission (coscheduling backend; gangctl.runtime.quota_gate)
+        self.quota_admitted_gpus = Gauge("gangctl_quota_admitted_gpus",
+                                         "GPUs (gang floors) of admitted, unfinished TrainJobs, by team", ["team"],
+                                         registry=registry)
+        self.quota_pending = Gauge("gangctl_quota_pending_trainjobs", "TrainJobs waiting for quota, by team",
+                                   ["team"], registry=registry)
+        self.quota_admissions = Counter("gangctl_quota_admissions_total", "TrainJobs admitted by the quota gate",
+                                        ["team"], registry=registry)
+        self.quota_preemptions = Counter("gangctl_quota_preemptions_total",
+                                         "Admitted TrainJobs evicted for a higher-priority or reclaiming one, "
+                                         "by the victim's team", ["team"], registry=registry)
+        self.quota_policy_valid = Gauge("gangctl_quota_policy_valid",
+                                        "1 when the quota policy ConfigMap is valid (0: invalid, the last valid "
+                                        "policy stays in force; absent ConfigMap: 1 and no quota)", registry=registry)
+        self.quota_policy_errors = Counter("gangctl_quota_policy_errors_total",
+                                           "Quota policy ConfigMap versions rejected as invalid", registry=registry)
+        self.quota_policy_valid.set(1)
         for phase in PHASES:
             self.trainjobs.labels(phase).set(0)
         for cause in ("user", "infrastructure", "ignored"):

@@ -1,0 +1,132 @@
+"""A quota policy for the coscheduling backend, which has no quota system: gangctl admits the jobs.
+
+Pure: policy in, Kubernetes objects and admission decisions out. The I/O around it (reading the
+policy ConfigMap, writing `status.admission`) is `gangctl.runtime.quota_gate`.
+
+- `coscheduling_objects`: what `gangctl policy apply --backend coscheduling` applies: the policy
+  itself in the ConfigMap `gangctl-system/gangctl-quota-policy` (key `policy.yaml`), the teams'
+  namespaces labelled with their team (as for Kueue and Volcano), and one `scheduling.k8s.io/v1`
+  PriorityClass per policy priority (the same objects as for Volcano), so pods may name them.
+- `admission_record` / `admitted_workload`: a TrainJob's `status.admission` and back. The record
+  keeps what was charged (team, gang floor, priority), so usage is the same after a restart or a
+  policy edit.
+- `plan`: one round of `admission.decide` (the code the simulator runs) over the pending and the
+  admitted TrainJobs, with a reason for every job that waits.
+
+A namespace that belongs to no team of the policy is not admitted: its TrainJobs wait with the
+reason "namespace X is in no team of the quota policy", as a Kueue job whose LocalQueue does not
+exist stays pending (Kueue never runs a queue-less job under quota it cannot account for).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Iterable, Mapping
+
+from gangctl.api.quantity import format_quantity, parse_quantity
+from gangctl.policy.admission import Amount, Decision, Quotas, Verdict, Workload, decide, queue_key, usage_of
+from gangctl.policy.quota import QuotaPolicy
+from gangctl.policy.quota_kueue import MANAGED, team_namespaces
+from gangctl.policy.quota_volcano import priority_classes
+
+POLICY_NAMESPACE = "gangctl-system"
+POLICY_CONFIGMAP = "gangctl-quota-policy"
+POLICY_KEY = "policy.yaml"
+
+
+def policy_configmap(text: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": POLICY_CONFIGMAP, "namespace": POLICY_NAMESPACE, "labels": dict(MANAGED)},
+            "data": {POLICY_KEY: text}}
+
+
+def coscheduling_objects(policy: QuotaPolicy, text: str) -> list[dict]:
+    """Everything `policy apply` writes for coscheduling; `text` is the policy YAML to store."""
+    system = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": POLICY_NAMESPACE}}
+    return [*team_namespaces(policy), system, *priority_classes(policy), policy_configmap(text)]
+
+
+def no_team_reason(namespace: str) -> str:
+    return f"namespace {namespace} is in no team of the quota policy"
+
+
+def priority_value(policy: QuotaPolicy, namespace: str, priority_class: str | None) -> int:
+    """A job's priority: its pods' priorityClassName if the policy names that class, else its team's
+    default priority, else the policy's default (a class the policy does not know counts as none)."""
+    if priority_class and priority_class in policy.priorities:
+        return policy.priorities[priority_class]
+    team = policy.team_of_namespace(namespace)
+    return policy.priority_of(team) if team else policy.priorities[policy.default_priority]
+
+
+def timestamp(value: str) -> float:
+    """An RFC 3339 time (metadata.creationTimestamp, admittedAt) as epoch seconds."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def rfc3339(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if now.microsecond else now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def admission_record(team: str, requests: Mapping[str, Amount], priority: int, now: datetime) -> dict:
+    """The `status.admission` of a TrainJob admitted now (requests as Kubernetes quantities)."""
+    return {"team": team, "admittedAt": rfc3339(now), "priority": priority,
+            "requests": {r: format_quantity(a) for r, a in sorted(requests.items())}}
+
+
+def admitted_workload(policy: QuotaPolicy, key: str, namespace: str, admission: Mapping) -> Workload:
+    """An admitted TrainJob as `decide` sees it: the team owning its namespace now (the recorded
+    team if the namespace left the policy), what was charged, created = admission time."""
+    team = policy.team_of_namespace(namespace) or admission["team"]
+    requests = {r: parse_quantity(q) for r, q in (admission.get("requests") or {}).items()}
+    return Workload(key, team, int(admission.get("priority") or 0), timestamp(admission["admittedAt"]), requests)
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A TrainJob that asks to be admitted: `requests` is its gang floor in QUANTITY_UNITS."""
+
+    key: str
+    namespace: str
+    created: float
+    priority: int
+    requests: Mapping[str, Amount]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    decisions: list[Decision]   # ADMIT and PREEMPT, in the order to carry them out
+    reasons: dict[str, str]     # key -> why it waits (every pending job that is not admitted)
+
+
+def plan(policy: QuotaPolicy, quotas: Quotas, pending: Iterable[Pending], admitted: Iterable[Workload]) -> Plan:
+    """One admission round. `quotas` is `policy.to_quotas(QUANTITY_UNITS)`."""
+    admitted = list(admitted)
+    queues: dict[str, list[Workload]] = {}
+    reasons: dict[str, str] = {}
+    for p in pending:
+        team = policy.team_of_namespace(p.namespace)
+        if team is None:
+            reasons[p.key] = no_team_reason(p.namespace)
+            continue
+        queues.setdefault(team, []).append(Workload(p.key, team, p.priority, p.created, p.requests))
+    for queue in queues.values():
+        queue.sort(key=queue_key)
+    by_team: dict[str, list[Workload]] = {}
+    for w in admitted:
+        by_team.setdefault(w.team, []).append(w)
+    decisions = decide(quotas, usage_of(admitted), queues, by_team if quotas.preemption_enabled else None)
+    heads: dict[str, str] = {}
+    out: list[Decision] = []
+    for d in decisions:
+        if d.verdict is Verdict.WAIT:
+            reasons[d.workload.id] = d.reason
+            heads.setdefault(d.workload.team, d.workload.id)
+        else:
+            out.append(d)
+    decided = {d.workload.id for d in decisions}
+    for team, queue in queues.items():
+        for w in queue:
+            if w.id not in decided:  # StrictFIFO: behind its team's first blocked job, not examined
+                reasons[w.id] = f"queued behind {heads.get(team, 'an earlier job')} in team {team}'s StrictFIFO queue"
+    return Plan(out, reasons)

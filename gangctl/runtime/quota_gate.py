@@ -1,0 +1,393 @@
+"""gangctl's own quota admission for the coscheduling backend (scheduler-plugins has no quotas).
+
+The decisions are `gangctl.policy.quota_coscheduling.plan`, i.e. `admission.decide`, the code the
+simulator runs; this module is the I/O around it:
+
+- the policy is the ConfigMap `gangctl-system/gangctl-quota-policy` (key `policy.yaml`, written by
+  `gangctl policy apply --backend coscheduling`), read through an informer. An invalid version is
+  logged and counted (`gangctl_quota_policy_errors_total`, `gangctl_quota_policy_valid` 0) and the
+  last valid policy stays in force; a deleted ConfigMap turns the gate off (no quota: jobs run).
+- a TrainJob is admitted when its `status.admission` is set. Only this gate writes that field, by
+  server-side apply under its own field manager `gangctl-admission`, so the reconciler (manager
+  `gangctl`) and the gate never clobber each other's fields. Admission state lives in the
+  TrainJob, so a restarted gate counts exactly what was admitted before.
+- the reconciler tells the gate which coscheduling TrainJobs want admission (`wants`) and which no
+  longer do (`forget`); `run` decides in rounds (bursts coalesced) and writes the results.
+
+Usage is the sum of `status.admission.requests` of admitted TrainJobs that are not finished, not
+being deleted and not suspended by the user. A decision counts from the moment it is taken: what
+the gate admitted or evicted and the cache does not show yet is kept in an overlay, so a round
+never over-commits while writes are in flight. A finished job stops counting at once (its record
+stays as history); a job the user suspends loses its admission (quota released) and queues again
+when resumed, as Kueue does with a deactivated workload.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable, Mapping
+
+from gangctl.api.resources import TRAINJOBS, Resource
+from gangctl.kube.client import ApiError, Kube
+from gangctl.kube.events import EventRecorder
+from gangctl.kube.informer import Informer, object_key
+from gangctl.obs.metrics import Metrics
+from gangctl.policy.admission import GPU, Amount, Verdict, Workload
+from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
+from gangctl.policy.quota_check import check_policy
+from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, Pending,
+                                               admission_record, admitted_workload, plan, priority_value,
+                                               timestamp)
+from gangctl.policy.status import finished
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "gangctl-admission"
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+
+
+def policy_informer(kube: Kube) -> Informer:
+    """The informer the gate reads its policy from (ConfigMaps of gangctl-system; the gate picks its own)."""
+    return Informer(kube, CONFIGMAPS, namespace=POLICY_NAMESPACE)
+
+
+@dataclass
+class _Admit:
+    uid: str
+    record: dict
+
+
+class QuotaGate:
+    def __init__(self, kube: Kube, trainjobs: Informer, policy_configmaps: Informer, metrics: Metrics,
+                 events: EventRecorder, *, clock: Callable[[], datetime] | None = None,
+                 on_change: Callable[[str], None] = lambda key: None,
+                 coalesce_seconds: float = 0.2, retry_seconds: float = 1.0):
+        self.kube = kube
+        self.trainjobs = trainjobs
+        self.policy_configmaps = policy_configmaps
+        self.metrics = metrics
+        self.events = events
+        self.clock = clock or (lambda: datetime.now(timezone.utc))
+        self.on_change = on_change
+        self.coalesce_seconds = coalesce_seconds
+        self.retry_seconds = retry_seconds
+        self.policy: QuotaPolicy | None = None
+        self.policy_error: str | None = None
+        self._quotas = None
+        self._policy_rv: str | None = None
+        self._pending: dict[str, tuple[str, Pending]] = {}   # key -> (uid, what it asks)
+        self._admits: dict[str, _Admit] = {}                 # admitted by this gate; cache may lag
+        self._evicts: dict[str, str] = {}                    # key -> uid: admission removed; cache may lag
+        self._doubtful: set[str] = set()                     # writes whose outcome is unknown (re-read)
+        self._released: set[str] = set()
+        self._reasons: dict[str, str] = {}
+        self._wake = asyncio.Event()
+        self._retry: asyncio.TimerHandle | None = None
+        self.rounds = 0
+        trainjobs.handlers.append(self._on_trainjob)
+        policy_configmaps.handlers.append(self._on_configmap)
+        for cm in policy_configmaps.cache.values():
+            self._on_configmap("ADDED", cm)
+
+    # --- what the reconciler calls ---------------------------------------------------------------
+    @property
+    def enabled(self) -> bool:
+        return self.policy is not None
+
+    def admission(self, trainjob: dict) -> dict | None:
+        """`status.admission` as this gate knows it (its own decisions first, then the cache)."""
+        key, uid = object_key(trainjob), trainjob["metadata"].get("uid", "")
+        if self._evicts.get(key) == uid:
+            return None
+        mine = self._admits.get(key)
+        if mine is not None and mine.uid == uid:
+            return mine.record
+        return (trainjob.get("status") or {}).get("admission")
+
+    def priority(self, namespace: str, priority_class: str | None) -> int:
+        """The priority to pass to `wants` (see `quota_coscheduling.priority_value`)."""
+        return priority_value(self.policy, namespace, priority_class) if self.policy else 0
+
+    def wants(self, key: str, trainjob: dict, gang_requests: Mapping[str, Amount], priority: int) -> None:
+        if self.policy is None or self.admission(trainjob) is not None:
+            return
+        meta = trainjob["metadata"]
+        created = timestamp(meta["creationTimestamp"]) if meta.get("creationTimestamp") else self.clock().timestamp()
+        entry = (meta.get("uid", ""), Pending(key, meta["namespace"], created, priority, dict(gang_requests)))
+        if self._pending.get(key) != entry:
+            self._pending[key] = entry
+            self.trigger()
+
+    def forget(self, key: str) -> None:
+        self._pending.pop(key, None)
+        self._reasons.pop(key, None)
+        self._released.add(key)
+        self.trigger()
+
+    def pending_reason(self, key: str) -> str | None:
+        if key in self._reasons:
+            return self._reasons[key]
+        return "waiting for quota admission" if key in self._pending else None
+
+    def trigger(self) -> None:
+        self._wake.set()
+
+    # --- informer handlers -----------------------------------------------------------------------
+    def _on_trainjob(self, event: str, obj: dict) -> None:
+        key = object_key(obj)
+        if key in self._pending or key in self._admits or key in self._evicts:
+            self.trigger()
+            return
+        if (obj.get("status") or {}).get("admission") is None:
+            return
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        if event == "DELETED" or obj["metadata"].get("deletionTimestamp") or spec.get("suspend") or finished(status):
+            self.trigger()  # its quota is released
+
+    def _on_configmap(self, event: str, obj: dict) -> None:
+        meta = obj["metadata"]
+        if meta.get("name") != POLICY_CONFIGMAP or meta.get("namespace") != POLICY_NAMESPACE:
+            return
+        if event == "DELETED":
+            if self.policy is not None:
+                log.warning("quota policy ConfigMap %s/%s deleted: coscheduling TrainJobs run without quota",
+                            POLICY_NAMESPACE, POLICY_CONFIGMAP)
+            self._set_policy(None, None)
+            self.policy_error = None
+            self.metrics.quota_policy_valid.set(1)
+            return
+        if meta.get("resourceVersion") == self._policy_rv:
+            return
+        self._policy_rv = meta.get("resourceVersion")
+        text = (obj.get("data") or {}).get(POLICY_KEY)
+        policy, problems = check_policy(text) if text is not None else (None, [])
+        if policy is None:
+            where = f"{POLICY_NAMESPACE}/{POLICY_CONFIGMAP}[{POLICY_KEY}]"
+            self.policy_error = "; ".join(p.format(where) for p in problems) or f"{where}: missing"
+            self.metrics.quota_policy_errors.inc()
+            self.metrics.quota_policy_valid.set(0)
+            log.warning("invalid quota policy (%s); %s", self.policy_error,
+                        "keeping the last valid policy" if self.policy else "no quota policy in force")
+            return
+        self.policy_error = None
+        self.metrics.quota_policy_valid.set(1)
+        log.info("quota policy loaded: %d teams", len(policy.teams))
+        self._set_policy(policy, policy.to_quotas(QUANTITY_UNITS))
+
+    def _set_policy(self, policy: QuotaPolicy | None, quotas) -> None:
+        toggled = (policy is None) != (self.policy is None)
+        self.policy, self._quotas = policy, quotas
+        if policy is None:
+            self._pending.clear()
+            self._reasons.clear()
+        self.trigger()
+        if toggled:  # every TrainJob's gating changes: let the reconciler look at each again
+            for key in list(self.trainjobs.cache):
+                self.on_change(key)
+
+    # --- the loop --------------------------------------------------------------------------------
+    async def run(self) -> None:
+        # Never decide on a partial view: usage comes from the TrainJob cache.
+        await self.trainjobs.synced.wait()
+        await self.policy_configmaps.synced.wait()
+        while True:
+            await self._wake.wait()
+            await asyncio.sleep(self.coalesce_seconds)
+            self._wake.clear()
+            try:
+                await self.round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug or an unreachable apiserver must not stop admission for good
+                log.exception("quota admission round failed; retrying")
+                self._retry_later()
+
+    def _retry_later(self) -> None:
+        if self._retry is None:
+            def fire() -> None:
+                self._retry = None
+                self.trigger()
+            self._retry = asyncio.get_running_loop().call_later(self.retry_seconds, fire)
+
+    async def round(self) -> None:
+        """One admission round: look at the cache, decide, write."""
+        self.rounds += 1
+        await self._resolve_doubtful()
+        policy, quotas = self.policy, self._quotas
+        if policy is None:
+            return
+        cache = self.trainjobs.cache
+        self._reconcile_overlay(cache)
+        released, self._released = self._released, set()
+        admitted: list[Workload] = []
+        strip: list[dict] = []
+        for key, tj in cache.items():
+            adm = self.admission(tj)
+            if adm is None or finished(tj.get("status")) or tj["metadata"].get("deletionTimestamp"):
+                continue
+            if (tj.get("spec") or {}).get("suspend") or key in released:
+                strip.append(tj)   # suspended by the user, or the reconciler let go of it
+                continue
+            admitted.append(admitted_workload(policy, key, tj["metadata"]["namespace"], adm))
+        pending = []
+        for key, (uid, p) in list(self._pending.items()):
+            tj = cache.get(key)
+            if (tj is None or tj["metadata"].get("uid", "") != uid or tj["metadata"].get("deletionTimestamp")
+                    or finished(tj.get("status")) or (tj.get("spec") or {}).get("suspend")
+                    or self.admission(tj) is not None):
+                del self._pending[key]
+                self._reasons.pop(key, None)
+                continue
+            pending.append(p)
+
+        for tj in strip:
+            key = object_key(tj)
+            if await self._evict(tj):
+                log.info("quota of %s released (suspended or no longer gated)", key)
+                self.on_change(key)
+
+        result = plan(policy, quotas, pending, admitted)
+        reasons_before = dict(self._reasons)
+        self._reasons = dict(result.reasons)
+        by_id = {w.id: w for w in admitted}
+        for d in result.decisions:
+            preemptor = d.workload
+            ok = True
+            for victim in d.victims:
+                tj = cache.get(victim.id)
+                if tj is None or not await self._evict(tj):
+                    ok = False
+                    break
+                by_id.pop(victim.id, None)
+                self.metrics.quota_preemptions.labels(victim.team).inc()
+                await self.events.warning(tj, "Preempted",
+                                          f"quota admission removed to admit {preemptor.id} (priority "
+                                          f"{preemptor.priority}, team {preemptor.team}); waiting for quota again")
+                self._reasons[victim.id] = f"preempted by {preemptor.id}"
+                self.on_change(victim.id)
+            if not ok:
+                self._reasons[preemptor.id] = "waiting for its preemption victims to be evicted"
+                self._retry_later()
+                continue
+            tj = cache.get(preemptor.id)
+            if tj is None:
+                continue
+            if await self._admit(tj, preemptor):
+                by_id[preemptor.id] = preemptor
+                self._pending.pop(preemptor.id, None)
+                self._reasons.pop(preemptor.id, None)
+                self.metrics.quota_admissions.labels(preemptor.team).inc()
+                reason = d.reason if d.verdict is Verdict.ADMIT else \
+                    f"admitted after preempting {', '.join(v.id for v in d.victims)}"
+                await self.events.normal(tj, "QuotaAdmitted", f"team {preemptor.team}: {reason}")
+                self.on_change(preemptor.id)
+            else:
+                self._retry_later()
+        for key, reason in self._reasons.items():
+            if reasons_before.get(key) != reason:
+                self.on_change(key)   # the reconciler shows the reason in the Suspended condition
+        self._export(policy, by_id.values())
+
+    def _export(self, policy: QuotaPolicy, admitted) -> None:
+        gpus = {t.name: 0.0 for t in policy.teams}
+        for w in admitted:
+            gpus[w.team] = gpus.get(w.team, 0.0) + float(w.requests.get(GPU, 0))
+        for team, n in gpus.items():
+            self.metrics.quota_admitted_gpus.labels(team).set(n)
+        waiting = {t.name: 0 for t in policy.teams}
+        for _, p in self._pending.values():
+            team = policy.team_of_namespace(p.namespace)
+            if team:
+                waiting[team] += 1
+        for team, n in waiting.items():
+            self.metrics.quota_pending.labels(team).set(n)
+
+    # --- overlay: decisions the cache does not show yet ------------------------------------------
+    def _reconcile_overlay(self, cache: Mapping[str, dict]) -> None:
+        for key, mine in list(self._admits.items()):
+            tj = cache.get(key)
+            if tj is None or tj["metadata"].get("uid", "") != mine.uid:
+                del self._admits[key]
+            elif ((tj.get("status") or {}).get("admission") or {}).get("admittedAt") == mine.record["admittedAt"]:
+                del self._admits[key]   # the cache caught up
+        for key, uid in list(self._evicts.items()):
+            tj = cache.get(key)
+            if tj is None or tj["metadata"].get("uid", "") != uid or not (tj.get("status") or {}).get("admission"):
+                del self._evicts[key]
+
+    async def _resolve_doubtful(self) -> None:
+        """A write whose outcome is unknown (connection lost): read the truth before deciding again."""
+        for key in list(self._doubtful):
+            ns, _, name = key.partition("/")
+            try:
+                tj = await self.kube.get(TRAINJOBS.path(ns, name))
+            except ApiError as err:
+                if err.not_found:
+                    self._doubtful.discard(key)
+                    self._admits.pop(key, None)
+                    self._evicts.pop(key, None)
+                    continue
+                raise
+            actual = (tj.get("status") or {}).get("admission")
+            mine = self._admits.get(key)
+            if mine is not None and (actual or {}).get("admittedAt") != mine.record["admittedAt"]:
+                del self._admits[key]
+            if key in self._evicts and actual:
+                del self._evicts[key]
+            self._doubtful.discard(key)
+
+    # --- writes ------------------------------------------------------------------------------------
+    async def _admit(self, tj: dict, w: Workload) -> bool:
+        key, uid = object_key(tj), tj["metadata"].get("uid", "")
+        record = admission_record(w.team, w.requests, w.priority, self.clock())
+        self._admits[key] = _Admit(uid, record)   # counts from now on, before the write lands
+        self._evicts.pop(key, None)
+        try:
+            ok = await self._write(tj, record)
+        except Exception:
+            self._doubtful.add(key)   # keep counting it until a read says otherwise
+            raise
+        if not ok:
+            self._admits.pop(key, None)
+        return ok
+
+    async def _evict(self, tj: dict) -> bool:
+        key, uid = object_key(tj), tj["metadata"].get("uid", "")
+        mine = self._admits.pop(key, None)
+        self._evicts[key] = uid
+        try:
+            ok = await self._write(tj, None)
+        except Exception:
+            ok = False   # unknown: keep counting it (never over-commit); the next round looks again
+            self._doubtful.add(key)
+        if not ok:
+            self._evicts.pop(key, None)
+            if mine is not None:
+                self._admits[key] = mine
+        return ok
+
+    async def _write(self, tj: dict, record: dict | None) -> bool:
+        """Apply `status.admission` (None: remove it). False when the write did not happen."""
+        meta = tj["metadata"]
+        key = object_key(tj)
+        path = TRAINJOBS.path(meta["namespace"], meta["name"], "status")
+        body = {"apiVersion": tj.get("apiVersion", TRAINJOBS.api_version), "kind": tj.get("kind", TRAINJOBS.kind),
+                "metadata": {k: meta[k] for k in ("name", "namespace", "uid") if meta.get(k)},
+                # Applying a status without the field drops it, as long as no other manager owns it.
+                "status": {"admission": record} if record is not None else {}}
+        try:
+            result = await self.kube.apply(path, body, FIELD_MANAGER)
+            if record is None and (result.get("status") or {}).get("admission") is not None:
+                # Another field manager owns status.admission too (a writer that sent the whole status
+                # back, including this field): SSA keeps the field for it, so remove it outright.
+                log.warning("status.admission of %s is co-owned by another field manager; removing it "
+                            "with a JSON patch", key)
+                await self.kube.request("PATCH", path, body=[{"op": "remove", "path": "/status/admission"}],
+                                        content_type="application/json-patch+json")
+            return True
+        except ApiError as err:   # the server answered: the write did not happen
+            if not err.not_found:
+                log.warning("could not %s %s: %s", "admit" if record else "evict", key, err)
+            return False

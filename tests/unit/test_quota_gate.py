@@ -1,0 +1,102 @@
+"""The pure half of gangctl's coscheduling quota admission (gangctl.policy.quota_coscheduling)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from fractions import Fraction
+from pathlib import Path
+
+import yaml
+
+from gangctl.policy.admission import GPU, Verdict
+from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
+from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, Pending,
+                                               admission_record, admitted_workload, coscheduling_objects, plan,
+                                               priority_value, timestamp)
+from gangctl.policy_apply import objects_for, policy_text
+
+EXAMPLE_TEXT = (Path(__file__).parents[2] / "policies/example-teams.yaml").read_text()
+EXAMPLE = QuotaPolicy.model_validate(yaml.safe_load(EXAMPLE_TEXT))
+NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+
+def policy(*teams: dict, **top) -> QuotaPolicy:
+    return QuotaPolicy.model_validate({"priorities": {"low": 1, "high": 10}, "defaultPriority": "low",
+                                       "teams": list(teams), **top})
+
+
+def pending(key: str, gpus: int, created: float, priority: int = 1) -> Pending:
+    ns = key.split("/")[0]
+    return Pending(key, ns, created, priority, {GPU: Fraction(gpus), "cpu": Fraction(gpus)})
+
+
+def test_objects_store_the_policy_text_and_reuse_the_priority_classes():
+    objs = coscheduling_objects(EXAMPLE, EXAMPLE_TEXT)
+    cm = [o for o in objs if o["kind"] == "ConfigMap"]
+    assert len(cm) == 1 and cm[0]["metadata"]["name"] == POLICY_CONFIGMAP
+    assert cm[0]["metadata"]["namespace"] == POLICY_NAMESPACE and cm[0]["data"] == {POLICY_KEY: EXAMPLE_TEXT}
+    kinds = [o["kind"] for o in objs]
+    assert kinds.index("Namespace") < kinds.index("ConfigMap")  # gangctl-system first
+    assert POLICY_NAMESPACE in {o["metadata"]["name"] for o in objs if o["kind"] == "Namespace"}
+    assert {o["metadata"]["name"]: o["value"] for o in objs if o["kind"] == "PriorityClass"} == EXAMPLE.priorities
+    # without the file text, the stored YAML is the policy itself (it round-trips)
+    text = objects_for(EXAMPLE, "coscheduling")[-1]["data"][POLICY_KEY]
+    assert text == policy_text(EXAMPLE)
+    assert QuotaPolicy.model_validate(yaml.safe_load(text)) == EXAMPLE
+
+
+def test_admission_record_round_trips_to_the_workload_it_charged():
+    p = policy({"name": "a", "nominal": {"gpu": 8}})
+    record = admission_record("a", {GPU: Fraction(4), "memory": Fraction(3 * 2**30), "cpu": Fraction(1, 2)}, 10, NOW)
+    assert record == {"team": "a", "admittedAt": "2025-01-02T03:04:05Z", "priority": 10,
+                      "requests": {"cpu": "500m", "memory": "3221225472", GPU: "4"}}
+    w = admitted_workload(p, "a/j", "a", record)
+    assert (w.id, w.team, w.priority, w.created) == ("a/j", "a", 10, NOW.timestamp())
+    assert w.requests == {GPU: 4, "memory": 3 * 2**30, "cpu": Fraction(1, 2)}
+    # a namespace that left the policy keeps the team it was charged to
+    assert admitted_workload(p, "gone/j", "gone", record).team == "a"
+    assert timestamp("2025-01-02T03:04:05.250000Z") == NOW.timestamp() + 0.25
+
+
+def test_priority_from_the_class_else_the_team_default_else_the_policy_default():
+    p = policy({"name": "a", "nominal": {"gpu": 8}, "defaultPriority": "high"}, {"name": "b", "nominal": {"gpu": 8}})
+    assert priority_value(p, "b", "high") == 10
+    assert priority_value(p, "a", None) == 10
+    assert priority_value(p, "b", None) == 1
+    assert priority_value(p, "b", "system-cluster-critical") == 1   # not a policy class: as if none
+    assert priority_value(p, "elsewhere", None) == 1
+
+
+def test_plan_admits_within_quota_in_fifo_order_and_explains_the_rest():
+    p = policy({"name": "a", "nominal": {"gpu": 16}})
+    result = plan(p, p.to_quotas(QUANTITY_UNITS),
+                  [pending("a/third", 8, 3), pending("a/first", 8, 1), pending("a/second", 8, 2), pending("a/fourth", 1, 4)],
+                  [admitted_workload(p, "a/old", "a", admission_record("a", {GPU: 4}, 1, NOW))])
+    assert [(d.workload.id, d.verdict) for d in result.decisions] == [("a/first", Verdict.ADMIT)]
+    assert result.reasons["a/second"] == "requests 8 GPUs, team a uses 12 of 16 nominal"
+    # StrictFIFO: the small job behind the blocked one is not examined
+    assert result.reasons["a/third"] == result.reasons["a/fourth"] == "queued behind a/second in team a's StrictFIFO queue"
+    assert "a/first" not in result.reasons
+
+
+def test_plan_keeps_jobs_of_a_namespace_in_no_team_waiting():
+    p = policy({"name": "a", "nominal": {"gpu": 16}})
+    result = plan(p, p.to_quotas(QUANTITY_UNITS), [pending("stray/j", 1, 1)], [])
+    assert result.decisions == []
+    assert result.reasons == {"stray/j": "namespace stray is in no team of the quota policy"}
+
+
+def test_plan_preempts_the_lower_priority_job_of_the_team():
+    p = policy({"name": "a", "nominal": {"gpu": 16}, "preemption": {"withinTeam": "LowerPriority"}})
+    low = admitted_workload(p, "a/low", "a", admission_record("a", {GPU: 8}, 1, NOW))
+    older = admitted_workload(p, "a/older", "a", admission_record("a", {GPU: 8}, 1, NOW.replace(hour=1)))
+    result = plan(p, p.to_quotas(QUANTITY_UNITS), [pending("a/urgent", 8, 5, priority=10)], [low, older])
+    [d] = result.decisions
+    assert d.verdict is Verdict.PREEMPT and d.workload.id == "a/urgent"
+    assert [v.id for v in d.victims] == ["a/low"]   # the most recently admitted goes first
+
+
+def test_plan_with_best_effort_fifo_lets_a_small_job_pass_a_blocked_one():
+    p = policy({"name": "a", "nominal": {"gpu": 16}, "queueing": "BestEffortFIFO"})
+    result = plan(p, p.to_quotas(QUANTITY_UNITS), [pending("a/big", 32, 1), pending("a/small", 8, 2)], [])
+    assert [d.workload.id for d in result.decisions] == ["a/small"]
+    assert result.reasons["a/big"].startswith("requests 32 GPUs")
