@@ -378,16 +378,32 @@ class QuotaGate:
                 # Applying a status without the field drops it, as long as no other manager owns it.
                 "status": {"admission": record} if record is not None else {}}
         try:
-            result = await self.kube.apply(path, body, FIELD_MANAGER)
+            try:
+                result = await self.kube.apply(path, body, FIELD_MANAGER)
+            except ApiError as err:
+                if record is not None or err.status != 422:
+                    raise
+                # The admission was the whole status: SSA would leave `status: null`, which the
+                # schema rejects. Remove the field outright.
+                await self._remove(path, meta)
+                return True
             if record is None and (result.get("status") or {}).get("admission") is not None:
                 # Another field manager owns status.admission too (a writer that sent the whole status
                 # back, including this field): SSA keeps the field for it, so remove it outright.
                 log.warning("status.admission of %s is co-owned by another field manager; removing it "
                             "with a JSON patch", key)
-                await self.kube.request("PATCH", path, body=[{"op": "remove", "path": "/status/admission"}],
-                                        content_type="application/json-patch+json")
+                await self._remove(path, meta)
             return True
         except ApiError as err:   # the server answered: the write did not happen
             if not err.not_found:
                 log.warning("could not %s %s: %s", "admit" if record else "evict", key, err)
             return False
+
+    async def _remove(self, path: str, meta: dict) -> None:
+        ops = [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]}] if meta.get("uid") else []
+        ops.append({"op": "remove", "path": "/status/admission"})
+        try:
+            await self.kube.request("PATCH", path, body=ops, content_type="application/json-patch+json")
+        except ApiError as err:
+            if err.status != 422:   # 422: nothing to remove any more
+                raise

@@ -1,0 +1,248 @@
+"""gangctl's own quota admission (QuotaGate) against the real API server.
+
+The gate is driven directly: the tests build its informers and run it in the test's event loop,
+apply the policy with the same code as `gangctl policy apply --backend coscheduling`, create
+TrainJobs, and call `wants` / `forget` the way the reconciler will. The controller is not wired to
+the gate yet, so nothing reconciles these TrainJobs: where a job must finish, the test writes its
+status condition itself, under a field manager of its own ("test-reconciler"), as the reconciler
+would. No mocks: every read and write goes to the real kube-apiserver.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import datetime, timezone
+from fractions import Fraction
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from gangctl.api.resources import TRAINJOBS
+from gangctl.kube.client import ApiError, Kube
+from gangctl.kube.events import CORE_EVENTS, EventRecorder
+from gangctl.kube.informer import Informer
+from gangctl.obs.metrics import Metrics
+from gangctl.policy.admission import GPU
+from gangctl.policy.quota import QuotaPolicy
+from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE
+from gangctl.policy_apply import apply_policy
+from gangctl.runtime.quota_gate import FIELD_MANAGER, QuotaGate, policy_informer
+from tests.integration.helpers import eventually, get_trainjob, submit, trainjob
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
+
+CM_PATH = f"/api/v1/namespaces/{POLICY_NAMESPACE}/configmaps/{POLICY_CONFIGMAP}"
+
+
+def policy_yaml(namespace: str, gpus: int = 16) -> str:
+    return yaml.safe_dump({
+        "priorities": {"low": 1, "high": 10}, "defaultPriority": "low",
+        "teams": [{"name": "team-a", "namespaces": [namespace], "nominal": {"gpu": gpus},
+                   "preemption": {"withinTeam": "LowerPriority"}}]})
+
+
+async def apply_policy_text(kube: Kube, text: str, dry_run: bool = False):
+    return await apply_policy(kube, QuotaPolicy.model_validate(yaml.safe_load(text)), "coscheduling",
+                              dry_run=dry_run, text=text)
+
+
+class RunningGate:
+    """A QuotaGate with its own informers, as the controller will run it."""
+
+    def __init__(self, kube: Kube):
+        self.kube = kube
+        self.trainjobs = Informer(kube, TRAINJOBS)
+        self.configmaps = policy_informer(kube)
+        self.metrics = Metrics(CollectorRegistry())
+        self.changed: list[str] = []
+        self.gate = QuotaGate(kube, self.trainjobs, self.configmaps, self.metrics, EventRecorder(kube),
+                              on_change=self.changed.append)
+        self.tasks: list[asyncio.Task] = []
+
+    async def __aenter__(self) -> RunningGate:
+        self.tasks = [asyncio.create_task(i.run()) for i in (self.trainjobs, self.configmaps)]
+        await asyncio.gather(self.trainjobs.synced.wait(), self.configmaps.synced.wait())
+        self.tasks.append(asyncio.create_task(self.gate.run()))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        for t in self.tasks:
+            t.cancel()
+        for t in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+
+@pytest.fixture
+async def clean_policy(kube: Kube):
+    yield
+    await kube.delete(CM_PATH)
+
+
+def gpus(n: int) -> dict:
+    return {GPU: Fraction(n), "cpu": Fraction(1)}
+
+
+async def new_job(kube: Kube, ns: str, name: str) -> dict:
+    return await submit(kube, trainjob(name, ns, nodes=1, gpus=8, run_for=None))
+
+
+async def admission(kube: Kube, ns: str, name: str) -> dict | None:
+    return ((await get_trainjob(kube, ns, name)).get("status") or {}).get("admission")
+
+
+async def admitted_names(kube: Kube, ns: str, names) -> set[str]:
+    return {n for n in names if await admission(kube, ns, n) is not None}
+
+
+async def write_status_as_another_manager(kube: Kube, ns: str, name: str, condition: dict | None = None) -> None:
+    """What the (not yet wired) reconciler does: apply the WHOLE status it read, under its own manager.
+
+    Copying status.admission back makes that manager co-own the field; the gate must still be able
+    to remove it."""
+    tj = await get_trainjob(kube, ns, name)
+    status = dict(tj.get("status") or {})
+    if condition:
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        status["conditions"] = [*(status.get("conditions") or []),
+                                {"lastTransitionTime": now, "message": "", **condition}]
+    body = {"apiVersion": tj["apiVersion"], "kind": tj["kind"], "metadata": {"name": name, "namespace": ns},
+            "status": status}
+    await kube.apply(TRAINJOBS.path(ns, name, "status"), body, "test-reconciler")
+
+
+async def finish(kube: Kube, ns: str, name: str) -> None:
+    # The reconciler is not wired to the gate yet: the test marks the job Complete itself.
+    await write_status_as_another_manager(kube, ns, name, {"type": "Complete", "status": "True",
+                                                           "reason": "JobSucceeded"})
+
+
+async def test_policy_apply_coscheduling_stores_the_policy_in_a_configmap(kube, namespace, clean_policy):
+    text = policy_yaml(namespace)
+    dry = await apply_policy_text(kube, text, dry_run=True)
+    assert {(c.kind, c.action) for c in dry} >= {("ConfigMap", "create"), ("PriorityClass", "create")}
+    with pytest.raises(ApiError):
+        await kube.get(CM_PATH)   # a dry run changes nothing
+    await apply_policy_text(kube, text)
+    cm = await kube.get(CM_PATH)
+    assert cm["data"][POLICY_KEY] == text
+    assert (await kube.get("/apis/scheduling.k8s.io/v1/priorityclasses/high"))["value"] == 10
+    again = await apply_policy_text(kube, text, dry_run=True)
+    assert {c.action for c in again} == {"unchanged"}
+    changed = await apply_policy_text(kube, policy_yaml(namespace, gpus=24), dry_run=True)
+    [cm_change] = [c for c in changed if c.kind == "ConfigMap"]
+    assert cm_change.action == "update" and any("gpu: 24" in line for line in cm_change.diff)
+
+
+async def test_admission_preemption_release_and_restart(kube, namespace, clean_policy):
+    ns = namespace
+    await apply_policy_text(kube, policy_yaml(ns, gpus=16))
+    names = ["j1", "j2", "j3"]
+    jobs = {n: await new_job(kube, ns, n) for n in names}
+    async with RunningGate(kube) as running:
+        gate = running.gate
+        await eventually(lambda: _true(gate.enabled), 10, "the policy to load")
+        # All three ask at once: one round must admit two (16 GPUs), never three, while the writes
+        # are in flight.
+        for n in names:
+            gate.wants(f"{ns}/{n}", jobs[n], gpus(8), gate.priority(ns, None))
+        await eventually(lambda: _eq(admitted_names(kube, ns, names), {"j1", "j2"}), 15, "j1 and j2 admitted")
+        record = await admission(kube, ns, "j1")
+        assert record["team"] == "team-a" and record["requests"][GPU] == "8" and record["priority"] == 1
+        assert gate.pending_reason(f"{ns}/j3") == "requests 8 GPUs, team team-a uses 16 of 16 nominal"
+        assert gate.metrics.quota_admitted_gpus.labels("team-a")._value.get() == 16
+        assert {f"{ns}/j1", f"{ns}/j2", f"{ns}/j3"} <= set(running.changed)
+        tj1 = await get_trainjob(kube, ns, "j1")
+        owners = {m["manager"] for m in tj1["metadata"]["managedFields"] if m.get("subresource") == "status"}
+        assert owners == {FIELD_MANAGER}
+
+        # The reconciler as written today sends the whole status back (co-owning status.admission).
+        for n in ("j1", "j2"):
+            await write_status_as_another_manager(kube, ns, n, {"type": "Created", "status": "True",
+                                                                "reason": "JobsCreated"})
+
+        # A high-priority job preempts the most recently admitted low one (j2).
+        hi = await new_job(kube, ns, "urgent")
+        gate.wants(f"{ns}/urgent", hi, gpus(8), gate.priority(ns, "high"))
+        await eventually(lambda: _eq(admitted_names(kube, ns, [*names, "urgent"]), {"j1", "urgent"}), 15,
+                         "urgent admitted after evicting j2")
+        j2 = await get_trainjob(kube, ns, "j2")
+        assert "admission" not in j2["status"], "the victim's admission must be gone on the server"
+        assert any(c["type"] == "Created" for c in j2["status"]["conditions"]), "other status fields stay"
+        events = (await kube.get(CORE_EVENTS.path(ns), fieldSelector="involvedObject.name=j2"))["items"]
+        preempted = [e for e in events if e["reason"] == "Preempted"]
+        assert preempted and f"{ns}/urgent" in preempted[0]["message"]
+        assert gate.metrics.quota_preemptions.labels("team-a")._value.get() == 1
+
+        # The reconciler would now see j2 without admission and ask again; j2 (older) is ahead of j3.
+        gate.wants(f"{ns}/j2", j2, gpus(8), gate.priority(ns, None))
+        await asyncio.sleep(1)
+        assert await admitted_names(kube, ns, names) == {"j1"}
+
+        # A finished job stops counting at once: j2 takes its place (FIFO by creation), j3 waits.
+        await finish(kube, ns, "j1")
+        await eventually(lambda: _eq(admitted_names(kube, ns, ["j2", "j3"]), {"j2"}), 15, "j2 admitted again")
+        assert gate.pending_reason(f"{ns}/j3").startswith("requests 8 GPUs, team team-a uses 16 of 16")
+        before = {n: await admission(kube, ns, n) for n in ("j2", "urgent")}
+
+    # Restart: a new gate with fresh caches counts what status.admission says, admits nothing twice.
+    async with RunningGate(kube) as running:
+        gate = running.gate
+        await eventually(lambda: _true(gate.enabled), 10, "the policy to load again")
+        for n in ("j2", "j3", "urgent"):   # the reconciler's resync asks for every unadmitted job
+            tj = await get_trainjob(kube, ns, n)
+            if gate.admission(tj) is None:
+                gate.wants(f"{ns}/{n}", tj, gpus(8), gate.priority(ns, None))
+        await eventually(lambda: _true(gate.rounds > 0), 10, "a round of the new gate")
+        await asyncio.sleep(1)
+        assert {n: await admission(kube, ns, n) for n in ("j2", "urgent")} == before
+        assert await admission(kube, ns, "j3") is None
+        assert gate.pending_reason(f"{ns}/j3").startswith("requests 8 GPUs, team team-a uses 16 of 16")
+
+        # A job the user suspends releases its quota (its admission goes), and j3 gets in.
+        await kube.merge_patch(TRAINJOBS.path(ns, "urgent"), {"spec": {"suspend": True}})
+        gate.forget(f"{ns}/urgent")
+        await eventually(lambda: _eq(admitted_names(kube, ns, ["j3", "urgent"]), {"j3"}), 15,
+                         "urgent's quota released, j3 admitted")
+
+
+async def test_invalid_policy_keeps_the_last_good_one_and_stray_namespaces_wait(kube, namespace, clean_policy):
+    ns = namespace
+    await apply_policy_text(kube, policy_yaml(ns, gpus=8))
+    stray = await kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                     "metadata": {"name": f"{ns}-stray"}})
+    stray_ns = stray["metadata"]["name"]
+    try:
+        async with RunningGate(kube) as running:
+            gate = running.gate
+            await eventually(lambda: _true(gate.enabled), 10, "the policy to load")
+            # A broken edit: logged and counted, the previous policy (8 GPUs) stays in force.
+            await kube.merge_patch(CM_PATH, {"data": {POLICY_KEY: "teams: [{name: x, nominal: {gpu: -1}}]"}})
+            await eventually(lambda: _true(gate.metrics.quota_policy_errors._value.get() == 1), 10,
+                             "the invalid policy to be noticed")
+            assert gate.enabled and gate.policy_error and gate.metrics.quota_policy_valid._value.get() == 0
+            a, b = await new_job(kube, ns, "a"), await new_job(kube, ns, "b")
+            s = await new_job(kube, stray_ns, "s")
+            for key, tj in ((f"{ns}/a", a), (f"{ns}/b", b), (f"{stray_ns}/s", s)):
+                gate.wants(key, tj, gpus(8), 1)
+            await eventually(lambda: _eq(admitted_names(kube, ns, ["a", "b"]), {"a"}), 15, "a admitted")
+            await asyncio.sleep(0.5)
+            assert await admission(kube, stray_ns, "s") is None
+            assert gate.pending_reason(f"{stray_ns}/s") == f"namespace {stray_ns} is in no team of the quota policy"
+            assert gate.pending_reason(f"{ns}/b") == "requests 8 GPUs, team team-a uses 8 of 8 nominal"
+
+            # Deleting the ConfigMap turns gangctl's admission off (the reconciler then gates nothing).
+            await kube.delete(CM_PATH)
+            await eventually(lambda: _true(not gate.enabled), 10, "the gate to turn off")
+            assert gate.pending_reason(f"{ns}/b") is None
+    finally:
+        await kube.delete(f"/api/v1/namespaces/{stray_ns}")
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _eq(awaitable, expected) -> bool:
+    return await awaitable == expected
