@@ -96,13 +96,16 @@ async def admitted_names(kube: Kube, ns: str, names) -> set[str]:
     return {n for n in names if await admission(kube, ns, n) is not None}
 
 
-async def write_status_as_another_manager(kube: Kube, ns: str, name: str, condition: dict | None = None) -> None:
+async def write_status_as_another_manager(kube: Kube, ns: str, name: str, condition: dict | None = None,
+                                          copy_admission: bool = True) -> None:
     """What the (not yet wired) reconciler does: apply the WHOLE status it read, under its own manager.
 
     Copying status.admission back makes that manager co-own the field; the gate must still be able
-    to remove it."""
+    to remove it. With copy_admission=False: the reconciler once wired as proposed (it never sends it)."""
     tj = await get_trainjob(kube, ns, name)
     status = dict(tj.get("status") or {})
+    if not copy_admission:
+        status.pop("admission", None)
     if condition:
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         status["conditions"] = [*(status.get("conditions") or []),
@@ -135,7 +138,7 @@ async def test_policy_apply_coscheduling_stores_the_policy_in_a_configmap(kube, 
     assert cm_change.action == "update" and any("gpu: 24" in line for line in cm_change.diff)
 
 
-async def test_admission_preemption_release_and_restart(kube, namespace, clean_policy):
+async def test_admission_preemption_release_and_restart(kube, namespace, clean_policy, caplog):
     ns = namespace
     await apply_policy_text(kube, policy_yaml(ns, gpus=16))
     names = ["j1", "j2", "j3"]
@@ -200,11 +203,19 @@ async def test_admission_preemption_release_and_restart(kube, namespace, clean_p
         assert await admission(kube, ns, "j3") is None
         assert gate.pending_reason(f"{ns}/j3").startswith("requests 8 GPUs, team team-a uses 16 of 16")
 
-        # A job the user suspends releases its quota (its admission goes), and j3 gets in.
+        # A job the user suspends releases its quota (its admission goes), and j3 gets in. Its other
+        # status fields belong to another manager that never sent status.admission: server-side
+        # apply alone (the gate applying a status without the field) must remove it.
+        await write_status_as_another_manager(kube, ns, "urgent", {"type": "Created", "status": "True",
+                                                                   "reason": "JobsCreated"}, copy_admission=False)
+        caplog.clear()
         await kube.merge_patch(TRAINJOBS.path(ns, "urgent"), {"spec": {"suspend": True}})
         gate.forget(f"{ns}/urgent")
         await eventually(lambda: _eq(admitted_names(kube, ns, ["j3", "urgent"]), {"j3"}), 15,
                          "urgent's quota released, j3 admitted")
+        urgent = await get_trainjob(kube, ns, "urgent")
+        assert "admission" not in urgent["status"] and urgent["status"]["conditions"][0]["type"] == "Created"
+        assert "co-owned" not in caplog.text, "SSA alone should have removed the field"
 
 
 async def test_invalid_policy_keeps_the_last_good_one_and_stray_namespaces_wait(kube, namespace, clean_policy):
