@@ -268,12 +268,16 @@ class VolcanoPolicy(OpenModel):
 
     network_topology: FreeForm | None = None
     queue: str | None = None
+    priority_class_name: str | None = Field(
+        None, description="PriorityClass of the PodGroup (default: the pod template's priorityClassName)")
 
 
 class KueuePolicy(K8sModel):
-    """Kueue admission (gangctl extension): the LocalQueue to submit to."""
+    """Kueue admission (gangctl extension): the LocalQueue to submit to, and the priority."""
 
-    queue_name: str | None = None
+    queue_name: str | None = Field(None, description="LocalQueue in the TrainJob's namespace (default: default)")
+    priority_class_name: str | None = Field(
+        None, description="Kueue WorkloadPriorityClass (the kueue.x-k8s.io/priority-class label of the child Job)")
 
 
 class PodGroupPolicy(K8sModel):

@@ -13,7 +13,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from gangctl.api.resources import PODS, POD_GROUPS, TRAINJOBS
+from gangctl.api.resources import JOBS, PODS, POD_GROUPS, TRAINJOBS
 from gangctl.kube.client import Kube
 from gangctl.kube.informer import Informer
 from gangctl.plugins.names import COMPLETION_INDEX_ANNOTATION, REPLICATED_JOB, TRAINJOB_NAME
@@ -92,13 +92,15 @@ class FinalAudit:
     unfinished: list[str] = field(default_factory=list)      # no Complete/Failed, or an empty reason
     leaked_pod_groups: list[str] = field(default_factory=list)
     running_pods: list[str] = field(default_factory=list)
+    terminating_pods: list[str] = field(default_factory=list)  # deleting but never finished (hold their GPUs)
+    active_jobs: list[str] = field(default_factory=list)  # child Jobs of finished TrainJobs still running (make pods)
     restarts: dict[str, int] = field(default_factory=dict)   # user / infrastructure / ignored, summed
     resizes: int = 0                                         # status.elastic.resizes, summed
     by_job: dict[str, dict] = field(default_factory=dict)    # name -> {outcome, reason, restarts}
 
     @property
     def ok(self) -> bool:
-        return not (self.unfinished or self.leaked_pod_groups or self.running_pods)
+        return not (self.unfinished or self.leaked_pod_groups or self.running_pods or self.terminating_pods or self.active_jobs)
 
 
 def outcome(trainjob: dict) -> tuple[str, str] | None:
@@ -140,11 +142,22 @@ async def final_audit(kube: Kube, namespace: str) -> FinalAudit:
     for group in (await kube.get(POD_GROUPS.path(namespace)))["items"]:
         if group["metadata"]["name"] in done:
             out.leaked_pod_groups.append(group["metadata"]["name"])
+    for job in (await kube.get(JOBS.path(namespace)))["items"]:
+        owner = (job["metadata"].get("labels") or {}).get(TRAINJOB_NAME)
+        over = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                   for c in (job.get("status") or {}).get("conditions") or [])
+        if owner in done and not over and not (job.get("spec") or {}).get("suspend") \
+                and not job["metadata"].get("deletionTimestamp"):
+            out.active_jobs.append(job["metadata"]["name"])
     for pod in (await kube.get(PODS.path(namespace)))["items"]:
         owner = (pod["metadata"].get("labels") or {}).get(TRAINJOB_NAME)
-        if owner in done and live(pod):
-            out.running_pods.append(f"{pod['metadata']['name']} ({pod['status'].get('phase')} on "
-                                    f"{pod['spec'].get('nodeName')})")
+        if owner not in done:
+            continue
+        where = f"{pod['metadata']['name']} ({pod['status'].get('phase')} on {pod['spec'].get('nodeName')})"
+        if live(pod):
+            out.running_pods.append(where)
+        elif pod["metadata"].get("deletionTimestamp") and pod["status"].get("phase") not in TERMINAL:
+            out.terminating_pods.append(where)
     return out
 
 

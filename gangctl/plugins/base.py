@@ -19,7 +19,8 @@ from gangctl.policy.resolve import ResolvedJob
 
 class GangBackend(Protocol):
     name: str
-    group_resource: Resource | None  # the kind of object that represents the gang (None: no object)
+    group_resource: Resource | None  # the kind of object gangctl creates for the gang (None: no object)
+    watch: Resource                  # what gangctl watches to see the gang's state (its group, Kueue's Workload)
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]: ...
 
@@ -33,6 +34,7 @@ class GangBackend(Protocol):
     #   job_labels(job, gang) -> dict[str, str]        labels on the child Job (Kueue's queue-name)
     #   job_annotations(job, gang) -> dict[str, str]   annotations on the child Job
     #   controls_suspend: bool                         the backend, not gangctl, owns spec.suspend
+    #   waiting(observed) -> (reason, message) | None   why the gang waits, from its watched object
 
 
 def job_labels(backend: GangBackend | None, job: ResolvedJob, gang: Gang) -> dict[str, str]:
@@ -54,3 +56,9 @@ def controls_suspend(backend: GangBackend | None) -> bool:
 def wants_group(backend: GangBackend | None) -> bool:
     """True when the backend represents the gang by an object gangctl must create (a PodGroup)."""
     return backend is not None and getattr(backend, "group_resource", None) is not None
+
+
+def waiting(backend: GangBackend | None, observed: dict | None) -> tuple[str, str] | None:
+    """Why the gang waits, in the backend's words (None: only that its pods are not all bound yet)."""
+    hook = getattr(backend, "waiting", None)
+    return hook(observed) if hook else None

@@ -17,6 +17,7 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 class Coscheduling:
     name = "coscheduling"
     group_resource: Resource = POD_GROUPS
+    watch: Resource = POD_GROUPS
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]:
         return {POD_GROUP_LABEL: job.name}

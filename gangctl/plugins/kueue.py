@@ -22,6 +22,7 @@ GROUP = "kueue.x-k8s.io"
 QUEUE_LABEL = f"{GROUP}/queue-name"
 PRIORITY_LABEL = f"{GROUP}/priority-class"
 MIN_PARALLELISM_ANNOTATION = f"{GROUP}/job-min-parallelism"
+JOB_UID_LABEL = f"{GROUP}/job-uid"  # on the Workload Kueue makes for a Job: that Job's uid
 DEFAULT_LOCAL_QUEUE = "default"
 WORKLOADS = Resource(GROUP, "v1beta1", "workloads", "Workload")
 # Workload conditions, in the order a Workload goes through them.
@@ -31,6 +32,7 @@ QUOTA_RESERVED, ADMITTED, PODS_READY, EVICTED, FINISHED = "QuotaReserved", "Admi
 class Kueue:
     name = "kueue"
     group_resource: Resource | None = None  # the Workload is Kueue's, made from the Job
+    watch: Resource = WORKLOADS
     controls_suspend = True
 
     def queue_name(self, job: ResolvedJob) -> str:
@@ -48,6 +50,9 @@ class Kueue:
 
     def group(self, job: ResolvedJob, gang: Gang, owner: dict) -> None:
         return None
+
+    def waiting(self, observed: dict | None) -> tuple[str, str] | None:
+        return why_waiting(observed)  # observed: the gang's Workload
 
     def job_labels(self, job: ResolvedJob, gang: Gang) -> dict[str, str]:
         labels = {QUEUE_LABEL: self.queue_name(job)}
@@ -71,3 +76,24 @@ def workload_state(workload: dict | None) -> str:
         if conds.get(name):
             return word
     return "Pending"
+
+
+def _condition(workload: dict, ctype: str) -> dict:
+    return next((c for c in (workload.get("status") or {}).get("conditions") or [] if c.get("type") == ctype), {})
+
+
+def why_waiting(workload: dict | None) -> tuple[str, str] | None:
+    """Why a gang under Kueue waits, from its Workload (None: nothing beyond "not all pods bound")."""
+    state = workload_state(workload)
+    if workload is None:
+        return "WaitingForQuota", "Kueue has not made a Workload for the Job yet"
+    queue = (workload.get("spec") or {}).get("queueName") or DEFAULT_LOCAL_QUEUE
+    if state == "Evicted":
+        c = _condition(workload, EVICTED)
+        return ("Evicted", f"Kueue evicted the workload ({c.get('reason', 'Evicted')}: {c.get('message', '')}); "
+                           f"it is requeued in LocalQueue {queue} and starts again when admitted")
+    if state == "Pending":
+        c = _condition(workload, QUOTA_RESERVED)
+        said = c.get("message") or "not evaluated yet"
+        return "WaitingForQuota", f"Kueue has not admitted it in LocalQueue {queue}: {said}"
+    return None

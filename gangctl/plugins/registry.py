@@ -3,9 +3,13 @@ from __future__ import annotations
 
 from gangctl.plugins.base import GangBackend
 from gangctl.plugins.coscheduling import Coscheduling
+from gangctl.plugins.kueue import Kueue
+from gangctl.plugins.volcano import Volcano
 
 BACKENDS: dict[str, GangBackend] = {
     "coscheduling": Coscheduling(),
+    "volcano": Volcano(),
+    "kueue": Kueue(),
 }
 
 
@@ -14,18 +18,6 @@ def backend_for(name: str | None) -> GangBackend | None:
     if name is None:
         return None
     if name not in BACKENDS:
-        raise KeyError(f"spec.podGroupPolicy.{name}: this backend is not supported yet "
+        raise KeyError(f"spec.podGroupPolicy.{name}: this backend is not supported "
                        f"(supported: {', '.join(sorted(BACKENDS))})")
     return BACKENDS[name]
-
-
-def _all_backends() -> dict[str, GangBackend]:
-    from gangctl.plugins.kueue import Kueue
-    from gangctl.plugins.volcano import Volcano
-
-    return {**BACKENDS, "volcano": Volcano(), "kueue": Kueue()}
-
-
-# Every backend that has a builder. The reconciler serves BACKENDS; volcano and kueue join it once
-# the reconciler handles a backend without a PodGroup (Kueue) and watches Volcano's PodGroup phase.
-ALL_BACKENDS: dict[str, GangBackend] = _all_backends()

@@ -33,6 +33,7 @@ PENDING, INQUEUE, RUNNING = "Pending", "Inqueue", "Running"
 class Volcano:
     name = "volcano"
     group_resource: Resource = VOLCANO_POD_GROUPS
+    watch: Resource = VOLCANO_POD_GROUPS
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]:
         return {}
@@ -49,6 +50,9 @@ class Volcano:
     def priority_class(self, job: ResolvedJob) -> str | None:
         return (job.gang_settings.get("priorityClassName")
                 or (job.pod_template.get("spec") or {}).get("priorityClassName"))
+
+    def waiting(self, observed: dict | None) -> tuple[str, str] | None:
+        return why_waiting(observed)  # observed: the gang's PodGroup
 
     def group(self, job: ResolvedJob, gang: Gang, owner: dict) -> dict:
         spec: dict = {
@@ -75,3 +79,23 @@ class Volcano:
 def podgroup_phase(podgroup: dict | None) -> str | None:
     """The observed phase of a Volcano PodGroup (None: not created or not yet seen by Volcano)."""
     return ((podgroup or {}).get("status") or {}).get("phase")
+
+
+def why_waiting(podgroup: dict | None) -> tuple[str, str] | None:
+    """Why a gang under Volcano waits, from its PodGroup (None: nothing beyond "not all pods bound")."""
+    if not podgroup:
+        return None
+    phase = podgroup_phase(podgroup)
+    conds = [c for c in (podgroup.get("status") or {}).get("conditions") or []
+             if c.get("type") == "Unschedulable" and c.get("status") == "True"]
+    said = f": {conds[-1].get('message')}" if conds and conds[-1].get("message") else ""
+    queue = (podgroup.get("spec") or {}).get("queue") or DEFAULT_QUEUE
+    if phase in (None, PENDING):
+        need = ", ".join(f"{v} {k}" for k, v in sorted(((podgroup.get("spec") or {}).get("minResources") or {}).items()))
+        return ("WaitingForQuota",
+                f"Volcano queue {queue} has not admitted PodGroup {podgroup['metadata']['name']} (phase "
+                f"{phase or 'not yet seen'}): the queue's capability or deserved share has no room for its "
+                f"minResources ({need or 'none'}){said}")
+    if phase == INQUEUE and said:
+        return "WaitingForGang", f"admitted by Volcano queue {queue}; the gang is not placed yet{said}"
+    return None

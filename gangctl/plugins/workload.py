@@ -11,10 +11,12 @@ import copy
 import hashlib
 import json
 
+from gangctl.plugins import base
 from gangctl.plugins.base import GangBackend
 from gangctl.plugins.names import (ANCESTOR_STEP, MANAGED_BY, MANAGER, SPEC_HASH, TRAINJOB_NAME,
                                    child_job_name, child_labels)
 from gangctl.plugins.torch import torch_env
+from gangctl.policy.gang import Gang
 from gangctl.policy.resolve import NODE_CONTAINER, NODE_JOB, ResolvedJob
 
 
@@ -74,8 +76,12 @@ ELASTIC_SUCCESS_POLICY = {"rules": [{"succeededCount": 1}]}
 
 
 def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, scheduler_name: str,
-             size: int | None = None) -> dict:
-    """The Indexed Job; `size` is an elastic job's current completions = parallelism (default: max)."""
+             size: int | None = None, gang: Gang | None = None) -> dict:
+    """The Indexed Job; `size` is an elastic job's current completions = parallelism (default: max).
+
+    With `gang`, the backend's Job labels and annotations are added (Kueue's queue name, its minimum
+    parallelism). A backend that owns spec.suspend (Kueue) gets the Job created suspended: its
+    admission unsuspends it, and gangctl never applies this Job again (see the reconciler)."""
     template = copy.deepcopy(job.pod_template)
     meta = template.setdefault("metadata", {})
     labels = {**(meta.get("labels") or {}), **child_labels(job.name, NODE_JOB), ANCESTOR_STEP: "trainer"}
@@ -114,17 +120,17 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
         "completionMode": "Indexed",
         "completions": nodes,
         "parallelism": nodes,
-        "suspend": job.suspend,
+        "suspend": job.suspend or base.controls_suspend(backend),
         "template": template,
     }
-    return with_spec_hash({
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": child_job_name(job.name, NODE_JOB),
-            "namespace": job.namespace,
-            "labels": child_labels(job.name, NODE_JOB),
-            "ownerReferences": [owner],
-        },
-        "spec": job_spec,
-    })
+    metadata = {
+        "name": child_job_name(job.name, NODE_JOB),
+        "namespace": job.namespace,
+        "labels": child_labels(job.name, NODE_JOB),
+        "ownerReferences": [owner],
+    }
+    if gang is not None:
+        metadata["labels"].update(base.job_labels(backend, job, gang))
+        if (extra := base.job_annotations(backend, job, gang)):
+            metadata["annotations"] = extra
+    return with_spec_hash({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec})

@@ -13,9 +13,10 @@ policy ConfigMap, writing `status.admission`) is `gangctl.runtime.quota_gate`.
 - `plan`: one round of `admission.decide` (the code the simulator runs) over the pending and the
   admitted TrainJobs, with a reason for every job that waits.
 
-A namespace that belongs to no team of the policy is not admitted: its TrainJobs wait with the
-reason "namespace X is in no team of the quota policy", as a Kueue job whose LocalQueue does not
-exist stays pending (Kueue never runs a queue-less job under quota it cannot account for).
+The controller gates only TrainJobs in the policy's namespaces, as Kueue (with its default
+`manageJobsWithoutQueueName: false`) leaves jobs without a queue alone. A job that reaches `plan`
+from a namespace in no team waits with the reason "namespace X is in no team of the quota policy",
+as a Kueue job whose LocalQueue does not exist stays pending.
 """
 from __future__ import annotations
 

@@ -30,6 +30,10 @@ class ChildJob:
     complete: tuple[str, str] | None = None   # (reason, message) of a true Complete condition
     failure: tuple[str, str] | None = None    # (reason, message) of a true Failed condition
 
+    @property
+    def finished(self) -> bool:
+        return self.complete is not None or self.failure is not None
+
     @classmethod
     def from_job(cls, job: dict, replicated_job: str) -> "ChildJob":
         spec, st = job.get("spec") or {}, job.get("status") or {}
@@ -105,7 +109,9 @@ def failed_status(previous: dict | None, reason: str, message: str, now: datetim
 
 def derive_status(previous: dict | None, jobs: list[ChildJob], gang: GangObservation | None,
                   suspend: bool, now: datetime, generation: int | None = None,
-                  success_policy: dict | None = None) -> dict:
+                  success_policy: dict | None = None, waiting: tuple[str, str] | None = None) -> dict:
+    """`waiting`: the backend's (reason, message) for a gang not bound yet (queue full, evicted, …);
+    without it a gang short of pods is WaitingForGang."""
     status = dict(previous or {})
     conds: list[dict] = list(status.get("conditions") or [])
     gen = generation
@@ -140,8 +146,10 @@ def derive_status(previous: dict | None, jobs: list[ChildJob], gang: GangObserva
                                   f"all {gang.min_member} pods of the gang are bound", now, gen)
             gang_status.setdefault("boundAt", precise_timestamp(now))
         else:
-            conds = set_condition(conds, RUNNING, False, "WaitingForGang",
-                                  f"{gang.bound}/{gang.min_member} pods of the gang are bound", now, gen)
+            bound = f"{gang.bound}/{gang.min_member} pods of the gang are bound"
+            reason, message = waiting if waiting else ("WaitingForGang", bound)
+            conds = set_condition(conds, RUNNING, False, reason, message if not waiting else f"{message} ({bound})",
+                                  now, gen)
     if jobs and not suspend:
         gang_status.setdefault("createdAt", precise_timestamp(now))
     if "boundAt" in gang_status and "createdAt" in gang_status:

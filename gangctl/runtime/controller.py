@@ -8,24 +8,47 @@ from collections import Counter
 
 from prometheus_client import CollectorRegistry
 
-from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, JOBS, PODS, POD_GROUPS, SERVICES, TRAINING_RUNTIMES,
-                                   TRAINJOBS)
+from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, PODS, SERVICES, TRAINING_RUNTIMES, TRAINJOBS
 from gangctl.config import ControllerSettings
 from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer, object_key
 from gangctl.obs.metrics import Metrics
 from gangctl.obs.server import make_app, serve
+from gangctl.plugins.kueue import JOB_UID_LABEL
 from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
+from gangctl.plugins.registry import BACKENDS
 from gangctl.policy.status import phase, waiting_for_gang
+from gangctl.runtime.quota_gate import QuotaGate, policy_informer
 from gangctl.runtime.reconciler import Caches, Reconciler
 from gangctl.runtime.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
+# The object each backend's gang is watched through. Kueue's Workloads are Kueue's, not labelled by
+# gangctl: they are watched whole and mapped to their TrainJob through the child Job they belong to.
+GANG_RESOURCES = {name: backend.watch for name, backend in BACKENDS.items()}
+
+
+async def served_backends(kube: Kube) -> set[str]:
+    """The backends whose API this cluster serves (a backend whose CRDs are missing is not watched:
+    its TrainJobs are told so instead of the controller failing to start)."""
+    out = set()
+    for name, resource in GANG_RESOURCES.items():
+        try:
+            listing = await kube.get(f"/apis/{resource.group}/{resource.version}")
+        except ApiError as err:
+            if err.not_found:
+                continue
+            raise
+        if any(r.get("name") == resource.plural for r in listing.get("resources") or []):
+            out.add(name)
+    return out
+
 
 class Controller:
-    def __init__(self, kube: Kube, settings: ControllerSettings, registry: CollectorRegistry | None = None):
+    def __init__(self, kube: Kube, settings: ControllerSettings, registry: CollectorRegistry | None = None,
+                 backends: set[str] | frozenset[str] = frozenset(GANG_RESOURCES)):
         self.kube = kube
         self.settings = settings
         self.metrics = Metrics(registry or CollectorRegistry())
@@ -38,11 +61,21 @@ class Controller:
             cluster_runtimes=Informer(kube, CLUSTER_TRAINING_RUNTIMES, handlers=[self._on_runtime]),
             jobs=Informer(kube, JOBS, namespace=ns, label_selector=managed, handlers=[self._on_child]),
             pods=Informer(kube, PODS, namespace=ns, label_selector=managed, handlers=[self._on_child]),
-            pod_groups=Informer(kube, POD_GROUPS, namespace=ns, label_selector=managed, handlers=[self._on_child]),
             services=Informer(kube, SERVICES, namespace=ns, label_selector=managed, handlers=[self._on_child]),
+            groups={name: Informer(kube, resource, namespace=ns,
+                                   label_selector=None if name == "kueue" else managed,
+                                   handlers=[self._on_workload if name == "kueue" else self._on_child])
+                    for name, resource in GANG_RESOURCES.items() if name in backends},
         )
-        self.reconciler = Reconciler(kube, self.caches, self.metrics, EventRecorder(kube),
+        events = EventRecorder(kube)
+        # gangctl's own quota admission for coscheduling (which has none): the policy that
+        # `gangctl policy apply --backend coscheduling` stores in a ConfigMap of gangctl-system.
+        self.policy_configmaps = policy_informer(kube)
+        self.gate = QuotaGate(kube, self.caches.trainjobs, self.policy_configmaps, self.metrics, events,
+                              on_change=self.queue.add)
+        self.reconciler = Reconciler(kube, self.caches, self.metrics, events,
                                      field_manager=settings.field_manager, scheduler_name=settings.scheduler_name)
+        self.reconciler.gate = self.gate
         self.reconciler.on_capacity_freed = self.capacity_changed
         self.reconciler.requeue_after = self.queue.add_after
         self._retry_timer: asyncio.TimerHandle | None = None
@@ -58,6 +91,20 @@ class Controller:
         owner = (meta.get("labels") or {}).get(TRAINJOB_NAME)
         if owner:
             self.queue.add(f"{meta['namespace']}/{owner}")
+
+    def _on_workload(self, event: str, obj: dict) -> None:
+        """A Kueue Workload: requeue the TrainJob of the Job it was made for."""
+        meta = obj["metadata"]
+        if event == "DELETED":
+            self.capacity_changed()
+        uid = (meta.get("labels") or {}).get(JOB_UID_LABEL)
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("kind") != "Job" or (uid and ref.get("uid") != uid):
+                continue
+            job = self.caches.jobs.get(f"{meta['namespace']}/{ref['name']}")
+            owner = ((job or {}).get("metadata", {}).get("labels") or {}).get(TRAINJOB_NAME)
+            if owner:
+                self.queue.add(f"{meta['namespace']}/{owner}")
 
     def _on_runtime(self, _: str, obj: dict) -> None:
         name = obj["metadata"]["name"]
@@ -83,17 +130,22 @@ class Controller:
                 self.queue.add(key)
 
     # --- running -------------------------------------------------------------------------------
+    def informers(self) -> list[Informer]:
+        return [*self.caches.all(), self.policy_configmaps]
+
     def ready(self) -> bool:
-        return all(inf.synced.is_set() for inf in self.caches.all())
+        return all(inf.synced.is_set() for inf in self.informers())
 
     async def run(self) -> None:
         informers = [asyncio.create_task(inf.run(), name=f"informer-{inf.resource.plural}")
-                     for inf in self.caches.all()]
-        await asyncio.gather(*(inf.synced.wait() for inf in self.caches.all()))
+                     for inf in self.informers()]
+        # The policy is read before any worker runs, or jobs would start ungated.
+        await asyncio.gather(*(inf.synced.wait() for inf in self.informers()))
         log.info("caches synced: %d TrainJobs", len(self.caches.trainjobs.cache))
         workers = [asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.settings.workers)]
         housekeeping = [asyncio.create_task(self._resync()), asyncio.create_task(self._gauges()),
-                        asyncio.create_task(self._retry_waiting())]
+                        asyncio.create_task(self._retry_waiting()),
+                        asyncio.create_task(self.gate.run(), name="quota-gate")]
         try:
             await asyncio.gather(*informers, *workers, *housekeeping)
         finally:
@@ -141,7 +193,9 @@ class Controller:
 
 async def run_controller(settings: ControllerSettings) -> None:
     kube = await Kube.connect(settings.kubeconfig)
-    controller = Controller(kube, settings)
+    backends = await served_backends(kube)
+    log.info("gang backends served by this cluster: %s", ", ".join(sorted(backends)) or "none")
+    controller = Controller(kube, settings, backends=backends)
     runner = await serve(make_app(controller.metrics.registry, controller.ready),
                          settings.metrics_host, settings.metrics_port)
     log.info("serving /metrics /healthz /readyz on http://%s:%d", settings.metrics_host, settings.metrics_port)

@@ -6,19 +6,22 @@ manager, and the status is derived from what the children show.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable
 
-from gangctl.api.resources import JOBS, POD_GROUPS, PODS, SERVICES, TRAINJOBS, Resource
+from gangctl.api.resources import JOBS, PODS, SERVICES, TRAINJOBS, Resource
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
 from gangctl.plugins.names import REPLICATED_JOB, SPEC_HASH, TRAINJOB_NAME, child_job_name
-from gangctl.plugins.registry import backend_for
+from gangctl.plugins import base
+from gangctl.plugins.kueue import JOB_UID_LABEL, QUEUE_LABEL
+from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.workload import headless_service, node_job, owner_reference
 from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store, store_name
@@ -42,12 +45,14 @@ class Caches:
     cluster_runtimes: Informer
     jobs: Informer
     pods: Informer
-    pod_groups: Informer
     services: Informer
+    # Backend name -> what its gangs are watched through (PodGroups; Kueue's Workloads). Only the
+    # backends this cluster serves are present.
+    groups: dict[str, Informer]
 
     def all(self) -> list[Informer]:
         return [self.trainjobs, self.runtimes, self.cluster_runtimes, self.jobs, self.pods,
-                self.pod_groups, self.services]
+                self.services, *self.groups.values()]
 
 
 class Reconciler:
@@ -67,6 +72,8 @@ class Reconciler:
         self.requeue_after: Callable[[str, float], None] = lambda key, delay: None
         # Waiting gangs whose PodGroup should be touched on their next reconcile (see _nudge).
         self.nudge: set[str] = set()
+        # gangctl's own quota admission for coscheduling (gangctl.runtime.quota_gate.QuotaGate).
+        self.gate = None
         # What this process last wrote or decided, so a reconcile that reads a TrainJob from a cache
         # that has not yet seen our own status write neither counts a failure twice nor rolls the
         # counters back (they only grow; the newest view wins).
@@ -111,6 +118,33 @@ class Reconciler:
             message = err.args[0] if err.args else str(err)
             await self._fail(trainjob, "InvalidRuntime", str(message))
             return
+        if backend is not None and backend.name not in self.caches.groups:
+            message = (f"the runtime's podGroupPolicy asks for {backend.name}, but this cluster does not serve "
+                       f"{backend.watch.plural}.{backend.watch.group}: install {backend.name} (locally: `gangctl "
+                       f"cluster up --scheduler {backend.name}`), then restart gangctl")
+            conditions = st.set_condition(list(previous.get("conditions") or []), st.CREATED, False,
+                                          "BackendNotInstalled", message, self.clock())
+            if conditions != previous.get("conditions"):
+                await self._write_status(trainjob, {**previous, "conditions": conditions})
+            return
+        # Kueue admits by flipping the child Job's spec.suspend: gangctl creates that Job once,
+        # suspended, and never applies it again; suspending the TrainJob deletes it (and its Workload).
+        kueue_owned = base.controls_suspend(backend)
+        # Coscheduling has no quota system: with a policy applied, gangctl's gate admits the jobs of
+        # the policy's namespaces, and holds each until then like a suspended one (no PodGroup, Job
+        # suspended). Other namespaces are not gated (as Kueue leaves jobs without a queue alone).
+        user_suspend = job.suspend
+        quota_wait: tuple[str, str] | None = None
+        if (self.gate is not None and backend is BACKENDS["coscheduling"] and self.gate.enabled
+                and self.gate.policy.team_of_namespace(job.namespace) is not None):
+            if job.suspend:
+                self.gate.forget(key)
+            elif self.gate.admission(trainjob) is None:
+                priority_class = (job.pod_template.get("spec") or {}).get("priorityClassName")
+                self.gate.wants(key, trainjob, gang.min_resources, self.gate.priority(job.namespace, priority_class))
+                quota_wait = ("WaitingForQuota",
+                              f"gangctl quota admission: {self.gate.pending_reason(key) or 'waiting for admission'}")
+                job = dataclasses.replace(job, suspend=True)
 
         owner = owner_reference(trainjob)
         ns = job.namespace
@@ -129,7 +163,7 @@ class Reconciler:
             if observed_job["metadata"].get("deletionTimestamp"):
                 return  # a restart is removing it (foreground: its pods go first); its deletion requeues us
             self._note_disruptions(ns, job.name, observed_job)
-            if job.elastic and not job.suspend and not child.complete:
+            if job.elastic and not job.suspend and not child.complete and not kueue_owned:
                 size = int((observed_job.get("spec") or {}).get("parallelism") or job.num_nodes)
                 workers = self._workers(ns, job.name, observed_job)
                 last = (previous.get("elastic") or {}).get("lastShrinkTime")
@@ -155,18 +189,26 @@ class Reconciler:
             await self._ensure_store(job, owner, backend)
 
         await self._ensure(SERVICES, self.caches.services, headless_service(job, owner))
-        if backend is not None and not job.suspend:
-            await self._ensure(backend.group_resource, self.caches.pod_groups, backend.group(job, gang, owner))
-        await self._ensure(JOBS, self.caches.jobs, node_job(job, owner, backend, self.scheduler_name, size))
+        if base.wants_group(backend) and not job.suspend:
+            await self._ensure(backend.group_resource, self.caches.groups[backend.name], backend.group(job, gang, owner))
+        desired = node_job(job, owner, backend, self.scheduler_name, size, gang)
+        if not kueue_owned:
+            await self._ensure(JOBS, self.caches.jobs, desired)
+        elif observed_job is None and not job.suspend:
+            await self._create(JOBS, desired)
         if job.suspend:
             await self._release_gang(trainjob)
+            if kueue_owned:
+                observed_job = None  # deleted by the release
 
         jobs = []
         if observed_job is not None:
             jobs.append(st.ChildJob.from_job(observed_job, NODE_JOB))
         gang_obs = st.GangObservation(gang.min_member, self._bound_pods(ns, job.name, observed_job))
-        status = st.derive_status(previous, jobs, gang_obs, job.suspend, self.clock(),
-                                  trainjob["metadata"].get("generation"), success_policy=job.success_policy)
+        waiting = base.waiting(backend, self._gang_object(backend, ns, job.name, observed_job)) if backend else None
+        status = st.derive_status(previous, jobs, gang_obs, user_suspend, self.clock(),
+                                  trainjob["metadata"].get("generation"), success_policy=job.success_policy,
+                                  waiting=quota_wait or waiting)
         if restarts.total or restarts.last_failure:
             status["restarts"] = restarts.to_status()
             status["restartCount"] = restarts.user
@@ -181,9 +223,10 @@ class Reconciler:
             self._record_transitions(trainjob, previous, status)
         if st.finished(status):
             await self._release_gang(trainjob)
-        elif key in self.nudge and backend is not None and not job.suspend:
+        elif key in self.nudge:
             self.nudge.discard(key)
-            if st.waiting_for_gang(status):
+            # Only coscheduling needs the touch: Volcano retries every session, Kueue on quota changes.
+            if backend is BACKENDS["coscheduling"] and not job.suspend and st.waiting_for_gang(status):
                 await self._nudge(backend.group_resource, job.namespace, job.name)
 
     async def _on_failed_job(self, key: str, trainjob: dict, job, observed_job: dict, child: st.ChildJob,
@@ -373,11 +416,42 @@ class Reconciler:
             return
         await self.kube.apply(resource.path(meta["namespace"], meta["name"]), obj, self.field_manager)
 
+    async def _create(self, resource: Resource, obj: dict) -> None:
+        """Create once (an object another controller takes over after creation); exists already: fine."""
+        meta = obj["metadata"]
+        try:
+            await self.kube.create(resource.path(meta["namespace"]), obj)
+        except ApiError as err:
+            if not err.conflict:
+                raise
+
+    def _gang_object(self, backend, namespace: str, name: str, job: dict | None) -> dict | None:
+        """What the backend says about the gang: its PodGroup, or the Workload Kueue made of the Job."""
+        cache = self.caches.groups.get(backend.name) if backend is not None else None
+        if cache is None:
+            return None
+        if base.wants_group(backend):
+            return cache.get(f"{namespace}/{name}")
+        if job is None:
+            return None
+        found = cache.list(namespace, {JOB_UID_LABEL: job["metadata"].get("uid", "")})
+        return found[0] if found else None
+
     async def _release_gang(self, trainjob: dict) -> None:
+        """Let go of everything that holds capacity or quota: the PodGroup, a Kueue-queued Job that has
+        not finished (its Workload holds quota until it does), the rendezvous store."""
         meta = trainjob["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
-        if self.caches.pod_groups.get(key) is not None:
-            await self.kube.delete(POD_GROUPS.path(meta["namespace"], meta["name"]))
+        for name, cache in self.caches.groups.items():
+            resource = BACKENDS[name].group_resource
+            if resource is not None and cache.get(key) is not None:
+                await self.kube.delete(resource.path(meta["namespace"], meta["name"]))
+                self.on_capacity_freed()
+        child = self.caches.jobs.get(f"{meta['namespace']}/{child_job_name(meta['name'], NODE_JOB)}")
+        if (child is not None and not child["metadata"].get("deletionTimestamp")
+                and QUEUE_LABEL in (child["metadata"].get("labels") or {})
+                and not st.ChildJob.from_job(child, NODE_JOB).finished):
+            await self.kube.delete(JOBS.path(meta["namespace"], child["metadata"]["name"]))
             self.on_capacity_freed()
         for pod in self.caches.pods.list(meta["namespace"], {TRAINJOB_NAME: meta["name"],
                                                              "gangctl.io/role": "rendezvous-store"}):
@@ -408,6 +482,9 @@ class Reconciler:
         await self._release_gang(trainjob)
 
     async def _write_status(self, trainjob: dict, status: dict) -> None:
+        # status.admission is the quota gate's (its own field manager): never sent back from a
+        # possibly stale cache, or this apply would co-own it and could restore a removed admission.
+        status = {k: v for k, v in status.items() if k != "admission"}
         meta = trainjob["metadata"]
         body = {"apiVersion": trainjob["apiVersion"], "kind": trainjob["kind"],
                 "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "status": status}

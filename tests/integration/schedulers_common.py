@@ -1,13 +1,15 @@
 """Shared by the Kueue and Volcano integration tests: a cluster of their own, and TrainJob-built gangs.
 
-Each backend's module starts its own small cluster (4 KWOK nodes x 8 GPUs) under a distinct name
+Each backend's module starts its own small cluster (5 KWOK nodes x 8 GPUs) under a distinct name
 with `--scheduler kueue|volcano`, so it never disturbs the session's coscheduling cluster; Kueue
 and Volcano are built on first use (cached like the control plane) and the cluster is deleted at
 the end of the module. The gangs are what gangctl's builders make of a TrainJob (resolve ->
-size_gang -> backend + node_job), created directly: the reconciler does not serve these backends yet.
+size_gang -> backend + node_job), created directly, or TrainJobs run by a gangctl controller
+started against the module's cluster (`controller_for`).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from gangctl.plugins.workload import node_job
 from gangctl.policy.gang import size_gang
 from gangctl.policy.resolve import resolve
 
-GPU_NODES = 4
+GPU_NODES = 5
 GPUS_PER_NODE = 8
 RUNTIME = yaml.safe_load((REPO_ROOT / "deploy/runtimes/torch-distributed.yaml").read_text())
 EXAMPLE_POLICY = REPO_ROOT / "policies/example-teams.yaml"
@@ -68,3 +70,18 @@ def gang_objects(backend: GangBackend, name: str, namespace: str, nodes: int, po
         if obj:
             obj["metadata"].pop("ownerReferences", None)
     return group, child
+
+
+@contextlib.asynccontextmanager
+async def controller_for(kubeconfig: Path, log_dir: Path):
+    """`gangctl controller` against a backend module's own cluster, stopped on exit."""
+    from tests.integration.conftest import ControllerProcess, free_port, wait_ready
+
+    ctl = ControllerProcess(kubeconfig, free_port(), log_dir / "controller.log")
+    ctl.start()
+    try:
+        await wait_ready(ctl)
+        yield ctl
+    finally:
+        ctl.stop()
+        print(f"[controller] log: {ctl.log_path}")

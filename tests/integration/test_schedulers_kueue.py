@@ -7,13 +7,16 @@ import sys
 
 import pytest
 
-from gangctl.api.resources import JOBS, PODS
+from gangctl.api.resources import JOBS, PODS, TRAINJOBS
 from gangctl.kube.client import Kube
 from gangctl.plugins.kueue import WORKLOADS, Kueue
 from gangctl.policy_apply import apply_policy
 from gangctl.policy.quota import QuotaPolicy
-from tests.integration.helpers import eventually
-from tests.integration.schedulers_common import EXAMPLE_POLICY, gang_objects, start, stop
+from tests.integration.helpers import (bound, condition, eventually, get_trainjob, is_true, pods_of, submit,
+                                       trainjob)
+from tests.integration.quota_common import (TEAMS, apply_policy_cli, assert_same_jobs_within_policy, install_runtimes,
+                                            runtime_name)
+from tests.integration.schedulers_common import EXAMPLE_POLICY, controller_for, gang_objects, start, stop
 
 import yaml
 
@@ -77,35 +80,77 @@ def workload_of(workloads: list[dict], job: dict) -> dict | None:
                                              for o in w["metadata"].get("ownerReferences", []))), None)
 
 
-async def test_jobs_are_admitted_within_quota_and_wait_beyond_it(kueue_cluster, kube):
-    # ml-b: 64 GPUs nominal, may borrow ml-a's 64: at most 128. 3 x 8 fits; 20 x 8 = 160 never does.
-    _, small = gang_objects(Kueue(), "fits", "ml-b", 3, {"kueue": {}})
-    _, big = gang_objects(Kueue(), "too-big", "ml-b", 20, {"kueue": {}})
-    assert small["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
-    small = await kube.create(JOBS.path("ml-b"), small)
-    big = await kube.create(JOBS.path("ml-b"), big)
-    assert big["spec"]["suspend"] is True, "Kueue's webhook suspends a queued Job at creation"
+@pytest.fixture(scope="module")
+async def kueue_controller(kueue_cluster, tmp_path_factory):
+    """gangctl serving TrainJobs on the Kueue cluster, with the backend tests' policy applied."""
+    apply_policy_cli(kueue_cluster[1], "kueue", CLUSTER)
+    kube = await Kube.connect(kueue_cluster[1])
+    try:
+        await install_runtimes(kube, "kueue")
+    finally:
+        await kube.close()
+    async with controller_for(kueue_cluster[1], tmp_path_factory.mktemp("kueue-controller")) as ctl:
+        yield ctl
 
-    async def small_admitted() -> bool:
-        wl = workload_of((await kube.get(WORKLOADS.path("ml-b")))["items"], small)
-        job = await kube.get(JOBS.path("ml-b", "fits-node-0"))
-        conds = {c["type"]: c["status"] for c in (wl or {}).get("status", {}).get("conditions", [])}
-        return conds.get("Admitted") == "True" and job["spec"]["suspend"] is False
-    await eventually(small_admitted, 30, "the 3 x 8 GPU Job admitted and unsuspended")
 
-    async def all_bound() -> bool:
-        pods = (await kube.get(PODS.path("ml-b"), labelSelector="jobset.sigs.k8s.io/jobset-name=fits"))["items"]
-        return len([p for p in pods if p["spec"].get("nodeName")]) == 3
-    await eventually(all_bound, 30, "its 3 pods bound")
+async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(kueue_controller, kube):
+    ns = TEAMS["team-a"]  # 16 GPUs nominal + 8 borrowed from team-b = 24
+    await submit(kube, trainjob("a-big", ns, nodes=2, runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
+    await submit(kube, trainjob("a-small", ns, nodes=1, runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
+    for name, nodes in (("a-big", 2), ("a-small", 1)):
+        await eventually(lambda: running(kube, ns, name), 60, f"{name} admitted by Kueue and running")
+        assert len(bound(await pods_of(kube, ns, name))) == nodes
+    job = await kube.get(JOBS.path(ns, "a-big-node-0"))
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
 
-    async def big_refused() -> bool:
-        wl = workload_of((await kube.get(WORKLOADS.path("ml-b")))["items"], big)
-        conds = {c["type"]: c for c in (wl or {}).get("status", {}).get("conditions", [])}
-        reserved = conds.get("QuotaReserved")
-        return bool(reserved) and reserved["status"] == "False" and "insufficient quota" in reserved["message"]
-    await eventually(big_refused, 30, "the 20 x 8 GPU Job refused for quota")
-    job = await kube.get(JOBS.path("ml-b", "too-big-node-0"))
-    assert job["spec"]["suspend"] is True and not job.get("status", {}).get("active")
+    await submit(kube, trainjob("a-waits", ns, nodes=1, runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
+
+    async def waits_for_quota() -> bool:
+        cond = condition(await get_trainjob(kube, ns, "a-waits"), "Running") or {}
+        return cond.get("reason") == "WaitingForQuota" and "Kueue" in cond.get("message", "")
+    await eventually(waits_for_quota, 60, "a-waits waiting for quota, in Kueue's words")
+    cond = condition(await get_trainjob(kube, ns, "a-waits"), "Running")
+    assert "insufficient" in cond["message"] and "nvidia.com/gpu" in cond["message"], cond
+    assert bound(await pods_of(kube, ns, "a-waits")) == [], "a job beyond quota holds no node"
+
+    await kube.delete(TRAINJOBS.path(ns, "a-big"))
+    await eventually(lambda: running(kube, ns, "a-waits"), 90, "a-waits running once a-big's quota is free")
+    workloads = (await kube.get(WORKLOADS.path(ns)))["items"]
+    assert not [w for w in workloads if "a-big" in w["metadata"]["name"]], "a deleted TrainJob leaves no Workload"
+    await kube.delete(TRAINJOBS.path(ns, "a-small"))
+    await kube.delete(TRAINJOBS.path(ns, "a-waits"))
+
+
+async def test_a_higher_priority_trainjob_preempts_within_the_team(kueue_controller, kube):
+    ns = TEAMS["team-a"]  # preemption: withinTeam LowerPriority
+    await eventually(lambda: _no_pods(kube, ns), 60, "team-a's earlier jobs gone")
+    await submit(kube, trainjob("low", ns, nodes=3, runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
+    await eventually(lambda: running(kube, ns, "low"), 60, "the low-priority job running on 24 GPUs")
+    await submit(kube, trainjob("high", ns, nodes=2, runtime=runtime_name("high"), runtime_kind="TrainingRuntime"))
+    await eventually(lambda: running(kube, ns, "high"), 90, "the high-priority job running after preempting")
+
+    async def evicted() -> bool:
+        cond = condition(await get_trainjob(kube, ns, "low"), "Running") or {}
+        return cond.get("status") == "False" and cond.get("reason") in ("Evicted", "WaitingForQuota")
+    await eventually(evicted, 60, "the low-priority job evicted and waiting again")
+    low = await get_trainjob(kube, ns, "low")
+    assert not is_true(low, "Failed")
+    assert (low["status"].get("restarts") or {}).get("user", 0) == 0, "a preemption is not the user's failure"
+    assert bound(await pods_of(kube, ns, "low")) == []
+    for name in ("low", "high"):
+        await kube.delete(TRAINJOBS.path(ns, name))
+
+
+async def test_the_same_jobs_never_exceed_the_policy(kueue_controller, kube):
+    await assert_same_jobs_within_policy(kube)
+
+
+async def running(kube: Kube, ns: str, name: str) -> bool:
+    return is_true(await get_trainjob(kube, ns, name), "Running")
+
+
+async def _no_pods(kube: Kube, ns: str) -> bool:
+    return not (await kube.get(PODS.path(ns)))["items"]
 
 
 async def test_jobs_without_a_queue_name_are_not_kueues(kueue_cluster, kube):

@@ -8,18 +8,19 @@ import sys
 
 import pytest
 
-from gangctl.api.resources import JOBS, PODS
+from gangctl.api.resources import JOBS, PODS, TRAINJOBS
+from gangctl.kube.client import ApiError
 from gangctl.kube.client import Kube
 from gangctl.plugins.volcano import VOLCANO_POD_GROUPS, VOLCANO_QUEUES, Volcano
-from tests.integration.helpers import eventually
-from tests.integration.schedulers_common import EXAMPLE_POLICY, gang_objects, start, stop
+from tests.integration.helpers import (bound, condition, eventually, get_trainjob, is_true, pods_of, submit,
+                                       trainjob)
+from tests.integration.quota_common import (POLICY_FILE, TEAMS, apply_policy_cli, assert_same_jobs_within_policy,
+                                            install_runtimes, runtime_name)
+from tests.integration.schedulers_common import controller_for, gang_objects, start, stop
 
 pytestmark = pytest.mark.integration
 CLUSTER = "gangctl-it-volcano"
-# The example policy is sized for 256 GPUs; this cluster has 32, all of them ml-b's guarantee, so
-# Volcano's capacity plugin leaves no GPU to ml-a's queue here (its capability minus the others'
-# guarantees) and the gangs go to ml-b.
-NS = "ml-b"
+NS = "team-b"
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +43,17 @@ def gangctl(*args: str, cluster) -> subprocess.CompletedProcess:
 
 
 async def test_policy_applied_as_queues_and_read_back(volcano_cluster, kube):
-    done = gangctl("policy", "apply", str(EXAMPLE_POLICY), "-o", "json", cluster=volcano_cluster)
+    # The backend tests' policy (two teams in a cohort, 32 of the cluster's 40 GPUs): the example
+    # policy is sized for 256 GPUs and its guarantees would leave these queues nothing.
+    done = gangctl("policy", "apply", str(POLICY_FILE), "-o", "json", cluster=volcano_cluster)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["backend"] == "volcano", "the backend defaults to the cluster's scheduler"
     queues = {q["metadata"]["name"]: q["spec"] for q in (await kube.get(VOLCANO_QUEUES.path()))["items"]}
-    assert {"default", "ml-a", "ml-b", "prod", "eval"} <= set(queues)
-    assert queues["ml-a"]["deserved"] == {"nvidia.com/gpu": "64", "cpu": "512", "memory": "4Ti"}
-    assert queues["ml-a"]["capability"]["nvidia.com/gpu"] == "96"
-    assert queues["ml-b"]["guarantee"] == {"resource": {"nvidia.com/gpu": "32"}}
-    again = gangctl("policy", "apply", str(EXAMPLE_POLICY), "--dry-run", "-o", "json", cluster=volcano_cluster)
+    assert {"default", "team-a", "team-b"} <= set(queues)
+    assert queues["team-a"]["deserved"] == {"nvidia.com/gpu": "16"}
+    assert queues["team-a"]["capability"]["nvidia.com/gpu"] == "24", "nominal 16 + borrowing limit 8"
+    assert queues["team-b"]["guarantee"] == {"resource": {"nvidia.com/gpu": "8"}}, "16 nominal - 8 lent"
+    again = gangctl("policy", "apply", str(POLICY_FILE), "--dry-run", "-o", "json", cluster=volcano_cluster)
     assert {o["action"] for o in json.loads(again.stdout)["objects"]} == {"unchanged"}
 
 
@@ -60,21 +63,21 @@ async def bound_pods(kube: Kube, name: str) -> int:
 
 
 async def create_gang(kube: Kube, name: str, nodes: int) -> None:
-    group, job = gang_objects(Volcano(), name, NS, nodes, {"volcano": {"queue": NS}})
+    group, job = gang_objects(Volcano(), name, NS, nodes, {"volcano": {"queue": "team-b"}})
     assert group is not None
     await kube.create(VOLCANO_POD_GROUPS.path(NS), group)
     await kube.create(JOBS.path(NS), job)
 
 
 async def test_gangs_bind_whole_or_wait_whole(volcano_cluster, kube):
-    # 32 GPUs in the cluster: a 3 x 8 gang binds; a 2 x 8 gang then finds 8 free and binds no pod.
-    await create_gang(kube, "first", 3)
+    # 40 GPUs in the cluster: a 4 x 8 gang binds; a 2 x 8 gang then finds 8 free and binds no pod.
+    await create_gang(kube, "first", 4)
 
     async def first_bound() -> bool:
-        return await bound_pods(kube, "first") == 3
-    await eventually(first_bound, 60, "the 3-node gang bound whole")
+        return await bound_pods(kube, "first") == 4
+    await eventually(first_bound, 60, "the 4-node gang bound whole")
     pg = await kube.get(VOLCANO_POD_GROUPS.path(NS, "first"))
-    assert pg["spec"]["minTaskMember"] == {"node": 3} and pg["spec"]["queue"] == NS
+    assert pg["spec"]["minTaskMember"] == {"node": 4} and pg["spec"]["queue"] == "team-b"
 
     await create_gang(kube, "second", 2)
 
@@ -89,6 +92,60 @@ async def test_gangs_bind_whole_or_wait_whole(volcano_cluster, kube):
     async def second_bound() -> bool:
         return await bound_pods(kube, "second") == 2
     await eventually(second_bound, 90, "the 2-node gang bound whole once the first gang's pods went away")
+
+
+@pytest.fixture(scope="module")
+async def volcano_controller(volcano_cluster, tmp_path_factory):
+    """gangctl serving TrainJobs on the Volcano cluster, with the backend tests' policy applied."""
+    apply_policy_cli(volcano_cluster[1], "volcano", CLUSTER)
+    kube = await Kube.connect(volcano_cluster[1])
+    try:
+        await install_runtimes(kube, "volcano")
+        for name in ("first", "second"):  # the gangs of the builder test
+            await kube.delete(JOBS.path(NS, f"{name}-node-0"), propagation="Foreground")
+            await kube.delete(VOLCANO_POD_GROUPS.path(NS, name))
+    finally:
+        await kube.close()
+    async with controller_for(volcano_cluster[1], tmp_path_factory.mktemp("volcano-controller")) as ctl:
+        yield ctl
+
+
+async def running(kube: Kube, ns: str, name: str) -> bool:
+    return is_true(await get_trainjob(kube, ns, name), "Running")
+
+
+async def test_trainjobs_wait_for_their_queue_with_the_reason_and_start_when_it_frees(volcano_controller, kube):
+    ns = TEAMS["team-a"]  # queue team-a: capability 24 GPUs
+    await submit(kube, trainjob("a-big", ns, nodes=2, runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
+    await eventually(lambda: running(kube, ns, "a-big"), 90, "a-big admitted by its queue and running")
+    pg = await kube.get(VOLCANO_POD_GROUPS.path(ns, "a-big"))
+    assert pg["spec"]["queue"] == "team-a" and pg["spec"]["minMember"] == 2
+    assert pg["spec"]["minResources"]["nvidia.com/gpu"] == "16"
+
+    await submit(kube, trainjob("a-waits", ns, nodes=2, runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
+
+    async def waits_for_queue() -> bool:
+        cond = condition(await get_trainjob(kube, ns, "a-waits"), "Running") or {}
+        return cond.get("reason") == "WaitingForQuota" and "queue team-a" in cond.get("message", "")
+    await eventually(waits_for_queue, 60, "a-waits waiting for its Volcano queue, with the reason")
+    assert bound(await pods_of(kube, ns, "a-waits")) == [], "a gang beyond its queue holds no node"
+
+    await kube.delete(TRAINJOBS.path(ns, "a-big"))
+
+    async def released() -> bool:
+        try:
+            await kube.get(VOLCANO_POD_GROUPS.path(ns, "a-big"))
+            return False
+        except ApiError as err:
+            return err.not_found
+    await eventually(released, 30, "a-big's PodGroup deleted with it")
+    await eventually(lambda: running(kube, ns, "a-waits"), 120, "a-waits running once the queue has room")
+    assert len(bound(await pods_of(kube, ns, "a-waits"))) == 2
+    await kube.delete(TRAINJOBS.path(ns, "a-waits"))
+
+
+async def test_the_same_jobs_never_exceed_the_policy(volcano_controller, kube):
+    await assert_same_jobs_within_policy(kube)
 
 
 def test_status_and_down_leave_nothing_behind(volcano_cluster):

@@ -9,7 +9,7 @@ import yaml
 from gangctl.plugins import base
 from gangctl.plugins.coscheduling import Coscheduling
 from gangctl.plugins.kueue import Kueue, workload_state
-from gangctl.plugins.registry import ALL_BACKENDS, BACKENDS
+from gangctl.plugins.registry import BACKENDS
 from gangctl.plugins.volcano import Volcano, podgroup_phase
 from gangctl.plugins.workload import node_job, owner_reference
 from gangctl.policy.gang import size_gang
@@ -100,10 +100,9 @@ def test_coscheduling_keeps_the_defaults_of_the_optional_hooks():
     assert not base.wants_group(None)
 
 
-def test_registry_serves_coscheduling_only_until_the_reconciler_is_wired():
-    assert set(BACKENDS) == {"coscheduling"}
-    assert set(ALL_BACKENDS) == {"coscheduling", "volcano", "kueue"}
-    assert all(ALL_BACKENDS[name].name == name for name in ALL_BACKENDS)
+def test_registry_serves_the_three_backends():
+    assert set(BACKENDS) == {"coscheduling", "volcano", "kueue"}
+    assert all(BACKENDS[name].name == name for name in BACKENDS)
 
 
 def test_observed_state_helpers():
@@ -114,3 +113,38 @@ def test_observed_state_helpers():
     assert workload_state(wl) == "Admitted"
     wl["status"]["conditions"].append({"type": "Evicted", "status": "True"})
     assert workload_state(wl) == "Evicted"
+
+
+def test_the_child_job_carries_the_backends_labels_and_kueue_creates_it_suspended():
+    job = resolve(TJ, runtime({"kueue": {"queueName": "research", "priorityClassName": "high"}}))
+    gang = size_gang(job.num_nodes, job.requests)
+    child = node_job(job, owner_reference(TJ), Kueue(), "s", gang=gang)
+    assert child["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "research"
+    assert child["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "high"
+    assert child["spec"]["suspend"] is True, "Kueue's admission, not gangctl, unsuspends it"
+    plain = node_job(job, owner_reference(TJ), Coscheduling(), "s", gang=gang)
+    assert plain["spec"]["suspend"] is False
+    assert not any(k.startswith("kueue.x-k8s.io/") for k in plain["metadata"]["labels"])
+
+
+def test_why_a_gang_waits_in_each_backends_words():
+    pending = {"metadata": {"name": "llm"}, "spec": {"queue": "team-a", "minResources": {"nvidia.com/gpu": "16"}},
+               "status": {"phase": "Pending"}}
+    reason, message = base.waiting(Volcano(), pending)
+    assert reason == "WaitingForQuota" and "queue team-a" in message and "16 nvidia.com/gpu" in message
+    inqueue = {"metadata": {"name": "llm"}, "spec": {"queue": "team-a"}, "status": {"phase": "Inqueue", "conditions": [
+        {"type": "Unschedulable", "status": "True", "message": "2/2 tasks in gang unschedulable"}]}}
+    assert base.waiting(Volcano(), inqueue) == (
+        "WaitingForGang", "admitted by Volcano queue team-a; the gang is not placed yet: 2/2 tasks in gang unschedulable")
+    assert base.waiting(Volcano(), {"metadata": {"name": "llm"}, "status": {"phase": "Running"}}) is None
+
+    refused = {"spec": {"queueName": "default"}, "status": {"conditions": [
+        {"type": "QuotaReserved", "status": "False", "message": "insufficient unused quota for nvidia.com/gpu"}]}}
+    reason, message = base.waiting(Kueue(), refused)
+    assert reason == "WaitingForQuota" and "insufficient unused quota" in message
+    evicted = {"spec": {}, "status": {"conditions": [
+        {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "Preempted to accommodate a higher priority Workload"}]}}
+    assert base.waiting(Kueue(), evicted)[0] == "Evicted"
+    admitted = {"spec": {}, "status": {"conditions": [{"type": "Admitted", "status": "True"}]}}
+    assert base.waiting(Kueue(), admitted) is None
+    assert base.waiting(Coscheduling(), {"status": {}}) is None

@@ -29,6 +29,15 @@ def test_waiting_then_running_records_gang_wait():
     assert running["conditions"][-1]["type"] == "Running", "the current state is the last condition"
 
 
+def test_the_backends_reason_replaces_waiting_for_gang():
+    status = st.derive_status(None, [job(suspended=True)], st.GangObservation(4, 0), False, T0,
+                              waiting=("WaitingForQuota", "Kueue: insufficient unused quota"))
+    running = cond(status, "Running")
+    assert running["reason"] == "WaitingForQuota" and running["message"].startswith("Kueue: insufficient")
+    assert "0/4" in running["message"]
+    assert not st.waiting_for_gang(status), "only a gang the scheduler is trying is nudged"
+
+
 def test_unchanged_observation_gives_identical_status():
     first = st.derive_status(None, [job(active=4, ready=4)], st.GangObservation(4, 4), False, T0)
     again = st.derive_status(first, [job(active=4, ready=4)], st.GangObservation(4, 4), False, T0 + timedelta(minutes=5))

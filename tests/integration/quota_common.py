@@ -1,0 +1,210 @@
+"""What the backend tests share: one quota policy, TrainJobs that differ only in their runtime, and a
+sampler of the GPUs each team holds.
+
+The same TrainJobs run under coscheduling (gangctl's own admission), Kueue and Volcano: each team
+namespace gets a TrainingRuntime per priority whose podGroupPolicy names the backend, and nothing
+else about the jobs changes. The policy (tests/integration/data/two-teams.yaml) is applied with the
+CLI, the way an admin does it.
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from gangctl.api.quantity import parse_quantity
+from gangctl.api.resources import PODS, TRAINING_RUNTIMES
+from gangctl.config import REPO_ROOT
+from gangctl.kube.client import ApiError, Kube
+from gangctl.kube.informer import Informer
+from gangctl.policy.quota import QuotaPolicy
+
+POLICY_FILE = REPO_ROOT / "tests/integration/data/two-teams.yaml"
+POLICY = QuotaPolicy.model_validate(yaml.safe_load(POLICY_FILE.read_text()))
+TEAMS = {t.name: t.namespaces[0] for t in POLICY.teams}   # team -> its namespace
+RUNTIME = yaml.safe_load((REPO_ROOT / "deploy/runtimes/torch-distributed.yaml").read_text())
+GPU = "nvidia.com/gpu"
+
+
+def team_limit(team: str) -> float:
+    """What the policy lets a team hold at most: nominal plus its borrowing limit (or the cohort's rest)."""
+    t = next(t for t in POLICY.teams if t.name == team)
+    borrow = t.borrowing_limit.gpu if t.borrowing_limit and t.borrowing_limit.gpu is not None else None
+    if borrow is None:
+        borrow = sum(o.nominal.gpu or 0 for o in POLICY.teams if o.cohort == t.cohort and o.name != team)
+    return (t.nominal.gpu or 0) + borrow
+
+
+def runtime_name(priority: str) -> str:
+    return f"gang-{priority}"
+
+
+def runtime(backend: str, namespace: str, priority: str) -> dict:
+    """A TrainingRuntime in a team namespace: torch-distributed with this backend and priority."""
+    rt = copy.deepcopy(RUNTIME)
+    rt["kind"] = "TrainingRuntime"
+    rt["metadata"] = {"name": runtime_name(priority), "namespace": namespace,
+                      "labels": rt["metadata"].get("labels", {})}
+    policy: dict = {"priorityClassName": priority}
+    if backend == "coscheduling":
+        policy = {"scheduleTimeoutSeconds": 60}
+        pod = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        pod["priorityClassName"] = priority
+    elif backend == "volcano":
+        policy["queue"] = next(t.name for t in POLICY.teams if namespace in t.namespaces)
+        pod = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        pod["priorityClassName"] = priority  # Volcano preempts pods by their priority
+    rt["spec"]["podGroupPolicy"] = {backend: policy}
+    return rt
+
+
+async def install_runtimes(kube: Kube, backend: str) -> None:
+    for ns in TEAMS.values():
+        for priority in POLICY.priorities:
+            rt = runtime(backend, ns, priority)
+            try:
+                await kube.create(TRAINING_RUNTIMES.path(ns), rt)
+            except ApiError as err:
+                if not err.conflict:
+                    raise
+                await kube.apply(TRAINING_RUNTIMES.path(ns, rt["metadata"]["name"]), rt, "gangctl-tests")
+
+
+def apply_policy_cli(kubeconfig: Path, backend: str, cluster_name: str, policy: Path = POLICY_FILE) -> str:
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig), GANGCTL_CLUSTER_NAME=cluster_name)
+    done = subprocess.run([sys.executable, "-m", "gangctl.cli", "policy", "apply", str(policy),
+                           "--backend", backend], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def pod_gpus(pod: dict) -> float:
+    total = 0.0
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        amount = (res.get("requests") or {}).get(GPU) or (res.get("limits") or {}).get(GPU)
+        if amount:
+            total += float(parse_quantity(amount))
+    return total
+
+
+@dataclass
+class UsageSampler:
+    """Samples every `interval`, per team, the GPUs its bound unfinished pods hold and, where gangctl
+    admits (coscheduling), the GPUs its unfinished TrainJobs were admitted with; records every sample
+    above the team's limit."""
+
+    kube: Kube
+    limits: dict[str, float] = field(default_factory=lambda: {t: team_limit(t) for t in TEAMS})
+    namespaces: dict[str, str] = field(default_factory=lambda: {ns: t for t, ns in TEAMS.items()})
+    interval: float = 0.1
+    samples: int = 0
+    peak: dict[str, float] = field(default_factory=dict)
+    peak_admitted: dict[str, float] = field(default_factory=dict)
+    over: list[tuple[float, str, str, float]] = field(default_factory=list)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        from gangctl.api.resources import TRAINJOBS
+        from gangctl.policy.status import finished
+
+        pods, trainjobs = Informer(self.kube, PODS), Informer(self.kube, TRAINJOBS)
+        watches = [asyncio.create_task(pods.run()), asyncio.create_task(trainjobs.run())]
+        try:
+            await pods.synced.wait()
+            await trainjobs.synced.wait()
+            start = time.monotonic()
+            while not stop.is_set():
+                held = {team: 0.0 for team in self.limits}
+                admitted = {team: 0.0 for team in self.limits}
+                for pod in pods.cache.values():
+                    team = self.namespaces.get(pod["metadata"]["namespace"])
+                    if (team and (pod.get("spec") or {}).get("nodeName")
+                            and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")):
+                        held[team] += pod_gpus(pod)
+                for tj in trainjobs.cache.values():
+                    team = self.namespaces.get(tj["metadata"]["namespace"])
+                    adm = (tj.get("status") or {}).get("admission")
+                    if team and adm and not finished(tj.get("status")):
+                        admitted[team] += float(parse_quantity(str((adm.get("requests") or {}).get(GPU, 0))))
+                now = round(time.monotonic() - start, 1)
+                for team, limit in self.limits.items():
+                    self.peak[team] = max(self.peak.get(team, 0.0), held[team])
+                    self.peak_admitted[team] = max(self.peak_admitted.get(team, 0.0), admitted[team])
+                    for what, gpus in (("held", held[team]), ("admitted", admitted[team])):
+                        if gpus > limit:
+                            self.over.append((now, team, what, gpus))
+                self.samples += 1
+                try:
+                    await asyncio.wait_for(stop.wait(), self.interval)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            for w in watches:
+                w.cancel()
+
+
+@dataclass
+class SameJobsResult:
+    over: list[tuple[float, str, str, float]]
+    samples: int
+    peak: dict[str, float]
+    phases: dict[str, str]
+
+
+def same_jobs(count: int = 24, seed: int = 7) -> list[tuple[str, str, int, int, str]]:
+    """(name, namespace, nodes, GPUs per node, run time): the mix every backend runs, identical."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        team = list(TEAMS)[i % len(TEAMS)]
+        out.append((f"same-{i:02d}", TEAMS[team], rng.choice((1, 1, 2, 3)), rng.choice((2, 4, 8)),
+                    f"{rng.randint(3, 8)}s"))
+    return out
+
+
+async def run_same_jobs(kube: Kube, count: int = 24, timeout: float = 300) -> SameJobsResult:
+    """Submit the same mix at once under the `gang-low` runtimes, sample team usage until all finish."""
+    from tests.integration.helpers import eventually, get_trainjob, submit, trainjob
+    from gangctl.api.resources import TRAINJOBS
+    from gangctl.policy.status import phase
+
+    sampler = UsageSampler(kube)
+    stop = asyncio.Event()
+    task = asyncio.create_task(sampler.run(stop))
+    jobs = same_jobs(count)
+    phases: dict[str, str] = {}
+    try:
+        for name, ns, nodes, gpus, run_for in jobs:
+            await submit(kube, trainjob(name, ns, nodes=nodes, gpus=gpus, run_for=run_for,
+                                        runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
+
+        async def all_done() -> bool:
+            for name, ns, *_ in jobs:
+                if phases.get(name) not in ("Complete", "Failed"):
+                    phases[name] = phase((await get_trainjob(kube, ns, name)).get("status"))
+            return all(p in ("Complete", "Failed") for p in phases.values()) and len(phases) == len(jobs)
+        await eventually(all_done, timeout, f"all {count} jobs finished", interval=1.0)
+    finally:
+        stop.set()
+        await task
+        for name, ns, *_ in jobs:
+            await kube.delete(TRAINJOBS.path(ns, name))
+    return SameJobsResult(sampler.over, sampler.samples, sampler.peak, phases)
+
+
+async def assert_same_jobs_within_policy(kube: Kube) -> SameJobsResult:
+    """Run the shared mix and check what a platform admin checks: no team ever held more than the
+    policy lets it (nominal plus what it may borrow), sampled every 100 ms, and every job finished."""
+    result = await run_same_jobs(kube)
+    assert result.over == [], f"a team held more than its quota plus what it may borrow: {result.over[:5]}"
+    assert result.samples > 50
+    assert all(p == "Complete" for p in result.phases.values()), result.phases
+    return result

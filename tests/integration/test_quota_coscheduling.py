@@ -1,0 +1,136 @@
+"""gangctl's own quota admission on the coscheduling cluster, through the real controller.
+
+Coscheduling has no quota system, so `gangctl policy apply --backend coscheduling` stores the policy
+for gangctl, which holds each TrainJob of a team's namespace (no PodGroup, Job suspended) until the
+policy's admission (the simulator's code) admits it. These are the same checks the Kueue and
+Volcano modules make against their schedulers, with the same policy and the same jobs.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from gangctl.api.resources import TRAINJOBS
+from gangctl.config import REPO_ROOT
+from gangctl.kube.client import Kube
+from gangctl.policy.status import phase
+from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_NAMESPACE
+from tests.integration.helpers import (bound, condition, eventually, get_trainjob, is_true, pods_of, submit,
+                                       trainjob)
+from tests.integration.quota_common import (TEAMS, UsageSampler, apply_policy_cli, assert_same_jobs_within_policy,
+                                            install_runtimes, runtime_name)
+
+pytestmark = pytest.mark.integration
+SOLO_POLICY = REPO_ROOT / "tests/integration/data/one-team-64.yaml"
+
+
+@pytest.fixture(scope="module")
+async def gated(kubeconfig, cluster_settings, controller, kube: Kube):
+    apply_policy_cli(kubeconfig, "coscheduling", cluster_settings.cluster_name)
+    await install_runtimes(kube, "coscheduling")
+    yield
+    # Turn the gate off again: the rest of the session's tests run ungated.
+    await kube.delete(f"/api/v1/namespaces/{POLICY_NAMESPACE}/configmaps/{POLICY_CONFIGMAP}")
+
+
+async def running(kube: Kube, ns: str, name: str) -> bool:
+    return is_true(await get_trainjob(kube, ns, name), "Running")
+
+
+async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(gated, kube):
+    ns = TEAMS["team-a"]  # 16 GPUs nominal + 8 borrowed from team-b = 24
+    rt = dict(runtime=runtime_name("low"), runtime_kind="TrainingRuntime")
+    await submit(kube, trainjob("a-big", ns, nodes=2, **rt))
+    await submit(kube, trainjob("a-small", ns, nodes=1, **rt))
+    for name, nodes in (("a-big", 2), ("a-small", 1)):
+        await eventually(lambda: running(kube, ns, name), 60, f"{name} admitted by gangctl and running")
+        assert len(bound(await pods_of(kube, ns, name))) == nodes
+    tj = await get_trainjob(kube, ns, "a-big")
+    assert tj["status"]["admission"]["team"] == "team-a"
+
+    await submit(kube, trainjob("a-waits", ns, nodes=1, **rt))
+
+    async def waits_for_quota() -> bool:
+        cond = condition(await get_trainjob(kube, ns, "a-waits"), "Running") or {}
+        return cond.get("reason") == "WaitingForQuota" and "team team-a uses 24" in cond.get("message", "")
+    await eventually(waits_for_quota, 60, "a-waits waiting for quota, with the numbers")
+    tj = await get_trainjob(kube, ns, "a-waits")
+    assert "admission" not in tj["status"]
+    assert bound(await pods_of(kube, ns, "a-waits")) == [], "a job beyond quota holds no node"
+    try:
+        await kube.get(f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups/a-waits")
+        raise AssertionError("a job waiting for quota has no PodGroup")
+    except Exception as err:  # noqa: BLE001
+        assert getattr(err, "not_found", False), err
+
+    await kube.delete(TRAINJOBS.path(ns, "a-big"))
+    await eventually(lambda: running(kube, ns, "a-waits"), 90, "a-waits running once a-big's quota is free")
+    for name in ("a-small", "a-waits"):
+        await kube.delete(TRAINJOBS.path(ns, name))
+
+
+async def test_a_higher_priority_trainjob_preempts_within_the_team(gated, kube):
+    ns = TEAMS["team-a"]  # preemption: withinTeam LowerPriority
+
+    async def no_pods() -> bool:
+        return not (await kube.get(f"/api/v1/namespaces/{ns}/pods"))["items"]
+    await eventually(no_pods, 60, "team-a's earlier jobs gone")
+    await submit(kube, trainjob("low", ns, nodes=3, runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
+    await eventually(lambda: running(kube, ns, "low"), 60, "the low-priority job running on 24 GPUs")
+    await submit(kube, trainjob("high", ns, nodes=2, runtime=runtime_name("high"), runtime_kind="TrainingRuntime"))
+    await eventually(lambda: running(kube, ns, "high"), 90, "the high-priority job running after preempting")
+
+    async def low_waits_again() -> bool:
+        cond = condition(await get_trainjob(kube, ns, "low"), "Running") or {}
+        return cond.get("status") == "False" and cond.get("reason") == "WaitingForQuota"
+    await eventually(low_waits_again, 60, "the preempted job held and waiting for quota again")
+    low = await get_trainjob(kube, ns, "low")
+    assert not is_true(low, "Failed")
+    assert (low["status"].get("restarts") or {}).get("user", 0) == 0, "a preemption is not the user's failure"
+    assert bound(await pods_of(kube, ns, "low")) == []
+    events = (await kube.get(f"/api/v1/namespaces/{ns}/events",
+                             fieldSelector="involvedObject.name=low,reason=Preempted"))["items"]
+    assert events and "high" in events[0]["message"]
+    for name in ("low", "high"):
+        await kube.delete(TRAINJOBS.path(ns, name))
+
+
+async def test_the_same_jobs_never_exceed_the_policy(gated, kube):
+    await assert_same_jobs_within_policy(kube)
+
+
+async def test_200_concurrent_trainjobs_never_exceed_a_64_gpu_quota(gated, kube, kubeconfig, cluster_settings):
+    # The one-team policy replaces the two-team one (one policy per cluster, as with Kueue's objects).
+    apply_policy_cli(kubeconfig, "coscheduling", cluster_settings.cluster_name, SOLO_POLICY)
+    rng = random.Random(200)
+    jobs = []
+    for i in range(200):
+        nodes = rng.choice((1, 1, 2, 4))
+        gpus = rng.choice((1, 2, 4, 8))
+        jobs.append((f"j{i:03d}", nodes, gpus, f"{rng.randint(2, 4)}s"))
+    assert max(n * g for _, n, g, _ in jobs) == 32 and min(n * g for _, n, g, _ in jobs) == 1
+    sampler = UsageSampler(kube, limits={"solo": 64}, namespaces={"solo": "solo"}, interval=0.1)
+    stop = asyncio.Event()
+    task = asyncio.create_task(sampler.run(stop))
+    phases: dict[str, str] = {}
+    try:
+        for name, nodes, gpus, run_for in jobs:
+            await submit(kube, trainjob(name, "solo", nodes=nodes, gpus=gpus, run_for=run_for))
+
+        async def all_done() -> bool:
+            listing = (await kube.get(TRAINJOBS.path("solo")))["items"]
+            phases.update({tj["metadata"]["name"]: phase(tj.get("status")) for tj in listing})
+            return len(phases) == 200 and all(p in ("Complete", "Failed") for p in phases.values())
+        await eventually(all_done, 900, "all 200 TrainJobs finished", interval=2.0)
+    finally:
+        stop.set()
+        await task
+        await kube.request("DELETE", TRAINJOBS.path("solo"), body={"propagationPolicy": "Background"})
+    assert sampler.samples > 100
+    assert sampler.over == [], f"more than 64 GPUs admitted or held: {sampler.over[:5]}"
+    assert all(p == "Complete" for p in phases.values()), {n: p for n, p in phases.items() if p != "Complete"}
+    print(f"[quota] {sampler.samples} samples; peak admitted {sampler.peak_admitted['solo']:g} GPUs, "
+          f"peak held {sampler.peak['solo']:g} GPUs of 64")
+    assert sampler.peak_admitted["solo"] >= 48, "the quota was used, not just respected"
