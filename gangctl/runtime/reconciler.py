@@ -449,10 +449,15 @@ class Reconciler:
                 self.on_capacity_freed()
         child = self.caches.jobs.get(f"{meta['namespace']}/{child_job_name(meta['name'], NODE_JOB)}")
         if (child is not None and not child["metadata"].get("deletionTimestamp")
-                and QUEUE_LABEL in (child["metadata"].get("labels") or {})
                 and not st.ChildJob.from_job(child, NODE_JOB).finished):
-            await self.kube.delete(JOBS.path(meta["namespace"], child["metadata"]["name"]))
-            self.on_capacity_freed()
+            path = JOBS.path(meta["namespace"], child["metadata"]["name"])
+            if QUEUE_LABEL in (child["metadata"].get("labels") or {}):
+                await self.kube.delete(path)  # Kueue owns spec.suspend: only deleting frees its Workload
+                self.on_capacity_freed()
+            elif not (child.get("spec") or {}).get("suspend"):
+                # A Job gangctl ended itself (an elastic Job never fails on its own: huge
+                # backoffLimit) would go on recreating workers: suspend it, keeping the failed pods.
+                await self.kube.merge_patch(path, {"spec": {"suspend": True}})
         for pod in self.caches.pods.list(meta["namespace"], {TRAINJOB_NAME: meta["name"],
                                                              "gangctl.io/role": "rendezvous-store"}):
             if not pod["metadata"].get("deletionTimestamp"):

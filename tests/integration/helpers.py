@@ -69,6 +69,14 @@ def bound(pods: list[dict]) -> list[dict]:
     return [p for p in pods if p["spec"].get("nodeName")]
 
 
+async def holds_no_node(kube: Kube, namespace: str, name: str, timeout: float = 60) -> None:
+    """Wait until no pod of the TrainJob occupies a node (a preempted gang's pods take a moment to go)."""
+    async def released() -> bool:
+        return not [p for p in bound(await pods_of(kube, namespace, name))
+                    if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    await eventually(released, timeout, f"{namespace}/{name} holding no node")
+
+
 async def pod_group(kube: Kube, namespace: str, name: str) -> dict | None:
     try:
         return await kube.get(POD_GROUPS.path(namespace, name))

@@ -176,6 +176,16 @@ async def run_same_jobs(kube: Kube, count: int = 24, timeout: float = 300) -> Sa
     from gangctl.api.resources import TRAINJOBS
     from gangctl.policy.status import phase
 
+    for ns in TEAMS.values():  # start from empty teams, whatever earlier tests left
+        await kube.request("DELETE", TRAINJOBS.path(ns), body={"propagationPolicy": "Background"})
+
+    async def teams_idle() -> bool:
+        for ns in TEAMS.values():
+            pods = (await kube.get(PODS.path(ns)))["items"]
+            if any((p.get("status") or {}).get("phase") not in ("Succeeded", "Failed") for p in pods):
+                return False
+        return True
+    await eventually(teams_idle, 120, "the team namespaces idle")
     sampler = UsageSampler(kube)
     stop = asyncio.Event()
     task = asyncio.create_task(sampler.run(stop))

@@ -79,15 +79,10 @@ async def test_elastic_jobs_under_node_loss_and_exit_codes(kube, controller, nam
         text = await r.text()
     assert 'gangctl_trainjob_restarts_total{cause="user"}' in text
 
-    # Known bug (reported to the lead, fix in the reconciler): an elastic TrainJob Failed on a worker's
-    # exit code keeps its child Job running, and the Job controller recreates the failed workers
-    # (Pending forever, since the gang is released). Once fixed this xfail turns into plain passes.
-    failing = {j.name for j in jobs if j.exit_code is not None}
-    leaked = [p for p in audit.running_pods if p.rsplit("-node-0-", 1)[0] not in failing]
-    assert not leaked, f"pods still running for finished jobs: {leaked[:10]}"
-    if audit.active_jobs or audit.running_pods:
-        assert {j.rsplit("-node-0", 1)[0] for j in audit.active_jobs} <= failing, audit.active_jobs
-        pytest.xfail(f"known bug: child Jobs of Failed elastic TrainJobs still active: {audit.active_jobs}")
+    # A TrainJob gangctl failed (a worker's exit code, budget spent) must stop its child Job: an elastic
+    # Job never fails on its own, and would go on recreating the failed workers.
+    assert not audit.active_jobs, f"child Jobs of finished TrainJobs still active: {audit.active_jobs}"
+    assert not audit.running_pods, f"pods still running for finished jobs: {audit.running_pods[:10]}"
 
 
 async def test_lost_pod_reaper_lets_a_lost_index_be_replaced_while_its_node_is_down(kube, controller, namespace):

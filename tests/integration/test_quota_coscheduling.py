@@ -17,8 +17,8 @@ from gangctl.config import REPO_ROOT
 from gangctl.kube.client import Kube
 from gangctl.policy.status import phase
 from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_NAMESPACE
-from tests.integration.helpers import (bound, condition, eventually, get_trainjob, is_true, pods_of, submit,
-                                       trainjob)
+from tests.integration.helpers import (bound, condition, eventually, get_trainjob, holds_no_node, is_true, pods_of,
+                                       submit, trainjob)
 from tests.integration.quota_common import (TEAMS, UsageSampler, apply_policy_cli, assert_same_jobs_within_policy,
                                             install_runtimes, runtime_name)
 
@@ -89,7 +89,7 @@ async def test_a_higher_priority_trainjob_preempts_within_the_team(gated, kube):
     low = await get_trainjob(kube, ns, "low")
     assert not is_true(low, "Failed")
     assert (low["status"].get("restarts") or {}).get("user", 0) == 0, "a preemption is not the user's failure"
-    assert bound(await pods_of(kube, ns, "low")) == []
+    await holds_no_node(kube, ns, "low")
     events = (await kube.get(f"/api/v1/namespaces/{ns}/events",
                              fieldSelector="involvedObject.name=low,reason=Preempted"))["items"]
     assert events and "high" in events[0]["message"]

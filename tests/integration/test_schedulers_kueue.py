@@ -12,8 +12,8 @@ from gangctl.kube.client import Kube
 from gangctl.plugins.kueue import WORKLOADS, Kueue
 from gangctl.policy_apply import apply_policy
 from gangctl.policy.quota import QuotaPolicy
-from tests.integration.helpers import (bound, condition, eventually, get_trainjob, is_true, pods_of, submit,
-                                       trainjob)
+from tests.integration.helpers import (bound, condition, eventually, get_trainjob, holds_no_node, is_true, pods_of,
+                                       submit, trainjob)
 from tests.integration.quota_common import (TEAMS, apply_policy_cli, assert_same_jobs_within_policy, install_runtimes,
                                             runtime_name)
 from tests.integration.schedulers_common import EXAMPLE_POLICY, controller_for, gang_objects, start, stop
@@ -136,7 +136,7 @@ async def test_a_higher_priority_trainjob_preempts_within_the_team(kueue_control
     low = await get_trainjob(kube, ns, "low")
     assert not is_true(low, "Failed")
     assert (low["status"].get("restarts") or {}).get("user", 0) == 0, "a preemption is not the user's failure"
-    assert bound(await pods_of(kube, ns, "low")) == []
+    await holds_no_node(kube, ns, "low")
     for name in ("low", "high"):
         await kube.delete(TRAINJOBS.path(ns, name))
 
@@ -156,6 +156,7 @@ async def _no_pods(kube: Kube, ns: str) -> bool:
 async def test_jobs_without_a_queue_name_are_not_kueues(kueue_cluster, kube):
     _, plain = gang_objects(Kueue(), "plain", "ml-a", 1, {"kueue": {}})
     del plain["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    plain["spec"]["suspend"] = False  # gangctl creates Kueue's Jobs suspended; this one is not Kueue's
     created = await kube.create(JOBS.path("ml-a"), plain)
     assert created["spec"].get("suspend") is False
     jobs_workloads = (await kube.get(WORKLOADS.path("ml-a")))["items"]
