@@ -2,10 +2,11 @@
 
 The gate is driven directly: the tests build its informers and run it in the test's event loop,
 apply the policy with the same code as `gangctl policy apply --backend coscheduling`, create
-TrainJobs, and call `wants` / `forget` the way the reconciler will. The controller is not wired to
-the gate yet, so nothing reconciles these TrainJobs: where a job must finish, the test writes its
-status condition itself, under a field manager of its own ("test-reconciler"), as the reconciler
-would. No mocks: every read and write goes to the real kube-apiserver.
+TrainJobs, and call `wants` / `forget` the way the reconciler does. The session's controller (which
+runs a gate of its own) is stopped meanwhile, so this gate is the only one and nothing reconciles
+these TrainJobs: where a job must finish, the test writes its status condition itself, under a
+field manager of its own ("test-reconciler"), as the reconciler would. The path through the
+controller is tests/integration/test_quota_coscheduling.py. No mocks: every read and write goes to the real kube-apiserver.
 """
 from __future__ import annotations
 
@@ -75,9 +76,16 @@ class RunningGate:
 
 
 @pytest.fixture
-async def clean_policy(kube: Kube):
-    yield
-    await kube.delete(CM_PATH)
+async def clean_policy(kube: Kube, controller):
+    from tests.integration.conftest import wait_ready
+
+    controller.stop()  # its own gate would act on the same policy and TrainJobs
+    try:
+        yield
+    finally:
+        await kube.delete(CM_PATH)
+        controller.start()
+        await wait_ready(controller)
 
 
 def gpus(n: int) -> dict:
@@ -116,7 +124,7 @@ async def write_status_as_another_manager(kube: Kube, ns: str, name: str, condit
 
 
 async def finish(kube: Kube, ns: str, name: str) -> None:
-    # The reconciler is not wired to the gate yet: the test marks the job Complete itself.
+    # The controller is stopped for these tests: the test marks the job Complete itself.
     await write_status_as_another_manager(kube, ns, name, {"type": "Complete", "status": "True",
                                                            "reason": "JobSucceeded"})
 
