@@ -194,7 +194,7 @@ async def run_same_jobs(kube: Kube, count: int = 24, timeout: float = 300) -> Sa
     try:
         for name, ns, nodes, gpus, run_for in jobs:
             await submit(kube, trainjob(name, ns, nodes=nodes, gpus=gpus, run_for=run_for,
-                                        runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
+                                        runtime=runtime_name("batch"), runtime_kind="TrainingRuntime"))
 
         async def all_done() -> bool:
             for name, ns, *_ in jobs:

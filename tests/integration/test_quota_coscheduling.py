@@ -41,7 +41,7 @@ async def running(kube: Kube, ns: str, name: str) -> bool:
 
 async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(gated, kube):
     ns = TEAMS["team-a"]  # 16 GPUs nominal + 8 borrowed from team-b = 24
-    rt = dict(runtime=runtime_name("low"), runtime_kind="TrainingRuntime")
+    rt = dict(runtime=runtime_name("batch"), runtime_kind="TrainingRuntime")
     await submit(kube, trainjob("a-big", ns, nodes=2, **rt))
     await submit(kube, trainjob("a-small", ns, nodes=1, **rt))
     for name, nodes in (("a-big", 2), ("a-small", 1)):
@@ -77,9 +77,9 @@ async def test_a_higher_priority_trainjob_preempts_within_the_team(gated, kube):
     async def no_pods() -> bool:
         return not (await kube.get(f"/api/v1/namespaces/{ns}/pods"))["items"]
     await eventually(no_pods, 60, "team-a's earlier jobs gone")
-    await submit(kube, trainjob("low", ns, nodes=3, runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
+    await submit(kube, trainjob("low", ns, nodes=3, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime"))
     await eventually(lambda: running(kube, ns, "low"), 60, "the low-priority job running on 24 GPUs")
-    await submit(kube, trainjob("high", ns, nodes=2, runtime=runtime_name("high"), runtime_kind="TrainingRuntime"))
+    await submit(kube, trainjob("high", ns, nodes=2, runtime=runtime_name("urgent"), runtime_kind="TrainingRuntime"))
     await eventually(lambda: running(kube, ns, "high"), 90, "the high-priority job running after preempting")
 
     async def low_waits_again() -> bool:

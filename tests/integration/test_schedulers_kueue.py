@@ -95,15 +95,15 @@ async def kueue_controller(kueue_cluster, tmp_path_factory):
 
 async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(kueue_controller, kube):
     ns = TEAMS["team-a"]  # 16 GPUs nominal + 8 borrowed from team-b = 24
-    await submit(kube, trainjob("a-big", ns, nodes=2, runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
-    await submit(kube, trainjob("a-small", ns, nodes=1, runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
+    await submit(kube, trainjob("a-big", ns, nodes=2, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime"))
+    await submit(kube, trainjob("a-small", ns, nodes=1, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime"))
     for name, nodes in (("a-big", 2), ("a-small", 1)):
         await eventually(lambda: running(kube, ns, name), 60, f"{name} admitted by Kueue and running")
         assert len(bound(await pods_of(kube, ns, name))) == nodes
     job = await kube.get(JOBS.path(ns, "a-big-node-0"))
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
 
-    await submit(kube, trainjob("a-waits", ns, nodes=1, runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
+    await submit(kube, trainjob("a-waits", ns, nodes=1, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime"))
 
     async def waits_for_quota() -> bool:
         cond = condition(await get_trainjob(kube, ns, "a-waits"), "Running") or {}
@@ -124,9 +124,9 @@ async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(
 async def test_a_higher_priority_trainjob_preempts_within_the_team(kueue_controller, kube):
     ns = TEAMS["team-a"]  # preemption: withinTeam LowerPriority
     await eventually(lambda: _no_pods(kube, ns), 60, "team-a's earlier jobs gone")
-    await submit(kube, trainjob("low", ns, nodes=3, runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
+    await submit(kube, trainjob("low", ns, nodes=3, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime"))
     await eventually(lambda: running(kube, ns, "low"), 60, "the low-priority job running on 24 GPUs")
-    await submit(kube, trainjob("high", ns, nodes=2, runtime=runtime_name("high"), runtime_kind="TrainingRuntime"))
+    await submit(kube, trainjob("high", ns, nodes=2, runtime=runtime_name("urgent"), runtime_kind="TrainingRuntime"))
     await eventually(lambda: running(kube, ns, "high"), 90, "the high-priority job running after preempting")
 
     async def evicted() -> bool:

@@ -116,13 +116,13 @@ async def running(kube: Kube, ns: str, name: str) -> bool:
 
 async def test_trainjobs_wait_for_their_queue_with_the_reason_and_start_when_it_frees(volcano_controller, kube):
     ns = TEAMS["team-a"]  # queue team-a: capability 24 GPUs
-    await submit(kube, trainjob("a-big", ns, nodes=2, runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
+    await submit(kube, trainjob("a-big", ns, nodes=2, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime"))
     await eventually(lambda: running(kube, ns, "a-big"), 90, "a-big admitted by its queue and running")
     pg = await kube.get(VOLCANO_POD_GROUPS.path(ns, "a-big"))
     assert pg["spec"]["queue"] == "team-a" and pg["spec"]["minMember"] == 2
     assert pg["spec"]["minResources"]["nvidia.com/gpu"] == "16"
 
-    await submit(kube, trainjob("a-waits", ns, nodes=2, runtime=runtime_name("low"), runtime_kind="TrainingRuntime"))
+    await submit(kube, trainjob("a-waits", ns, nodes=2, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime"))
 
     async def waits_for_queue() -> bool:
         cond = condition(await get_trainjob(kube, ns, "a-waits"), "Running") or {}
