@@ -29,7 +29,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,7 @@ from gangctl.cluster import lifecycle, peer, setup  # noqa: E402
 from gangctl.cluster.build import pinned_version  # noqa: E402
 from gangctl.config import ClusterSettings  # noqa: E402
 from gangctl.kube.client import ApiError, Kube  # noqa: E402
+from gangctl.processes import free_port  # noqa: E402
 
 NAMESPACE = "bench"
 RUNTIME = "torch-distributed"
@@ -266,12 +266,6 @@ def cluster_pids(settings: ClusterSettings) -> dict[str, int]:
         except ValueError:
             pass
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def apply_runtime(kubeconfig: Path, runtime: dict) -> None:

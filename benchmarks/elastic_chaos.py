@@ -19,11 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
-import signal
-import socket
-import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -39,6 +35,7 @@ from gangctl.cluster.audit import PodAuditor, finished, settled_audit  # noqa: E
 from gangctl.cluster.lifecycle import UpOptions, down, up  # noqa: E402
 from gangctl.config import ClusterSettings  # noqa: E402
 from gangctl.kube.client import Kube  # noqa: E402
+from gangctl.processes import ControllerProcess  # noqa: E402
 
 NS, RUNTIME = "chaos", "elastic-chaos"
 METRIC = re.compile(r'^(gangctl_elastic_resizes_total|gangctl_trainjob_restarts_total)\{([^}]*)\} ([0-9.e+]+)$', re.M)
@@ -131,22 +128,15 @@ def main() -> int:
     t = time.monotonic()
     cluster = up(settings, UpOptions(args.gpu_nodes, 8), say)
     say(f"cluster up with {args.gpu_nodes} GPU nodes in {time.monotonic() - t:.0f} s")
-    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
     log_path = Path("/tmp") / f"{args.cluster}-controller.log"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    ctl = subprocess.Popen([sys.executable, "-m", "gangctl.cli", "controller", "--metrics-port", str(port)],
-                           env=env, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
+    log_path.unlink(missing_ok=True)
+    ctl = ControllerProcess(cluster.kubeconfig, log_path)
+    ctl.start()
     try:
         time.sleep(5)
-        result = asyncio.run(run(args, cluster.kubeconfig, f"http://127.0.0.1:{port}"))
+        result = asyncio.run(run(args, cluster.kubeconfig, ctl.url))
     finally:
-        ctl.send_signal(signal.SIGTERM)
-        try:
-            ctl.wait(10)
-        except subprocess.TimeoutExpired:
-            ctl.kill()
+        ctl.stop()
         if not args.keep:
             down(settings, say)
     if args.json:

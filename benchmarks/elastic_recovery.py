@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from gangctl.api.resources import NAMESPACES, NODES, PODS, TRAINJOBS  # noqa: E4
 from gangctl.cluster.lifecycle import UpOptions, down, process_node_state, start_process_nodes, up  # noqa: E402
 from gangctl.config import REPO_ROOT, ClusterSettings  # noqa: E402
 from gangctl.kube.client import Kube  # noqa: E402
+from gangctl.processes import ControllerProcess  # noqa: E402
 from gangctl.nodeagent import launch  # noqa: E402
 
 SCRIPT = REPO_ROOT / "examples" / "elastic" / "train.py"
@@ -175,21 +175,14 @@ def main() -> int:
     settings = ClusterSettings(cluster_name=args.cluster)
     down(settings, lambda m: None)
     cluster = up(settings, UpOptions(2, 8), say)
-    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
-    log = (Path("/tmp") / f"{args.cluster}-controller.log").open("w")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    ctl = subprocess.Popen([sys.executable, "-m", "gangctl.cli", "controller", "--metrics-port", str(port)],
-                           env=env, stdout=log, stderr=subprocess.STDOUT)
+    log_path = Path("/tmp") / f"{args.cluster}-controller.log"
+    log_path.unlink(missing_ok=True)
+    ctl = ControllerProcess(cluster.kubeconfig, log_path)
+    ctl.start()
     try:
         rounds = asyncio.run(run(settings, cluster.kubeconfig, args.kills))
     finally:
-        ctl.send_signal(signal.SIGTERM)
-        try:
-            ctl.wait(10)
-        except subprocess.TimeoutExpired:
-            ctl.kill()
+        ctl.stop()
         down(settings, say)
     keys = ("detect", "rdzv", "start", "total", "default_estimate", "regrow")
     summary = {k: {"p50": statistics.median(r[k] for r in rounds), "p95": pct([r[k] for r in rounds], 0.95)}

@@ -186,7 +186,8 @@ def node_agent(
     from pathlib import Path
 
     from gangctl.nodeagent.agent import AgentConfig, run_agent
-    from gangctl.nodeagent.machine import machine_cpu, machine_memory, free_port
+    from gangctl.nodeagent.machine import machine_cpu, machine_memory
+    from gangctl.processes import free_port
     from gangctl.nodeagent.spec import NodeConfig
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,

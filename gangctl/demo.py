@@ -8,12 +8,8 @@ the same path `kubectl logs` takes.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +24,7 @@ from gangctl.cluster.lifecycle import UpOptions, up
 from gangctl.config import REPO_ROOT, ClusterSettings
 from gangctl.kube.client import ApiError, Kube
 from gangctl.policy.status import finished, phase
+from gangctl.processes import ControllerProcess
 
 NAMESPACE = "demo"
 MANIFESTS = ("pretrain-64x8.yaml", "finetune-16x8.yaml")
@@ -43,17 +40,15 @@ def run_demo(console: Console, gpu_nodes: int = 64, gpus_per_node: int = 8, time
              process_nodes: int = 3) -> int:
     settings = ClusterSettings()
     cluster = up(settings, UpOptions(gpu_nodes, gpus_per_node, process_nodes), lambda m: console.print(f"• {m}"))
-    port = _free_port()
     log = settings.cache_dir / "demo-controller.log"
-    controller = subprocess.Popen(
-        [sys.executable, "-m", "gangctl.cli", "controller", "--metrics-port", str(port)],
-        env=dict(os.environ, KUBECONFIG=str(cluster.kubeconfig)), stdout=log.open("w"), stderr=subprocess.STDOUT)
+    log.unlink(missing_ok=True)
+    controller = ControllerProcess(cluster.kubeconfig, log)
+    controller.start()
     console.print(f"• controller started (log: {log})")
     try:
-        return asyncio.run(_run(console, cluster.kubeconfig, port, timeout))
+        return asyncio.run(_run(console, cluster.kubeconfig, controller.metrics_port, timeout))
     finally:
-        controller.terminate()
-        controller.wait(10)
+        controller.stop()
 
 
 async def _run(console: Console, kubeconfig: Path, port: int, timeout: float) -> int:
@@ -208,8 +203,3 @@ async def _recreate_namespace(kube: Kube) -> None:
                 raise
             await asyncio.sleep(0.5)  # the previous run's namespace is still terminating
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

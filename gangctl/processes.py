@@ -1,7 +1,14 @@
-"""Whether a local process still runs, read from /proc (Linux); shared by everything that starts
-and stops local processes (the cluster's components, the extra schedulers, the node agents)."""
+"""Local processes: whether one still runs (read from /proc, Linux), a free loopback port, and
+`gangctl controller` as a child process; shared by everything that starts and stops local processes
+(the cluster's components, the extra schedulers, the node agents, the demo, tests and benchmarks)."""
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -19,3 +26,60 @@ def running_from(pid_file: Path) -> bool:
         return running(int(pid_file.read_text().strip()))
     except (OSError, ValueError):
         return False
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports free on 127.0.0.1 now (all held open together while picked)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    return free_ports(1)[0]
+
+
+@dataclass
+class ControllerProcess:
+    """`gangctl controller` as a child process against `kubeconfig`, which can be stopped and started
+    again (as an operator restarts it); its output is appended to `log_path`."""
+
+    kubeconfig: Path
+    log_path: Path
+    metrics_port: int = 0
+    proc: subprocess.Popen | None = None
+
+    def __post_init__(self) -> None:
+        self.metrics_port = self.metrics_port or free_port()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    def start(self) -> None:
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        with self.log_path.open("a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gangctl.cli", "controller", "--metrics-port", str(self.metrics_port)],
+                env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None

@@ -21,6 +21,7 @@ from gangctl.cluster import schedulers, webhooks
 from gangctl.cluster.build import pinned_version
 from gangctl.cluster.local import go_module_dir
 from gangctl.config import ClusterSettings
+from gangctl.processes import free_ports
 
 MODULE = "sigs.k8s.io/kueue"
 NAMESPACE = "kueue-system"
@@ -71,7 +72,7 @@ def process(settings: ClusterSettings, bin_dir: Path, kubeconfig: Path) -> tuple
     state = schedulers.state_dir(settings)
     cert_dir = state / "kueue-certs"
     self_signed(cert_dir)
-    webhook, health, metrics = schedulers.free_ports(3)
+    webhook, health, metrics = free_ports(3)
     ports = {"webhook": webhook, "health": health, "metrics": metrics}
     conf_path = state / "kueue-config.yaml"
     conf_path.parent.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ from gangctl.cluster import schedulers, setup, webhooks
 from gangctl.cluster.build import PEER_MODULES, Progress, ensure_module, pinned_version
 from gangctl.cluster.local import coscheduling_crd, go_module_dir
 from gangctl.config import ClusterSettings
-from gangctl.processes import running
+from gangctl.processes import free_ports, running
 
 TRAINER_MODULE = "github.com/kubeflow/trainer/v2"
 JOBSET_MODULE = "sigs.k8s.io/jobset"
@@ -142,7 +142,7 @@ def start(settings: ClusterSettings, kubeconfig: Path, say: Say, progress: Progr
     schedulers.stop(state)
     state.mkdir(parents=True, exist_ok=True)
     names = ("trainer_webhook", "trainer_health", "jobset_webhook", "jobset_health")
-    ports = dict(zip(names, schedulers.free_ports(len(names))))
+    ports = dict(zip(names, free_ports(len(names))))
 
     # Trainer's webhook server reads its certificate from controller-runtime's default folder,
     # <TMPDIR>/k8s-webhook-server/serving-certs: give the process a TMPDIR of its own.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -33,19 +32,6 @@ class Process:
 
 def state_dir(settings: ClusterSettings) -> Path:
     return settings.cache_dir / "schedulers" / settings.cluster_name
-
-
-def free_ports(count: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind((LOOPBACK, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def spawn(state: Path, proc: Process) -> int:

@@ -19,6 +19,7 @@ from gangctl.cluster import schedulers
 from gangctl.cluster.build import pinned_version
 from gangctl.cluster.local import go_module_dir
 from gangctl.config import ClusterSettings
+from gangctl.processes import free_ports
 
 MODULE = "volcano.sh/volcano"
 CONTROLLERS = "pg-controller,queue-controller,gc-controller"
@@ -35,7 +36,7 @@ def crds(integrations: Path) -> list[dict]:
 
 
 def processes(settings: ClusterSettings, bin_dir: Path, kubeconfig: Path) -> tuple[list[schedulers.Process], dict]:
-    metrics, sched_health, cm_health = schedulers.free_ports(3)
+    metrics, sched_health, cm_health = free_ports(3)
     env = dict(os.environ, KUBECONFIG=str(kubeconfig))  # its device plugins read the kubeconfig from here
     common = [f"--kubeconfig={kubeconfig}", "--leader-elect=false", "--kube-api-qps=100", "--kube-api-burst=200"]
     scheduler = [str(bin_dir / "vc-scheduler"), *common,

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import socket
 
 
 def machine_cpu() -> str:
@@ -15,9 +14,3 @@ def machine_memory() -> str:
             if line.startswith("MemTotal:"):
                 return f"{int(line.split()[1])}Ki"
     return "1Gi"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]

@@ -96,6 +96,11 @@ class QuotaGate:
     def enabled(self) -> bool:
         return self.policy is not None
 
+    def governs(self, namespace: str) -> bool:
+        """Whether TrainJobs of this namespace need admission: a policy is in force and names the
+        namespace in a team (others are not gated, as Kueue leaves jobs without a queue alone)."""
+        return self.policy is not None and self.policy.team_of_namespace(namespace) is not None
+
     def admission(self, trainjob: dict) -> dict | None:
         """`status.admission` as this gate knows it (its own decisions first, then the cache)."""
         key, uid = object_key(trainjob), trainjob["metadata"].get("uid", "")

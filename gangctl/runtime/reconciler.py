@@ -135,8 +135,7 @@ class Reconciler:
         # suspended). Other namespaces are not gated (as Kueue leaves jobs without a queue alone).
         user_suspend = job.suspend
         quota_wait: tuple[str, str] | None = None
-        if (self.gate is not None and backend is BACKENDS["coscheduling"] and self.gate.enabled
-                and self.gate.policy.team_of_namespace(job.namespace) is not None):
+        if self.gate is not None and backend is BACKENDS["coscheduling"] and self.gate.governs(job.namespace):
             if job.suspend:
                 self.gate.forget(key)
             elif self.gate.admission(trainjob) is None:

@@ -7,12 +7,7 @@ kube-scheduler and KWOK, built from the pinned Go modules. The controller runs a
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import sys
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,6 +17,7 @@ from gangctl.api.resources import NODES
 from gangctl.cluster.lifecycle import UpOptions, down, process_node_state, start_process_nodes, up
 from gangctl.config import ClusterSettings
 from gangctl.kube.client import Kube
+from gangctl.processes import ControllerProcess
 from tests.integration.helpers import delete_namespace, eventually
 
 pytestmark = pytest.mark.integration
@@ -44,46 +40,6 @@ def kubeconfig(cluster_settings: ClusterSettings) -> Path:
     down(cluster_settings, lambda m: print(f"[cluster] {m}"))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@dataclass
-class ControllerProcess:
-    """`gangctl controller` as a child process that tests may stop and start again."""
-
-    kubeconfig: Path
-    metrics_port: int
-    log_path: Path
-    proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}"
-
-    def start(self) -> None:
-        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
-        log = self.log_path.open("a")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gangctl.cli", "controller", "--metrics-port", str(self.metrics_port)],
-            env=env, stdout=log, stderr=subprocess.STDOUT)
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-
 @pytest_asyncio.fixture(scope="session")
 async def kube(kubeconfig: Path):
     client = await Kube.connect(kubeconfig)
@@ -93,7 +49,7 @@ async def kube(kubeconfig: Path):
 
 @pytest_asyncio.fixture(scope="session")
 async def controller(kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory):
-    ctl = ControllerProcess(kubeconfig, free_port(), tmp_path_factory.mktemp("controller") / "controller.log")
+    ctl = ControllerProcess(kubeconfig, tmp_path_factory.mktemp("controller") / "controller.log")
     ctl.start()
     await wait_ready(ctl)
     yield ctl

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Awaitable, Callable
 
 from gangctl.api.resources import JOBS, PODS, POD_GROUPS, TRAINJOBS
@@ -49,6 +53,23 @@ async def submit(kube: Kube, obj: dict) -> dict:
 
 async def get_trainjob(kube: Kube, namespace: str, name: str) -> dict:
     return await kube.get(TRAINJOBS.path(namespace, name))
+
+
+async def running(kube: Kube, namespace: str, name: str) -> bool:
+    """The TrainJob's Running condition is True."""
+    return is_true(await get_trainjob(kube, namespace, name), "Running")
+
+
+def gangctl_cli(*args: str, kubeconfig: Path | None = None, cluster_name: str | None = None,
+                timeout: float = 120) -> subprocess.CompletedProcess:
+    """`gangctl ARGS` as a user runs it (against that kubeconfig and local cluster name, when given)."""
+    env = dict(os.environ)
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = str(kubeconfig)
+    if cluster_name is not None:
+        env["GANGCTL_CLUSTER_NAME"] = cluster_name
+    return subprocess.run([sys.executable, "-m", "gangctl.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def condition(obj: dict, ctype: str) -> dict | None:

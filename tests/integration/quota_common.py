@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import os
 import random
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,9 +76,10 @@ async def install_runtimes(kube: Kube, backend: str) -> None:
 
 
 def apply_policy_cli(kubeconfig: Path, backend: str, cluster_name: str, policy: Path = POLICY_FILE) -> str:
-    env = dict(os.environ, KUBECONFIG=str(kubeconfig), GANGCTL_CLUSTER_NAME=cluster_name)
-    done = subprocess.run([sys.executable, "-m", "gangctl.cli", "policy", "apply", str(policy),
-                           "--backend", backend], env=env, capture_output=True, text=True, timeout=120)
+    from tests.integration.helpers import gangctl_cli
+
+    done = gangctl_cli("policy", "apply", str(policy), "--backend", backend, kubeconfig=kubeconfig,
+                       cluster_name=cluster_name)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout + done.stderr
 
@@ -218,3 +216,36 @@ async def assert_same_jobs_within_policy(kube: Kube) -> SameJobsResult:
     assert result.samples > 50
     assert all(p == "Complete" for p in result.phases.values()), result.phases
     return result
+
+
+async def preempt_low_with_high(kube: Kube, wait_reasons: tuple[str, ...]) -> dict:
+    """In team-a (preemption withinTeam LowerPriority): a batch job takes all 24 GPUs the team may
+    hold, then an urgent job arrives. Checks the urgent job runs, the batch job goes back to waiting
+    (Running=False with one of `wait_reasons`), is not failed, is not charged, and holds no node;
+    returns the batch TrainJob as it was then. Both are deleted afterwards."""
+    from gangctl.api.resources import TRAINJOBS
+    from tests.integration.helpers import (condition, eventually, get_trainjob, holds_no_node, is_true, running,
+                                           submit, trainjob)
+
+    ns = TEAMS["team-a"]
+
+    async def no_pods() -> bool:
+        return not (await kube.get(PODS.path(ns)))["items"]
+    await eventually(no_pods, 60, "team-a's earlier jobs gone")
+    rt = dict(runtime_kind="TrainingRuntime")
+    await submit(kube, trainjob("low", ns, nodes=3, runtime=runtime_name("batch"), **rt))
+    await eventually(lambda: running(kube, ns, "low"), 60, "the low-priority job running on 24 GPUs")
+    await submit(kube, trainjob("high", ns, nodes=2, runtime=runtime_name("urgent"), **rt))
+    await eventually(lambda: running(kube, ns, "high"), 90, "the high-priority job running after preempting")
+
+    async def low_waits_again() -> bool:
+        cond = condition(await get_trainjob(kube, ns, "low"), "Running") or {}
+        return cond.get("status") == "False" and cond.get("reason") in wait_reasons
+    await eventually(low_waits_again, 60, "the preempted job waiting again")
+    low = await get_trainjob(kube, ns, "low")
+    assert not is_true(low, "Failed")
+    assert (low["status"].get("restarts") or {}).get("user", 0) == 0, "a preemption is not the user's failure"
+    await holds_no_node(kube, ns, "low")
+    for name in ("low", "high"):
+        await kube.delete(TRAINJOBS.path(ns, name))
+    return low

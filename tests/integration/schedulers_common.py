@@ -5,25 +5,29 @@ with `--scheduler kueue|volcano`, so it never disturbs the session's coschedulin
 and Volcano are built on first use (cached like the control plane) and the cluster is deleted at
 the end of the module. The gangs are what gangctl's builders make of a TrainJob (resolve ->
 size_gang -> backend + node_job), created directly, or TrainJobs run by a gangctl controller
-started against the module's cluster (`controller_for`).
+started against the module's cluster (`serve_backend`).
 """
 from __future__ import annotations
 
 import contextlib
 import copy
+import subprocess
 from pathlib import Path
+from typing import Awaitable, Callable
 
 import yaml
 
 from gangctl.cluster import schedulers
 from gangctl.cluster.lifecycle import UpOptions, down, up
 from gangctl.config import REPO_ROOT, ClusterSettings
-from gangctl.processes import running
+from gangctl.kube.client import Kube
+from gangctl.processes import ControllerProcess, running
 from gangctl.plugins import base
 from gangctl.plugins.base import GangBackend
 from gangctl.plugins.workload import node_job
 from gangctl.policy.gang import size_gang
 from gangctl.policy.resolve import resolve
+from tests.integration.helpers import gangctl_cli
 
 GPU_NODES = 5
 GPUS_PER_NODE = 8
@@ -73,11 +77,23 @@ def gang_objects(backend: GangBackend, name: str, namespace: str, nodes: int, po
 
 
 @contextlib.asynccontextmanager
-async def controller_for(kubeconfig: Path, log_dir: Path):
-    """`gangctl controller` against a backend module's own cluster, stopped on exit."""
-    from tests.integration.conftest import ControllerProcess, free_port, wait_ready
+async def serve_backend(cluster: tuple[ClusterSettings, Path], backend: str, log_dir: Path,
+                        prepare: Callable[[Kube], Awaitable[None]] | None = None):
+    """A backend module's cluster ready for TrainJobs: the backend tests' policy applied with the CLI,
+    their runtimes installed, `prepare` run, and `gangctl controller` serving it until exit."""
+    from tests.integration.conftest import wait_ready
+    from tests.integration.quota_common import apply_policy_cli, install_runtimes
 
-    ctl = ControllerProcess(kubeconfig, free_port(), log_dir / "controller.log")
+    settings, kubeconfig = cluster
+    apply_policy_cli(kubeconfig, backend, settings.cluster_name)
+    kube = await Kube.connect(kubeconfig)
+    try:
+        await install_runtimes(kube, backend)
+        if prepare is not None:
+            await prepare(kube)
+    finally:
+        await kube.close()
+    ctl = ControllerProcess(kubeconfig, log_dir / "controller.log")
     ctl.start()
     try:
         await wait_ready(ctl)
@@ -85,3 +101,8 @@ async def controller_for(kubeconfig: Path, log_dir: Path):
     finally:
         ctl.stop()
         print(f"[controller] log: {ctl.log_path}")
+
+
+def cli(cluster: tuple[ClusterSettings, Path], *args: str) -> subprocess.CompletedProcess:
+    """`gangctl ARGS` against a backend module's cluster."""
+    return gangctl_cli(*args, kubeconfig=cluster[1], cluster_name=cluster[0].cluster_name)

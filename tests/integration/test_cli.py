@@ -4,17 +4,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
+
+from tests.integration.helpers import gangctl_cli
 
 pytestmark = pytest.mark.integration
 
 
 def gangctl(*args: str, cluster: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, GANGCTL_CLUSTER_NAME=cluster)
-    return subprocess.run([sys.executable, "-m", "gangctl.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=60)
+    return gangctl_cli(*args, cluster_name=cluster, timeout=60)
 
 
 def test_status_and_env_describe_the_running_cluster(kubeconfig, cluster_settings):

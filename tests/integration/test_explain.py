@@ -2,21 +2,18 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
 from tests.integration.conftest import GPU_NODES, GPUS_PER_NODE
-from tests.integration.helpers import bound, eventually, get_trainjob, is_true, pods_of, submit, trainjob
+from tests.integration.helpers import bound, eventually, gangctl_cli, get_trainjob, is_true, pods_of, submit, trainjob
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
 
 def explain(kubeconfig, target: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gangctl.cli", "explain", target, *args], capture_output=True,
-                          text=True, timeout=60, env=dict(os.environ, KUBECONFIG=str(kubeconfig)))
+    return gangctl_cli("explain", target, *args, kubeconfig=kubeconfig, timeout=60)
 
 
 async def test_explain_gives_the_reason_and_numbers_of_a_waiting_gang(kube, kubeconfig, controller, namespace):

@@ -17,10 +17,10 @@ from gangctl.config import REPO_ROOT
 from gangctl.kube.client import Kube
 from gangctl.policy.status import phase
 from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_NAMESPACE
-from tests.integration.helpers import (bound, condition, eventually, get_trainjob, holds_no_node, is_true, pods_of,
-                                       submit, trainjob)
+from tests.integration.helpers import (bound, condition, eventually, get_trainjob, pods_of, running, submit,
+                                       trainjob)
 from tests.integration.quota_common import (TEAMS, UsageSampler, apply_policy_cli, assert_same_jobs_within_policy,
-                                            install_runtimes, runtime_name)
+                                            install_runtimes, preempt_low_with_high, runtime_name)
 
 pytestmark = pytest.mark.integration
 SOLO_POLICY = REPO_ROOT / "tests/integration/data/one-team-64.yaml"
@@ -33,10 +33,6 @@ async def gated(kubeconfig, cluster_settings, controller, kube: Kube):
     yield
     # Turn the gate off again: the rest of the session's tests run ungated.
     await kube.delete(f"/api/v1/namespaces/{POLICY_NAMESPACE}/configmaps/{POLICY_CONFIGMAP}")
-
-
-async def running(kube: Kube, ns: str, name: str) -> bool:
-    return is_true(await get_trainjob(kube, ns, name), "Running")
 
 
 async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(gated, kube):
@@ -72,29 +68,10 @@ async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(
 
 
 async def test_a_higher_priority_trainjob_preempts_within_the_team(gated, kube):
-    ns = TEAMS["team-a"]  # preemption: withinTeam LowerPriority
-
-    async def no_pods() -> bool:
-        return not (await kube.get(f"/api/v1/namespaces/{ns}/pods"))["items"]
-    await eventually(no_pods, 60, "team-a's earlier jobs gone")
-    await submit(kube, trainjob("low", ns, nodes=3, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime"))
-    await eventually(lambda: running(kube, ns, "low"), 60, "the low-priority job running on 24 GPUs")
-    await submit(kube, trainjob("high", ns, nodes=2, runtime=runtime_name("urgent"), runtime_kind="TrainingRuntime"))
-    await eventually(lambda: running(kube, ns, "high"), 90, "the high-priority job running after preempting")
-
-    async def low_waits_again() -> bool:
-        cond = condition(await get_trainjob(kube, ns, "low"), "Running") or {}
-        return cond.get("status") == "False" and cond.get("reason") == "WaitingForQuota"
-    await eventually(low_waits_again, 60, "the preempted job held and waiting for quota again")
-    low = await get_trainjob(kube, ns, "low")
-    assert not is_true(low, "Failed")
-    assert (low["status"].get("restarts") or {}).get("user", 0) == 0, "a preemption is not the user's failure"
-    await holds_no_node(kube, ns, "low")
-    events = (await kube.get(f"/api/v1/namespaces/{ns}/events",
+    await preempt_low_with_high(kube, ("WaitingForQuota",))
+    events = (await kube.get(f"/api/v1/namespaces/{TEAMS['team-a']}/events",
                              fieldSelector="involvedObject.name=low,reason=Preempted"))["items"]
     assert events and "high" in events[0]["message"]
-    for name in ("low", "high"):
-        await kube.delete(TRAINJOBS.path(ns, name))
 
 
 async def test_the_same_jobs_never_exceed_the_policy(gated, kube):

@@ -3,20 +3,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
-from gangctl.api.resources import JOBS, PODS, TRAINJOBS
+from gangctl.api.resources import JOBS, TRAINJOBS
 from gangctl.kube.client import Kube
 from gangctl.plugins.kueue import WORKLOADS, Kueue
 from gangctl.policy_apply import apply_policy
 from gangctl.policy.quota import QuotaPolicy
-from tests.integration.helpers import (bound, condition, eventually, get_trainjob, holds_no_node, is_true, pods_of,
-                                       submit, trainjob)
-from tests.integration.quota_common import (TEAMS, apply_policy_cli, assert_same_jobs_within_policy, install_runtimes,
+from tests.integration.helpers import (bound, condition, eventually, get_trainjob, pods_of, running, submit,
+                                       trainjob)
+from tests.integration.quota_common import (TEAMS, assert_same_jobs_within_policy, preempt_low_with_high,
                                             runtime_name)
-from tests.integration.schedulers_common import EXAMPLE_POLICY, controller_for, gang_objects, start, stop
+from tests.integration.schedulers_common import EXAMPLE_POLICY, cli, gang_objects, serve_backend, start, stop
 
 import yaml
 
@@ -39,9 +38,7 @@ async def kube(kueue_cluster):
 
 
 def gangctl(*args: str, cluster) -> subprocess.CompletedProcess:
-    import os
-    env = dict(os.environ, GANGCTL_CLUSTER_NAME=CLUSTER, KUBECONFIG=str(cluster[1]))
-    return subprocess.run([sys.executable, "-m", "gangctl.cli", *args], env=env, capture_output=True, text=True, timeout=120)
+    return cli(cluster, *args)
 
 
 async def test_policy_applied_and_read_back(kueue_cluster, kube):
@@ -83,13 +80,7 @@ def workload_of(workloads: list[dict], job: dict) -> dict | None:
 @pytest.fixture(scope="module")
 async def kueue_controller(kueue_cluster, tmp_path_factory):
     """gangctl serving TrainJobs on the Kueue cluster, with the backend tests' policy applied."""
-    apply_policy_cli(kueue_cluster[1], "kueue", CLUSTER)
-    kube = await Kube.connect(kueue_cluster[1])
-    try:
-        await install_runtimes(kube, "kueue")
-    finally:
-        await kube.close()
-    async with controller_for(kueue_cluster[1], tmp_path_factory.mktemp("kueue-controller")) as ctl:
+    async with serve_backend(kueue_cluster, "kueue", tmp_path_factory.mktemp("kueue-controller")) as ctl:
         yield ctl
 
 
@@ -122,35 +113,12 @@ async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(
 
 
 async def test_a_higher_priority_trainjob_preempts_within_the_team(kueue_controller, kube):
-    ns = TEAMS["team-a"]  # preemption: withinTeam LowerPriority
-    await eventually(lambda: _no_pods(kube, ns), 60, "team-a's earlier jobs gone")
-    await submit(kube, trainjob("low", ns, nodes=3, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime"))
-    await eventually(lambda: running(kube, ns, "low"), 60, "the low-priority job running on 24 GPUs")
-    await submit(kube, trainjob("high", ns, nodes=2, runtime=runtime_name("urgent"), runtime_kind="TrainingRuntime"))
-    await eventually(lambda: running(kube, ns, "high"), 90, "the high-priority job running after preempting")
-
-    async def evicted() -> bool:
-        cond = condition(await get_trainjob(kube, ns, "low"), "Running") or {}
-        return cond.get("status") == "False" and cond.get("reason") in ("Evicted", "WaitingForQuota")
-    await eventually(evicted, 60, "the low-priority job evicted and waiting again")
-    low = await get_trainjob(kube, ns, "low")
-    assert not is_true(low, "Failed")
-    assert (low["status"].get("restarts") or {}).get("user", 0) == 0, "a preemption is not the user's failure"
-    await holds_no_node(kube, ns, "low")
-    for name in ("low", "high"):
-        await kube.delete(TRAINJOBS.path(ns, name))
+    # Kueue's Evicted condition is cleared once it requeues the workload: either reason shows.
+    await preempt_low_with_high(kube, ("Evicted", "WaitingForQuota"))
 
 
 async def test_the_same_jobs_never_exceed_the_policy(kueue_controller, kube):
     await assert_same_jobs_within_policy(kube)
-
-
-async def running(kube: Kube, ns: str, name: str) -> bool:
-    return is_true(await get_trainjob(kube, ns, name), "Running")
-
-
-async def _no_pods(kube: Kube, ns: str) -> bool:
-    return not (await kube.get(PODS.path(ns)))["items"]
 
 
 async def test_jobs_without_a_queue_name_are_not_kueues(kueue_cluster, kube):

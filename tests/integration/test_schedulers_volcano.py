@@ -2,21 +2,17 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
 from gangctl.api.resources import JOBS, PODS, TRAINJOBS
-from gangctl.kube.client import ApiError
-from gangctl.kube.client import Kube
+from gangctl.kube.client import ApiError, Kube
 from gangctl.plugins.volcano import VOLCANO_POD_GROUPS, VOLCANO_QUEUES, Volcano
-from tests.integration.helpers import (bound, condition, eventually, get_trainjob, is_true, pods_of, submit,
+from tests.integration.helpers import (bound, condition, eventually, get_trainjob, pods_of, running, submit,
                                        trainjob)
-from tests.integration.quota_common import (POLICY_FILE, TEAMS, apply_policy_cli, assert_same_jobs_within_policy,
-                                            install_runtimes, runtime_name)
-from tests.integration.schedulers_common import controller_for, gang_objects, start, stop
+from tests.integration.quota_common import POLICY_FILE, TEAMS, assert_same_jobs_within_policy, runtime_name
+from tests.integration.schedulers_common import cli, gang_objects, serve_backend, start, stop
 
 pytestmark = pytest.mark.integration
 CLUSTER = "gangctl-it-volcano"
@@ -38,8 +34,7 @@ async def kube(volcano_cluster):
 
 
 def gangctl(*args: str, cluster) -> subprocess.CompletedProcess:
-    env = dict(os.environ, GANGCTL_CLUSTER_NAME=CLUSTER, KUBECONFIG=str(cluster[1]))
-    return subprocess.run([sys.executable, "-m", "gangctl.cli", *args], env=env, capture_output=True, text=True, timeout=120)
+    return cli(cluster, *args)
 
 
 async def test_policy_applied_as_queues_and_read_back(volcano_cluster, kube):
@@ -97,21 +92,13 @@ async def test_gangs_bind_whole_or_wait_whole(volcano_cluster, kube):
 @pytest.fixture(scope="module")
 async def volcano_controller(volcano_cluster, tmp_path_factory):
     """gangctl serving TrainJobs on the Volcano cluster, with the backend tests' policy applied."""
-    apply_policy_cli(volcano_cluster[1], "volcano", CLUSTER)
-    kube = await Kube.connect(volcano_cluster[1])
-    try:
-        await install_runtimes(kube, "volcano")
-        for name in ("first", "second"):  # the gangs of the builder test
+    async def remove_builder_gangs(kube: Kube) -> None:  # the gangs of the builder test
+        for name in ("first", "second"):
             await kube.delete(JOBS.path(NS, f"{name}-node-0"), propagation="Foreground")
             await kube.delete(VOLCANO_POD_GROUPS.path(NS, name))
-    finally:
-        await kube.close()
-    async with controller_for(volcano_cluster[1], tmp_path_factory.mktemp("volcano-controller")) as ctl:
+    async with serve_backend(volcano_cluster, "volcano", tmp_path_factory.mktemp("volcano-controller"),
+                             remove_builder_gangs) as ctl:
         yield ctl
-
-
-async def running(kube: Kube, ns: str, name: str) -> bool:
-    return is_true(await get_trainjob(kube, ns, name), "Running")
 
 
 async def test_trainjobs_wait_for_their_queue_with_the_reason_and_start_when_it_frees(volcano_controller, kube):
