@@ -247,7 +247,9 @@ def policy_apply(
     """Translate a quota policy into Kueue objects or Volcano Queues and server-side apply them.
 
     With coscheduling (no quota system of its own) gangctl admits the jobs itself: the policy is
-    stored in the ConfigMap gangctl-system/gangctl-quota-policy, with the policy's PriorityClasses."""
+    stored in the ConfigMap gangctl-system/gangctl-quota-policy, with the policy's PriorityClasses.
+    With Volcano it is stored there too: gangctl preempts lower-priority gangs where the policy
+    allows it, which Volcano's own preempt action does not do for a job its full queue holds back."""
     import asyncio
 
     from gangctl.kube.client import ApiError, Kube

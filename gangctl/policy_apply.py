@@ -18,7 +18,7 @@ import yaml
 from gangctl.api.resources import Resource
 from gangctl.kube.client import ApiError, Kube
 from gangctl.policy.quota import QuotaPolicy
-from gangctl.policy.quota_coscheduling import coscheduling_objects
+from gangctl.policy.quota_coscheduling import coscheduling_objects, stored_policy
 from gangctl.policy.quota_kueue import kueue_objects
 from gangctl.policy.quota_volcano import volcano_objects
 
@@ -48,10 +48,14 @@ def policy_text(policy: QuotaPolicy) -> str:
 
 
 def objects_for(policy: QuotaPolicy, backend: Backend, text: str | None = None) -> list[dict]:
-    """`text`: the policy file as written (coscheduling stores it verbatim, comments included)."""
+    """`text`: the policy file as written (coscheduling and Volcano store it verbatim, comments
+    included: gangctl admits coscheduling jobs by it, and preempts for priority under Volcano)."""
+    if backend == "kueue":
+        return kueue_objects(policy)
+    text = text if text is not None else policy_text(policy)
     if backend == "coscheduling":
-        return coscheduling_objects(policy, text if text is not None else policy_text(policy))
-    return kueue_objects(policy) if backend == "kueue" else volcano_objects(policy)
+        return coscheduling_objects(policy, text)
+    return [*volcano_objects(policy), *stored_policy(text)]
 
 
 def resource_of(obj: dict) -> Resource:

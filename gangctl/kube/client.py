@@ -97,11 +97,16 @@ class Kube:
     async def create(self, path: str, body: dict) -> dict:
         return await self.request("POST", path, body=body)
 
-    async def delete(self, path: str, propagation: str = "Background") -> dict | None:
+    async def delete(self, path: str, propagation: str = "Background", uid: str | None = None) -> dict | None:
+        """Delete; None when it is gone already. With `uid`, only that incarnation: an object of the
+        same name with another uid (409 on the precondition) is left alone, also returning None."""
+        body: dict = {"propagationPolicy": propagation}
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
-            return await self.request("DELETE", path, body={"propagationPolicy": propagation})
+            return await self.request("DELETE", path, body=body)
         except ApiError as err:
-            if err.not_found:
+            if err.not_found or (uid and err.status == 409):
                 return None
             raise
 

@@ -7,6 +7,8 @@ policy ConfigMap, writing `status.admission`) is `gangctl.runtime.quota_gate`.
   itself in the ConfigMap `gangctl-system/gangctl-quota-policy` (key `policy.yaml`), the teams'
   namespaces labelled with their team (as for Kueue and Volcano), and one `scheduling.k8s.io/v1`
   PriorityClass per policy priority (the same objects as for Volcano), so pods may name them.
+  Volcano stores the policy too (`stored_policy`): gangctl preempts for priority there
+  (gangctl.policy.volcano_preemption).
 - `admission_record` / `admitted_workload`: a TrainJob's `status.admission` and back. The record
   keeps what was charged (team, gang floor, priority), so usage is the same after a restart or a
   policy edit.
@@ -41,10 +43,15 @@ def policy_configmap(text: str) -> dict:
             "data": {POLICY_KEY: text}}
 
 
+def stored_policy(text: str) -> list[dict]:
+    """The policy YAML `text` where the controller reads it: gangctl-system, then the ConfigMap."""
+    system = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": POLICY_NAMESPACE}}
+    return [system, policy_configmap(text)]
+
+
 def coscheduling_objects(policy: QuotaPolicy, text: str) -> list[dict]:
     """Everything `policy apply` writes for coscheduling; `text` is the policy YAML to store."""
-    system = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": POLICY_NAMESPACE}}
-    return [*team_namespaces(policy), system, *priority_classes(policy), policy_configmap(text)]
+    return [*team_namespaces(policy), *priority_classes(policy), *stored_policy(text)]
 
 
 def no_team_reason(namespace: str) -> str:

@@ -21,6 +21,7 @@ from gangctl.plugins.registry import BACKENDS
 from gangctl.policy.status import phase, waiting_for_gang
 from gangctl.runtime.quota_gate import QuotaGate, policy_informer
 from gangctl.runtime.reconciler import Caches, Reconciler
+from gangctl.runtime.volcano_preemptor import VolcanoPreemptor
 from gangctl.runtime.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -69,10 +70,15 @@ class Controller:
         )
         events = EventRecorder(kube)
         # gangctl's own quota admission for coscheduling (which has none): the policy that
-        # `gangctl policy apply --backend coscheduling` stores in a ConfigMap of gangctl-system.
+        # `gangctl policy apply --backend coscheduling|volcano` stores in a ConfigMap of gangctl-system.
         self.policy_configmaps = policy_informer(kube)
         self.gate = QuotaGate(kube, self.caches.trainjobs, self.policy_configmaps, self.metrics, events,
                               on_change=self.queue.add)
+        # Volcano v1.10 will not preempt for priority into a full queue: gangctl does, per the policy
+        # that `gangctl policy apply --backend volcano` stores next to the Queues.
+        if "volcano" in self.caches.groups:
+            self.volcano_preemptor = VolcanoPreemptor(kube, self.caches.groups["volcano"], self.caches.jobs,
+                                                      self.caches.trainjobs, self.gate, self.metrics, events)
         self.reconciler = Reconciler(kube, self.caches, self.metrics, events,
                                      field_manager=settings.field_manager, scheduler_name=settings.scheduler_name)
         self.reconciler.gate = self.gate

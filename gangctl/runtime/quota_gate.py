@@ -11,6 +11,8 @@ simulator runs; this module is the I/O around it:
   server-side apply under its own field manager `gangctl-admission`, so the reconciler (manager
   `gangctl`) and the gate never clobber each other's fields. Admission state lives in the
   TrainJob, so a restarted gate counts exactly what was admitted before.
+- the same policy serves other backends' enforcement, run at the end of each round
+  (`enforcers`: the Volcano preemptor, gangctl.runtime.volcano_preemptor).
 - the reconciler tells the gate which coscheduling TrainJobs want admission (`wants`) and which no
   longer do (`forget`); `run` decides in rounds (bursts coalesced) and writes the results.
 
@@ -27,14 +29,14 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Mapping
+from typing import Awaitable, Callable, Mapping
 
 from gangctl.api.resources import TRAINJOBS, Resource
 from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer, object_key
 from gangctl.obs.metrics import Metrics
-from gangctl.policy.admission import GPU, Amount, Verdict, Workload
+from gangctl.policy.admission import GPU, Amount, Quotas, Verdict, Workload
 from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
 from gangctl.policy.quota_check import check_policy
 from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, Pending,
@@ -83,6 +85,9 @@ class QuotaGate:
         self._doubtful: set[str] = set()                     # writes whose outcome is unknown (re-read)
         self._released: set[str] = set()
         self._reasons: dict[str, str] = {}
+        # Other backends' enforcement of the same policy, run at the end of each round with it
+        # (gangctl.runtime.volcano_preemptor).
+        self.enforcers: list[Callable[[QuotaPolicy, Quotas], Awaitable[None]]] = []
         self._wake = asyncio.Event()
         self._retry: asyncio.TimerHandle | None = None
         self.rounds = 0
@@ -207,9 +212,9 @@ class QuotaGate:
                 raise
             except Exception:  # a bug or an unreachable apiserver must not stop admission for good
                 log.exception("quota admission round failed; retrying")
-                self._retry_later()
+                self.retry_later()
 
-    def _retry_later(self) -> None:
+    def retry_later(self) -> None:
         if self._retry is None:
             def fire() -> None:
                 self._retry = None
@@ -274,7 +279,7 @@ class QuotaGate:
                 self.on_change(victim.id)
             if not ok:
                 self._reasons[preemptor.id] = "waiting for its preemption victims to be evicted"
-                self._retry_later()
+                self.retry_later()
                 continue
             tj = cache.get(preemptor.id)
             if tj is None:
@@ -289,11 +294,13 @@ class QuotaGate:
                 await self.events.normal(tj, "QuotaAdmitted", f"team {preemptor.team}: {reason}")
                 self.on_change(preemptor.id)
             else:
-                self._retry_later()
+                self.retry_later()
         for key, reason in self._reasons.items():
             if reasons_before.get(key) != reason:
                 self.on_change(key)   # the reconciler shows the reason in the Suspended condition
         self._export(policy, by_id.values())
+        for enforce in self.enforcers:
+            await enforce(policy, quotas)
 
     def _export(self, policy: QuotaPolicy, admitted) -> None:
         gpus = {t.name: 0.0 for t in policy.teams}

@@ -279,14 +279,8 @@ class Reconciler:
     async def _delete_job(self, job: dict) -> None:
         """Delete a failed attempt, its pods first (foreground), and only that attempt (uid precondition)."""
         meta = job["metadata"]
-        if meta.get("deletionTimestamp"):
-            return
-        body = {"propagationPolicy": "Foreground", "preconditions": {"uid": meta.get("uid")}}
-        try:
-            await self.kube.request("DELETE", JOBS.path(meta["namespace"], meta["name"]), body=body)
-        except ApiError as err:
-            if not (err.not_found or err.status == 409):
-                raise
+        if not meta.get("deletionTimestamp"):
+            await self.kube.delete(JOBS.path(meta["namespace"], meta["name"]), "Foreground", uid=meta.get("uid"))
 
     def _pods_of_job(self, namespace: str, name: str, uid: str) -> list[dict]:
         return [pod for pod in self.caches.pods.list(namespace, {TRAINJOB_NAME: name})

@@ -249,3 +249,10 @@ async def preempt_low_with_high(kube: Kube, wait_reasons: tuple[str, ...]) -> di
     for name in ("low", "high"):
         await kube.delete(TRAINJOBS.path(ns, name))
     return low
+
+
+async def assert_preempted_event(kube: Kube, victim: str = "low", preemptor: str = "high") -> None:
+    """gangctl told the victim's owner, on the TrainJob, who preempted it."""
+    events = (await kube.get(f"/api/v1/namespaces/{TEAMS['team-a']}/events",
+                             fieldSelector=f"involvedObject.name={victim},reason=Preempted"))["items"]
+    assert events and preemptor in events[0]["message"], events

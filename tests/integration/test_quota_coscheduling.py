@@ -19,8 +19,9 @@ from gangctl.policy.status import phase
 from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_NAMESPACE
 from tests.integration.helpers import (bound, condition, eventually, get_trainjob, pods_of, running, submit,
                                        trainjob)
-from tests.integration.quota_common import (TEAMS, UsageSampler, apply_policy_cli, assert_same_jobs_within_policy,
-                                            install_runtimes, preempt_low_with_high, runtime_name)
+from tests.integration.quota_common import (TEAMS, UsageSampler, apply_policy_cli, assert_preempted_event,
+                                            assert_same_jobs_within_policy, install_runtimes, preempt_low_with_high,
+                                            runtime_name)
 
 pytestmark = pytest.mark.integration
 SOLO_POLICY = REPO_ROOT / "tests/integration/data/one-team-64.yaml"
@@ -69,9 +70,7 @@ async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(
 
 async def test_a_higher_priority_trainjob_preempts_within_the_team(gated, kube):
     await preempt_low_with_high(kube, ("WaitingForQuota",))
-    events = (await kube.get(f"/api/v1/namespaces/{TEAMS['team-a']}/events",
-                             fieldSelector="involvedObject.name=low,reason=Preempted"))["items"]
-    assert events and "high" in events[0]["message"]
+    await assert_preempted_event(kube)
 
 
 async def test_the_same_jobs_never_exceed_the_policy(gated, kube):

@@ -11,7 +11,8 @@ from gangctl.kube.client import ApiError, Kube
 from gangctl.plugins.volcano import VOLCANO_POD_GROUPS, VOLCANO_QUEUES, Volcano
 from tests.integration.helpers import (bound, condition, eventually, get_trainjob, pods_of, running, submit,
                                        trainjob)
-from tests.integration.quota_common import POLICY_FILE, TEAMS, assert_same_jobs_within_policy, runtime_name
+from tests.integration.quota_common import (POLICY_FILE, TEAMS, assert_preempted_event, assert_same_jobs_within_policy,
+                                            preempt_low_with_high, runtime_name)
 from tests.integration.schedulers_common import cli, gang_objects, serve_backend, start, stop
 
 pytestmark = pytest.mark.integration
@@ -129,6 +130,14 @@ async def test_trainjobs_wait_for_their_queue_with_the_reason_and_start_when_it_
     await eventually(lambda: running(kube, ns, "a-waits"), 120, "a-waits running once the queue has room")
     assert len(bound(await pods_of(kube, ns, "a-waits"))) == 2
     await kube.delete(TRAINJOBS.path(ns, "a-waits"))
+
+
+async def test_a_higher_priority_trainjob_preempts_within_the_team(volcano_controller, kube):
+    # Volcano keeps the urgent PodGroup Pending while team-a's queue is full, and its preempt action
+    # only looks at Inqueue jobs: gangctl evicts the batch gang, which queues again behind it.
+    low = await preempt_low_with_high(kube, ("WaitingForQuota",))
+    assert "queue team-a" in (condition(low, "Running") or {}).get("message", "")
+    await assert_preempted_event(kube)
 
 
 async def test_the_same_jobs_never_exceed_the_policy(volcano_controller, kube):
