@@ -196,7 +196,9 @@ class AdmissionStatus(K8sModel):
     team: str = Field(min_length=1, description="the quota policy team charged")
     admitted_at: str = Field(json_schema_extra={"format": "date-time"})
     priority: int = Field(0, description="the priority value admission used (orders preemption victims)")
-    requests: dict[str, Quantity] = Field(default_factory=dict, description="the gang floor charged to the team")
+    requests: dict[str, Quantity] = Field(default_factory=dict, description="what is charged to the team: the gang "
+                                          "floor, plus the nodes above it an elastic gang was admitted with")
+    nodes: int | None = Field(None, ge=1, description="an elastic gang: the nodes it was admitted with, the most it runs")
 
 
 class TrainJobStatus(K8sModel):

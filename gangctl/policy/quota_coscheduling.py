@@ -14,6 +14,8 @@ policy ConfigMap, writing `status.admission`) is `gangctl.runtime.quota_gate`.
   policy edit.
 - `plan`: one round of `admission.decide` (the code the simulator runs) over the pending and the
   admitted TrainJobs, with a reason for every job that waits.
+  An elastic gang is decided on its floor; once admitted it also gets the nodes up to its maximum
+  that the quota still has room for, and never runs more than it was admitted with.
 
 The controller gates only TrainJobs in the policy's namespaces, as Kueue (with its default
 `manageJobsWithoutQueueName: false`) leaves jobs without a queue alone. A job that reaches `plan`
@@ -22,12 +24,14 @@ as a Kueue job whose LocalQueue does not exist stays pending.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Iterable, Mapping
 
 from gangctl.api.quantity import format_quantity, parse_quantity
-from gangctl.policy.admission import Amount, Decision, Quotas, Verdict, Workload, decide, queue_key, usage_of
+from gangctl.policy.admission import (Amount, Decision, Quotas, Verdict, Workload, decide, headroom, queue_key,
+                                      usage_of)
 from gangctl.policy.quota import QuotaPolicy
 from gangctl.policy.quota_kueue import MANAGED, team_namespaces
 from gangctl.policy.quota_volcano import priority_classes
@@ -76,10 +80,15 @@ def rfc3339(now: datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if now.microsecond else now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def admission_record(team: str, requests: Mapping[str, Amount], priority: int, now: datetime) -> dict:
-    """The `status.admission` of a TrainJob admitted now (requests as Kubernetes quantities)."""
-    return {"team": team, "admittedAt": rfc3339(now), "priority": priority,
-            "requests": {r: format_quantity(a) for r, a in sorted(requests.items())}}
+def admission_record(team: str, requests: Mapping[str, Amount], priority: int, now: datetime,
+                     nodes: int | None = None) -> dict:
+    """The `status.admission` of a TrainJob admitted now (requests as Kubernetes quantities;
+    `nodes`: how many nodes an elastic gang is admitted with, the most it may run)."""
+    record = {"team": team, "admittedAt": rfc3339(now), "priority": priority,
+              "requests": {r: format_quantity(a) for r, a in sorted(requests.items())}}
+    if nodes is not None:
+        record["nodes"] = nodes
+    return record
 
 
 def admitted_workload(policy: QuotaPolicy, key: str, namespace: str, admission: Mapping) -> Workload:
@@ -91,6 +100,16 @@ def admitted_workload(policy: QuotaPolicy, key: str, namespace: str, admission: 
 
 
 @dataclass(frozen=True, slots=True)
+class NodeRange:
+    """An elastic gang's range: admitted with its floor, plus as many nodes up to `max_nodes` as the
+    quota has room for then (Kueue's partial admission, the other way round)."""
+
+    min_nodes: int
+    max_nodes: int
+    per_node: Mapping[str, Amount]
+
+
+@dataclass(frozen=True, slots=True)
 class Pending:
     """A TrainJob that asks to be admitted: `requests` is its gang floor in QUANTITY_UNITS."""
 
@@ -99,12 +118,15 @@ class Pending:
     created: float
     priority: int
     requests: Mapping[str, Amount]
+    elastic: NodeRange | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    decisions: list[Decision]   # ADMIT and PREEMPT, in the order to carry them out
+    decisions: list[Decision]   # ADMIT and PREEMPT, in the order to carry them out; an elastic
+                                # gang's workload carries what it is admitted with (floor + surplus)
     reasons: dict[str, str]     # key -> why it waits (every pending job that is not admitted)
+    nodes: dict[str, int] = field(default_factory=dict)   # key -> nodes admitted (elastic gangs)
 
 
 def plan(policy: QuotaPolicy, quotas: Quotas, pending: Iterable[Pending], admitted: Iterable[Workload]) -> Plan:
@@ -137,4 +159,35 @@ def plan(policy: QuotaPolicy, quotas: Quotas, pending: Iterable[Pending], admitt
         for w in queue:
             if w.id not in decided:  # StrictFIFO: behind its team's first blocked job, not examined
                 reasons[w.id] = f"queued behind {heads.get(team, 'an earlier job')} in team {team}'s StrictFIFO queue"
-    return Plan(out, reasons)
+    out, nodes = _grow_elastic(quotas, out, admitted, {p.key: p.elastic for p in pending if p.elastic})
+    return Plan(out, reasons, nodes)
+
+
+def _grow_elastic(quotas: Quotas, decisions: list[Decision], admitted: list[Workload],
+                  elastic: Mapping[str, NodeRange]) -> tuple[list[Decision], dict[str, int]]:
+    """Give each admitted elastic gang, in decision order, the nodes above its floor that the quota
+    still has room for once every decision of the round is charged. What it is admitted with is
+    what it may run: the controller never grows it past that (no quota is taken unseen)."""
+    if not elastic:
+        return decisions, {}
+    evicted = {v.id for d in decisions for v in d.victims}
+    usage = usage_of([*(w for w in admitted if w.id not in evicted), *(d.workload for d in decisions)])
+    out: list[Decision] = []
+    nodes: dict[str, int] = {}
+    for d in decisions:
+        e = elastic.get(d.workload.id)
+        if e is None:
+            out.append(d)
+            continue
+        room = headroom(quotas, usage, d.workload.team)
+        extra = e.max_nodes - e.min_nodes
+        for r, amount in e.per_node.items():
+            if amount and r in room:
+                extra = min(extra, int(room[r] // amount))
+        nodes[d.workload.id] = e.min_nodes + extra
+        team_usage = usage.setdefault(d.workload.team, {})
+        for r, amount in e.per_node.items():
+            team_usage[r] = team_usage.get(r, 0) + amount * extra
+        requests = {r: amount * (e.min_nodes + extra) for r, amount in e.per_node.items()}
+        out.append(dataclasses.replace(d, workload=dataclasses.replace(d.workload, requests=requests)))
+    return out, nodes

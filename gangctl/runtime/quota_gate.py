@@ -39,7 +39,7 @@ from gangctl.obs.metrics import Metrics
 from gangctl.policy.admission import GPU, Amount, Quotas, Verdict, Workload
 from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
 from gangctl.policy.quota_check import check_policy
-from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, Pending,
+from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, NodeRange, Pending,
                                                admission_record, admitted_workload, plan, priority_value,
                                                timestamp)
 from gangctl.policy.status import finished
@@ -120,12 +120,15 @@ class QuotaGate:
         """The priority to pass to `wants` (see `quota_coscheduling.priority_value`)."""
         return priority_value(self.policy, namespace, priority_class) if self.policy else 0
 
-    def wants(self, key: str, trainjob: dict, gang_requests: Mapping[str, Amount], priority: int) -> None:
+    def wants(self, key: str, trainjob: dict, gang_requests: Mapping[str, Amount], priority: int,
+              elastic: NodeRange | None = None) -> None:
+        """`gang_requests`: the gang floor; `elastic`: an elastic gang's range (admitted with as many
+        nodes above the floor as the quota has room for; `status.admission.nodes` caps it)."""
         if self.policy is None or self.admission(trainjob) is not None:
             return
         meta = trainjob["metadata"]
         created = timestamp(meta["creationTimestamp"]) if meta.get("creationTimestamp") else self.clock().timestamp()
-        entry = (meta.get("uid", ""), Pending(key, meta["namespace"], created, priority, dict(gang_requests)))
+        entry = (meta.get("uid", ""), Pending(key, meta["namespace"], created, priority, dict(gang_requests), elastic))
         if self._pending.get(key) != entry:
             self._pending[key] = entry
             self.trigger()
@@ -284,7 +287,7 @@ class QuotaGate:
             tj = cache.get(preemptor.id)
             if tj is None:
                 continue
-            if await self._admit(tj, preemptor):
+            if await self._admit(tj, preemptor, result.nodes.get(preemptor.id)):
                 by_id[preemptor.id] = preemptor
                 self._pending.pop(preemptor.id, None)
                 self._reasons.pop(preemptor.id, None)
@@ -351,9 +354,9 @@ class QuotaGate:
             self._doubtful.discard(key)
 
     # --- writes ------------------------------------------------------------------------------------
-    async def _admit(self, tj: dict, w: Workload) -> bool:
+    async def _admit(self, tj: dict, w: Workload, nodes: int | None = None) -> bool:
         key, uid = object_key(tj), tj["metadata"].get("uid", "")
-        record = admission_record(w.team, w.requests, w.priority, self.clock())
+        record = admission_record(w.team, w.requests, w.priority, self.clock(), nodes)
         self._admits[key] = _Admit(uid, record)   # counts from now on, before the write lands
         self._evicts.pop(key, None)
         try:

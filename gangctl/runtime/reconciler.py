@@ -28,6 +28,7 @@ from gangctl.plugins.torch import rendezvous_store, store_name
 from gangctl.policy import elastic
 from gangctl.policy.failure import PodFailure, Restarts, classify, decide, parse_failure_policy
 from gangctl.policy.gang import size_gang
+from gangctl.policy.quota_coscheduling import NodeRange
 from gangctl.policy.resolve import NODE_JOB, ResolveError, resolve
 
 log = logging.getLogger(__name__)
@@ -133,17 +134,23 @@ class Reconciler:
         # Coscheduling has no quota system: with a policy applied, gangctl's gate admits the jobs of
         # the policy's namespaces, and holds each until then like a suspended one (no PodGroup, Job
         # suspended). Other namespaces are not gated (as Kueue leaves jobs without a queue alone).
+        # An elastic job admitted by the gate runs at most the nodes it was admitted with.
         user_suspend = job.suspend
         quota_wait: tuple[str, str] | None = None
+        max_nodes = job.num_nodes
         if self.gate is not None and backend is BACKENDS["coscheduling"] and self.gate.governs(job.namespace):
+            admission = self.gate.admission(trainjob)
             if job.suspend:
                 self.gate.forget(key)
-            elif self.gate.admission(trainjob) is None:
+            elif admission is None:
                 priority_class = (job.pod_template.get("spec") or {}).get("priorityClassName")
-                self.gate.wants(key, trainjob, gang.min_resources, self.gate.priority(job.namespace, priority_class))
+                self.gate.wants(key, trainjob, gang.min_resources, self.gate.priority(job.namespace, priority_class),
+                                NodeRange(gang.min_member, gang.size, gang.per_pod) if job.elastic else None)
                 quota_wait = ("WaitingForQuota",
                               f"gangctl quota admission: {self.gate.pending_reason(key) or 'waiting for admission'}")
                 job = dataclasses.replace(job, suspend=True)
+            elif job.elastic and admission.get("nodes"):
+                max_nodes = max(gang.min_member, min(job.num_nodes, int(admission["nodes"])))
 
         owner = owner_reference(trainjob)
         ns = job.namespace
@@ -163,14 +170,14 @@ class Reconciler:
                 return  # a restart is removing it (foreground: its pods go first); its deletion requeues us
             self._note_disruptions(ns, job.name, observed_job)
             if job.elastic and not job.suspend and not child.complete and not kueue_owned:
-                size = int((observed_job.get("spec") or {}).get("parallelism") or job.num_nodes)
+                size = min(max_nodes, int((observed_job.get("spec") or {}).get("parallelism") or job.num_nodes))
                 workers = self._workers(ns, job.name, observed_job)
                 last = (previous.get("elastic") or {}).get("lastShrinkTime")
                 counted = int((observed_job.get("status") or {}).get("failed") or 0)
                 seen_failed = sum(1 for p in self._pods_of_job(ns, job.name, observed_job["metadata"].get("uid", ""))
                                   if (p.get("status") or {}).get("phase") == "Failed")
                 accounted = int((previous.get("elastic") or {}).get("lostAccounted") or 0)
-                resize = elastic.plan(size, gang.min_member, job.num_nodes, workers, self.clock(),
+                resize = elastic.plan(size, gang.min_member, max_nodes, workers, self.clock(),
                                       st.parse_time(last) if last else None,
                                       lost_unseen=counted - seen_failed > accounted)
                 lost_gone = counted - seen_failed
@@ -180,10 +187,12 @@ class Reconciler:
                     for name, seen in list(self._disruptions.get(uid, {}).items()):
                         if seen.index is not None and seen.index >= size:
                             del self._disruptions[uid][name]  # accounted for by this shrink
-                if size < job.num_nodes or any(not w.healthy for w in workers):
+                if size < max_nodes or any(not w.healthy for w in workers):
                     self.requeue_after(key, ELASTIC_RECHECK_SECONDS)
         elif self._live_pods(ns, job.name):
             return  # an old attempt's pods are still going: never two live pods for one index
+        elif job.elastic and max_nodes < job.num_nodes:
+            size = max_nodes
         if job.elastic and not job.suspend:
             await self._ensure_store(job, owner, backend)
 

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from gangctl.api.resources import TRAINJOBS
+from gangctl.api.resources import JOBS, TRAINING_RUNTIMES, TRAINJOBS
 from gangctl.config import REPO_ROOT
 from gangctl.kube.client import Kube
 from gangctl.policy.status import phase
@@ -21,7 +21,7 @@ from tests.integration.helpers import (bound, condition, eventually, get_trainjo
                                        trainjob)
 from tests.integration.quota_common import (TEAMS, UsageSampler, apply_policy_cli, assert_preempted_event,
                                             assert_same_jobs_within_policy, install_runtimes, preempt_low_with_high,
-                                            runtime_name)
+                                            runtime, runtime_name)
 
 pytestmark = pytest.mark.integration
 SOLO_POLICY = REPO_ROOT / "tests/integration/data/one-team-64.yaml"
@@ -66,6 +66,33 @@ async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(
     await eventually(lambda: running(kube, ns, "a-waits"), 90, "a-waits running once a-big's quota is free")
     for name in ("a-small", "a-waits"):
         await kube.delete(TRAINJOBS.path(ns, name))
+
+
+async def test_an_elastic_job_runs_at_most_the_nodes_it_was_admitted_with(gated, kube):
+    ns = TEAMS["team-a"]  # may hold 24 GPUs
+    rt = runtime("coscheduling", ns, "batch")
+    rt["metadata"]["name"] = "gang-elastic"
+    rt["spec"]["mlPolicy"]["torch"]["elasticPolicy"] = {"minNodes": 1, "maxNodes": 4}
+    await kube.apply(TRAINING_RUNTIMES.path(ns, "gang-elastic"), rt, "gangctl-tests")
+    await submit(kube, trainjob("fill", ns, nodes=1, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime"))
+    await eventually(lambda: running(kube, ns, "fill"), 60, "an 8-GPU job of team-a running")
+    await submit(kube, trainjob("el", ns, nodes=4, runtime="gang-elastic", runtime_kind="TrainingRuntime"))
+    await eventually(lambda: running(kube, ns, "el"), 60, "the elastic job admitted and running")
+    admission = (await get_trainjob(kube, ns, "el"))["status"]["admission"]
+    assert admission["nodes"] == 2 and admission["requests"]["nvidia.com/gpu"] == "16", \
+        "24 - 8 = 16 GPUs of room: its floor of 1 node and 1 more, charged for both"
+    # The cluster has hundreds of GPUs free: unbounded, the job would probe its way up to 4 nodes.
+    peak_size, peak_bound = 0, 0
+    for _ in range(40):
+        job = await kube.get(JOBS.path(ns, "el-node-0"))
+        peak_size = max(peak_size, job["spec"]["parallelism"])
+        peak_bound = max(peak_bound, len(bound(await pods_of(kube, ns, "el"))))
+        await asyncio.sleep(0.5)
+    assert (peak_size, peak_bound) == (2, 2), "an elastic job never grows past what the quota admitted"
+    assert (await get_trainjob(kube, ns, "el"))["status"]["elastic"]["currentNodes"] == 2
+    for name in ("fill", "el"):
+        await kube.delete(TRAINJOBS.path(ns, name))
+    await kube.delete(TRAINING_RUNTIMES.path(ns, "gang-elastic"))
 
 
 async def test_a_higher_priority_trainjob_preempts_within_the_team(gated, kube):

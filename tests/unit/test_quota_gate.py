@@ -9,7 +9,7 @@ import yaml
 
 from gangctl.policy.admission import GPU, Verdict
 from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
-from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, Pending,
+from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, NodeRange, Pending,
                                                admission_record, admitted_workload, coscheduling_objects, plan,
                                                priority_value, timestamp)
 from gangctl.policy_apply import objects_for, policy_text
@@ -100,3 +100,33 @@ def test_plan_with_best_effort_fifo_lets_a_small_job_pass_a_blocked_one():
     result = plan(p, p.to_quotas(QUANTITY_UNITS), [pending("a/big", 32, 1), pending("a/small", 8, 2)], [])
     assert [d.workload.id for d in result.decisions] == ["a/small"]
     assert result.reasons["a/big"].startswith("requests 32 GPUs")
+
+
+def elastic_pending(key: str, per_node: int, min_nodes: int, max_nodes: int, created: float) -> Pending:
+    ns = key.split("/")[0]
+    return Pending(key, ns, created, 1, {GPU: Fraction(per_node * min_nodes)},
+                   NodeRange(min_nodes, max_nodes, {GPU: Fraction(per_node)}))
+
+
+def test_an_elastic_job_is_admitted_on_its_floor_with_the_nodes_the_quota_still_has_room_for():
+    p = policy({"name": "a", "nominal": {"gpu": 16}})
+    used = admitted_workload(p, "a/old", "a", admission_record("a", {GPU: 4}, 1, NOW))
+    result = plan(p, p.to_quotas(QUANTITY_UNITS), [elastic_pending("a/el", 4, 1, 4, 1)], [used])
+    [d] = result.decisions
+    assert result.nodes == {"a/el": 3}, "12 GPUs left: its floor of 1 node plus 2 more, not its max of 4"
+    assert d.workload.requests == {GPU: 12}, "it is charged what it may run"
+    # a full team: the floor only
+    tight = plan(p, p.to_quotas(QUANTITY_UNITS), [elastic_pending("a/el", 4, 1, 4, 1)],
+                 [admitted_workload(p, "a/old", "a", admission_record("a", {GPU: 12}, 1, NOW))])
+    assert tight.nodes == {"a/el": 1} and tight.decisions[0].workload.requests == {GPU: 4}
+
+
+def test_elastic_surplus_goes_in_decision_order_after_every_floor_of_the_round_is_charged():
+    p = policy({"name": "a", "nominal": {"gpu": 16}, "queueing": "BestEffortFIFO"})
+    result = plan(p, p.to_quotas(QUANTITY_UNITS),
+                  [elastic_pending("a/first", 4, 1, 4, 1), pending("a/rigid", 8, 2), elastic_pending("a/last", 4, 1, 2, 3)], [])
+    assert [d.workload.id for d in result.decisions] == ["a/first", "a/rigid", "a/last"]
+    assert result.nodes == {"a/first": 1, "a/last": 1}, "4 + 8 + 4 = 16: no room above any floor"
+    roomy = plan(p, p.to_quotas(QUANTITY_UNITS), [elastic_pending("a/first", 4, 1, 4, 1), elastic_pending("a/last", 4, 1, 4, 2)], [])
+    assert roomy.nodes == {"a/first": 3, "a/last": 1}, "16 - two floors of 4 = 8: the first job takes 2 more nodes"
+    assert sum(d.workload.requests[GPU] for d in roomy.decisions) == 16
