@@ -179,15 +179,53 @@ def _grow_elastic(quotas: Quotas, decisions: list[Decision], admitted: list[Work
         if e is None:
             out.append(d)
             continue
-        room = headroom(quotas, usage, d.workload.team)
-        extra = e.max_nodes - e.min_nodes
-        for r, amount in e.per_node.items():
-            if amount and r in room:
-                extra = min(extra, int(room[r] // amount))
-        nodes[d.workload.id] = e.min_nodes + extra
-        team_usage = usage.setdefault(d.workload.team, {})
-        for r, amount in e.per_node.items():
-            team_usage[r] = team_usage.get(r, 0) + amount * extra
-        requests = {r: amount * (e.min_nodes + extra) for r, amount in e.per_node.items()}
+        n = nodes[d.workload.id] = _take_room(quotas, usage, d.workload.team, e, e.min_nodes)
+        requests = {r: amount * n for r, amount in e.per_node.items()}
         out.append(dataclasses.replace(d, workload=dataclasses.replace(d.workload, requests=requests)))
     return out, nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Growable:
+    """An admitted elastic gang below its maximum: `workload` as charged now, `nodes` admitted."""
+
+    workload: Workload
+    nodes: int
+    range: NodeRange
+
+
+def grow(quotas: Quotas, admitted: Iterable[Workload], growable: Iterable[Growable],
+         waiting_teams: set[str]) -> dict[str, int]:
+    """Admitted elastic gangs take the room their team's quota has now (as the simulator's elastic
+    jobs do), highest priority then earliest admitted first, only in teams where no job waits for
+    admission (a waiting job comes first). key -> the nodes it is admitted with from now on."""
+    usage = usage_of(admitted)
+    out: dict[str, int] = {}
+    for g in sorted(growable, key=lambda g: queue_key(g.workload)):
+        if g.workload.team in waiting_teams:
+            continue
+        n = _take_room(quotas, usage, g.workload.team, g.range, g.nodes)
+        if n > g.nodes:
+            out[g.workload.id] = n
+    return out
+
+
+def grown_record(admission: Mapping, per_node: Mapping[str, Amount], nodes: int) -> dict:
+    """`status.admission` of a gang grown to `nodes`: charged for them, its admission time kept
+    (it orders preemption victims)."""
+    return {**admission, "nodes": nodes,
+            "requests": {r: format_quantity(a * nodes) for r, a in sorted(per_node.items())}}
+
+
+def _take_room(quotas: Quotas, usage: dict[str, dict[str, Amount]], team: str, e: NodeRange, nodes: int) -> int:
+    """The most nodes (from `nodes` up to `e.max_nodes`) the team's room allows; charges the extra."""
+    room = headroom(quotas, usage, team)
+    extra = e.max_nodes - nodes
+    for r, amount in e.per_node.items():
+        if amount and r in room:
+            extra = min(extra, int(room[r] // amount))
+    extra = max(0, extra)
+    team_usage = usage.setdefault(team, {})
+    for r, amount in e.per_node.items():
+        team_usage[r] = team_usage.get(r, 0) + amount * extra
+    return nodes + extra

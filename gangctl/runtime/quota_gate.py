@@ -26,6 +26,7 @@ when resumed, as Kueue does with a deactivated workload.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -39,9 +40,9 @@ from gangctl.obs.metrics import Metrics
 from gangctl.policy.admission import GPU, Amount, Quotas, Verdict, Workload
 from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
 from gangctl.policy.quota_check import check_policy
-from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, NodeRange, Pending,
-                                               admission_record, admitted_workload, plan, priority_value,
-                                               timestamp)
+from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, Growable, NodeRange,
+                                               Pending, admission_record, admitted_workload, grow, grown_record,
+                                               plan, priority_value, timestamp)
 from gangctl.policy.status import finished
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ class QuotaGate:
         self._policy_rv: str | None = None
         self._pending: dict[str, tuple[str, Pending]] = {}   # key -> (uid, what it asks)
         self._admits: dict[str, _Admit] = {}                 # admitted by this gate; cache may lag
+        self._growable: dict[str, tuple[str, NodeRange]] = {}  # key -> (uid, range): elastic, may take more
         self._evicts: dict[str, str] = {}                    # key -> uid: admission removed; cache may lag
         self._doubtful: set[str] = set()                     # writes whose outcome is unknown (re-read)
         self._released: set[str] = set()
@@ -133,8 +135,20 @@ class QuotaGate:
             self._pending[key] = entry
             self.trigger()
 
+    def may_grow(self, key: str, trainjob: dict, nodes: NodeRange) -> None:
+        """An admitted elastic TrainJob: admit more of its nodes when its team's quota has room."""
+        adm = self.admission(trainjob) or {}
+        if adm.get("nodes") and int(adm["nodes"]) < nodes.max_nodes:
+            entry = (trainjob["metadata"].get("uid", ""), nodes)
+            if self._growable.get(key) != entry:
+                self._growable[key] = entry
+                self.trigger()
+        else:
+            self._growable.pop(key, None)
+
     def forget(self, key: str) -> None:
         self._pending.pop(key, None)
+        self._growable.pop(key, None)
         self._reasons.pop(key, None)
         self._released.add(key)
         self.trigger()
@@ -301,9 +315,38 @@ class QuotaGate:
         for key, reason in self._reasons.items():
             if reasons_before.get(key) != reason:
                 self.on_change(key)   # the reconciler shows the reason in the Suspended condition
+        await self._grow(policy, quotas, cache, by_id)
         self._export(policy, by_id.values())
         for enforce in self.enforcers:
             await enforce(policy, quotas)
+
+    async def _grow(self, policy: QuotaPolicy, quotas, cache: Mapping[str, dict], by_id: dict[str, Workload]) -> None:
+        """Admitted elastic jobs below their maximum take the room their team has, when no job of the
+        team waits (`quota_coscheduling.grow`); the reconciler then grows them into it."""
+        candidates = []
+        for key, (uid, nodes) in list(self._growable.items()):
+            tj, w = cache.get(key), by_id.get(key)
+            adm = self.admission(tj) if tj is not None else None
+            if tj is None or tj["metadata"].get("uid", "") != uid or w is None or not (adm or {}).get("nodes"):
+                self._growable.pop(key, None)   # gone, finished, suspended or evicted: asks again if admitted
+                continue
+            candidates.append(Growable(w, int(adm["nodes"]), nodes))
+        if not candidates:
+            return
+        waiting = {policy.team_of_namespace(p.namespace) for _, p in self._pending.values()}
+        for key, n in grow(quotas, list(by_id.values()), candidates, {t for t in waiting if t}).items():
+            tj, (_, nodes) = cache[key], self._growable[key]
+            before = int(self.admission(tj)["nodes"])
+            record = grown_record(self.admission(tj), nodes.per_node, n)
+            if await self._record(tj, record):
+                by_id[key] = dataclasses.replace(by_id[key], requests={r: a * n for r, a in nodes.per_node.items()})
+                if n >= nodes.max_nodes:
+                    self._growable.pop(key, None)
+                await self.events.normal(tj, "QuotaGrown", f"team {by_id[key].team} has room: admitted with {n} "
+                                                           f"nodes (was {before}, max {nodes.max_nodes})")
+                self.on_change(key)
+            else:
+                self.retry_later()
 
     def _export(self, policy: QuotaPolicy, admitted) -> None:
         gpus = {t.name: 0.0 for t in policy.teams}
@@ -325,7 +368,7 @@ class QuotaGate:
             tj = cache.get(key)
             if tj is None or tj["metadata"].get("uid", "") != mine.uid:
                 del self._admits[key]
-            elif ((tj.get("status") or {}).get("admission") or {}).get("admittedAt") == mine.record["admittedAt"]:
+            elif (tj.get("status") or {}).get("admission") == mine.record:
                 del self._admits[key]   # the cache caught up
         for key, uid in list(self._evicts.items()):
             tj = cache.get(key)
@@ -347,7 +390,7 @@ class QuotaGate:
                 raise
             actual = (tj.get("status") or {}).get("admission")
             mine = self._admits.get(key)
-            if mine is not None and (actual or {}).get("admittedAt") != mine.record["admittedAt"]:
+            if mine is not None and actual != mine.record:
                 del self._admits[key]
             if key in self._evicts and actual:
                 del self._evicts[key]
@@ -355,9 +398,12 @@ class QuotaGate:
 
     # --- writes ------------------------------------------------------------------------------------
     async def _admit(self, tj: dict, w: Workload, nodes: int | None = None) -> bool:
+        return await self._record(tj, admission_record(w.team, w.requests, w.priority, self.clock(), nodes))
+
+    async def _record(self, tj: dict, record: dict) -> bool:
+        """Write an admission (new, or grown); it counts from now on, before the write lands."""
         key, uid = object_key(tj), tj["metadata"].get("uid", "")
-        record = admission_record(w.team, w.requests, w.priority, self.clock(), nodes)
-        self._admits[key] = _Admit(uid, record)   # counts from now on, before the write lands
+        self._admits[key] = _Admit(uid, record)
         self._evicts.pop(key, None)
         try:
             ok = await self._write(tj, record)

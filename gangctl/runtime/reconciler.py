@@ -134,7 +134,8 @@ class Reconciler:
         # Coscheduling has no quota system: with a policy applied, gangctl's gate admits the jobs of
         # the policy's namespaces, and holds each until then like a suspended one (no PodGroup, Job
         # suspended). Other namespaces are not gated (as Kueue leaves jobs without a queue alone).
-        # An elastic job admitted by the gate runs at most the nodes it was admitted with.
+        # An elastic job admitted by the gate runs at most the nodes it was admitted with; the gate
+        # admits more of them when its team's quota has room and no job of the team waits.
         user_suspend = job.suspend
         quota_wait: tuple[str, str] | None = None
         max_nodes = job.num_nodes
@@ -151,6 +152,7 @@ class Reconciler:
                 job = dataclasses.replace(job, suspend=True)
             elif job.elastic and admission.get("nodes"):
                 max_nodes = max(gang.min_member, min(job.num_nodes, int(admission["nodes"])))
+                self.gate.may_grow(key, trainjob, NodeRange(gang.min_member, gang.size, gang.per_pod))
 
         owner = owner_reference(trainjob)
         ns = job.namespace

@@ -90,8 +90,18 @@ async def test_an_elastic_job_runs_at_most_the_nodes_it_was_admitted_with(gated,
         await asyncio.sleep(0.5)
     assert (peak_size, peak_bound) == (2, 2), "an elastic job never grows past what the quota admitted"
     assert (await get_trainjob(kube, ns, "el"))["status"]["elastic"]["currentNodes"] == 2
-    for name in ("fill", "el"):
-        await kube.delete(TRAINJOBS.path(ns, name))
+
+    await kube.delete(TRAINJOBS.path(ns, "fill"))   # 8 GPUs of team-a's 24 free: one more node of el's
+
+    async def grown() -> bool:
+        tj = await get_trainjob(kube, ns, "el")
+        return (tj["status"]["admission"].get("nodes") == 3
+                and (tj["status"].get("elastic") or {}).get("currentNodes") == 3)
+    await eventually(grown, 60, "the elastic job admitted with a third node and running on it")
+    assert (await get_trainjob(kube, ns, "el"))["status"]["admission"]["requests"]["nvidia.com/gpu"] == "24"
+    await asyncio.sleep(5)
+    assert (await kube.get(JOBS.path(ns, "el-node-0")))["spec"]["parallelism"] == 3, "and not past it"
+    await kube.delete(TRAINJOBS.path(ns, "el"))
     await kube.delete(TRAINING_RUNTIMES.path(ns, "gang-elastic"))
 
 

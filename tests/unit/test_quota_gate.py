@@ -9,9 +9,9 @@ import yaml
 
 from gangctl.policy.admission import GPU, Verdict
 from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
-from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, NodeRange, Pending,
-                                               admission_record, admitted_workload, coscheduling_objects, plan,
-                                               priority_value, timestamp)
+from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, Growable, NodeRange,
+                                               Pending, admission_record, admitted_workload, coscheduling_objects,
+                                               grow, grown_record, plan, priority_value, timestamp)
 from gangctl.policy_apply import objects_for, policy_text
 
 EXAMPLE_TEXT = (Path(__file__).parents[2] / "policies/example-teams.yaml").read_text()
@@ -130,3 +130,20 @@ def test_elastic_surplus_goes_in_decision_order_after_every_floor_of_the_round_i
     roomy = plan(p, p.to_quotas(QUANTITY_UNITS), [elastic_pending("a/first", 4, 1, 4, 1), elastic_pending("a/last", 4, 1, 4, 2)], [])
     assert roomy.nodes == {"a/first": 3, "a/last": 1}, "16 - two floors of 4 = 8: the first job takes 2 more nodes"
     assert sum(d.workload.requests[GPU] for d in roomy.decisions) == 16
+
+
+def test_admitted_elastic_jobs_grow_into_their_team_room_unless_a_job_of_the_team_waits():
+    p = policy({"name": "a", "nominal": {"gpu": 16}}, {"name": "b", "nominal": {"gpu": 8}})
+    quotas = p.to_quotas(QUANTITY_UNITS)
+    el = admitted_workload(p, "a/el", "a", admission_record("a", {GPU: 8}, 1, NOW, nodes=2))
+    rigid = admitted_workload(p, "a/rigid", "a", admission_record("a", {GPU: 4}, 1, NOW))
+    g = Growable(el, 2, NodeRange(1, 4, {GPU: Fraction(4)}))
+    assert grow(quotas, [el, rigid], [g], set()) == {"a/el": 3}, "16 - 12 = 4 GPUs: one more node of 4"
+    assert grow(quotas, [el], [g], set()) == {"a/el": 4}, "never past maxNodes"
+    assert grow(quotas, [el, rigid], [g], {"a"}) == {}, "a waiting job of the team comes first"
+    assert grow(quotas, [el, rigid], [g], {"b"}) == {"a/el": 3}
+    full = admitted_workload(p, "a/full", "a", admission_record("a", {GPU: 8}, 1, NOW))
+    assert grow(quotas, [el, full], [g], set()) == {}
+    record = grown_record(admission_record("a", {GPU: 8}, 1, NOW, nodes=2), {GPU: Fraction(4)}, 3)
+    assert record == {"team": "a", "admittedAt": "2025-01-02T03:04:05Z", "priority": 1, "nodes": 3,
+                      "requests": {GPU: "12"}}, "charged for 3 nodes; admission time kept (orders victims)"
