@@ -168,22 +168,30 @@ def same_jobs(count: int = 24, seed: int = 7) -> list[tuple[str, str, int, int, 
     return out
 
 
+async def empty_teams(kube: Kube, *namespaces: str) -> None:
+    """Start from empty team namespaces, whatever earlier tests left (a failed test skips its cleanup)."""
+    from gangctl.api.resources import TRAINJOBS
+    from tests.integration.helpers import eventually
+
+    for ns in namespaces:
+        await kube.request("DELETE", TRAINJOBS.path(ns), body={"propagationPolicy": "Background"})
+
+    async def idle() -> bool:
+        for ns in namespaces:
+            pods = (await kube.get(PODS.path(ns)))["items"]
+            if any((p.get("status") or {}).get("phase") not in ("Succeeded", "Failed") for p in pods):
+                return False
+        return True
+    await eventually(idle, 120, f"namespaces {', '.join(namespaces)} idle")
+
+
 async def run_same_jobs(kube: Kube, count: int = 24, timeout: float = 300) -> SameJobsResult:
     """Submit the same mix at once under the `gang-low` runtimes, sample team usage until all finish."""
     from tests.integration.helpers import eventually, get_trainjob, submit, trainjob
     from gangctl.api.resources import TRAINJOBS
     from gangctl.policy.status import phase
 
-    for ns in TEAMS.values():  # start from empty teams, whatever earlier tests left
-        await kube.request("DELETE", TRAINJOBS.path(ns), body={"propagationPolicy": "Background"})
-
-    async def teams_idle() -> bool:
-        for ns in TEAMS.values():
-            pods = (await kube.get(PODS.path(ns)))["items"]
-            if any((p.get("status") or {}).get("phase") not in ("Succeeded", "Failed") for p in pods):
-                return False
-        return True
-    await eventually(teams_idle, 120, "the team namespaces idle")
+    await empty_teams(kube, *TEAMS.values())
     sampler = UsageSampler(kube)
     stop = asyncio.Event()
     task = asyncio.create_task(sampler.run(stop))
@@ -228,10 +236,7 @@ async def preempt_low_with_high(kube: Kube, wait_reasons: tuple[str, ...]) -> di
                                            submit, trainjob)
 
     ns = TEAMS["team-a"]
-
-    async def no_pods() -> bool:
-        return not (await kube.get(PODS.path(ns)))["items"]
-    await eventually(no_pods, 60, "team-a's earlier jobs gone")
+    await empty_teams(kube, ns)
     rt = dict(runtime_kind="TrainingRuntime")
     await submit(kube, trainjob("low", ns, nodes=3, runtime=runtime_name("batch"), **rt))
     await eventually(lambda: running(kube, ns, "low"), 60, "the low-priority job running on 24 GPUs")

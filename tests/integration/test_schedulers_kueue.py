@@ -97,11 +97,12 @@ async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(
     await submit(kube, trainjob("a-waits", ns, nodes=1, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime"))
 
     async def waits_for_quota() -> bool:
+        # Kueue first says "not evaluated yet", then why it does not admit: wait for the why.
         cond = condition(await get_trainjob(kube, ns, "a-waits"), "Running") or {}
-        return cond.get("reason") == "WaitingForQuota" and "Kueue" in cond.get("message", "")
-    await eventually(waits_for_quota, 60, "a-waits waiting for quota, in Kueue's words")
-    cond = condition(await get_trainjob(kube, ns, "a-waits"), "Running")
-    assert "insufficient" in cond["message"] and "nvidia.com/gpu" in cond["message"], cond
+        message = cond.get("message", "")
+        return (cond.get("reason") == "WaitingForQuota" and "Kueue" in message and "insufficient" in message
+                and "nvidia.com/gpu" in message)
+    await eventually(waits_for_quota, 90, "a-waits waiting for quota, in Kueue's words (insufficient GPUs)")
     assert bound(await pods_of(kube, ns, "a-waits")) == [], "a job beyond quota holds no node"
 
     await kube.delete(TRAINJOBS.path(ns, "a-big"))
