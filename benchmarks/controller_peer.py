@@ -33,7 +33,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -45,7 +44,7 @@ from gangctl.cluster import lifecycle, peer, setup  # noqa: E402
 from gangctl.cluster.build import pinned_version  # noqa: E402
 from gangctl.config import ClusterSettings  # noqa: E402
 from gangctl.kube.client import ApiError, Kube  # noqa: E402
-from gangctl.processes import free_port  # noqa: E402
+from gangctl.processes import free_port, wait_http_ok  # noqa: E402
 
 NAMESPACE = "bench"
 RUNTIME = "torch-distributed"
@@ -290,7 +289,7 @@ def run_gangctl(args: argparse.Namespace, res_version: str) -> Result:
         controller = subprocess.Popen([str(REPO / ".venv" / "bin" / "gangctl"), "controller", "--metrics-port", str(port)],
                                       env=dict(os.environ, KUBECONFIG=str(cluster.kubeconfig)), stdout=log,
                                       stderr=subprocess.STDOUT, start_new_session=True)
-        wait_ready(f"http://127.0.0.1:{port}/readyz", controller)
+        wait_http_ok(f"http://127.0.0.1:{port}/readyz", 60, "gangctl controller", lambda: controller.poll() is None)
         say(f"gangctl controller running (pid {controller.pid})")
         res = Result("gangctl", res_version, args.jobs, args.jobs * args.nodes)
         asyncio.run(measure(cluster.kubeconfig, args.jobs, args.nodes, args.gpus_per_pod, args.concurrency,
@@ -344,21 +343,6 @@ async def gpu_nodes(kubeconfig: Path, count: int, gpus: int) -> None:
 def build_progress(what: str, done: int, total: int, line: str) -> None:
     if line == "built":
         say(f"built {what} ({done}/{total})")
-
-
-def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"controller exited with {proc.returncode} while starting")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError(f"{url} not ready after {timeout:.0f}s")
 
 
 # ---------- report ----------------------------------------------------------------------------

@@ -32,10 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, NAMESPACES, TRAINJOBS  # noqa: E402
 from gangctl.cluster import chaos  # noqa: E402
 from gangctl.cluster.audit import PodAuditor, finished, settled_audit  # noqa: E402
-from gangctl.cluster.lifecycle import UpOptions, down, up  # noqa: E402
-from gangctl.config import ClusterSettings  # noqa: E402
+from gangctl.cluster.lifecycle import UpOptions  # noqa: E402
 from gangctl.kube.client import Kube  # noqa: E402
-from gangctl.processes import ControllerProcess  # noqa: E402
+from benchmarks.local import cluster_with_controller  # noqa: E402
 
 NS, RUNTIME = "chaos", "elastic-chaos"
 METRIC = re.compile(r'^(gangctl_elastic_resizes_total|gangctl_trainjob_restarts_total)\{([^}]*)\} ([0-9.e+]+)$', re.M)
@@ -123,22 +122,8 @@ def main() -> int:
     p.add_argument("--json", type=Path)
     p.add_argument("--keep", action="store_true")
     args = p.parse_args()
-    settings = ClusterSettings(cluster_name=args.cluster)
-    down(settings, lambda m: None)
-    t = time.monotonic()
-    cluster = up(settings, UpOptions(args.gpu_nodes, 8), say)
-    say(f"cluster up with {args.gpu_nodes} GPU nodes in {time.monotonic() - t:.0f} s")
-    log_path = Path("/tmp") / f"{args.cluster}-controller.log"
-    log_path.unlink(missing_ok=True)
-    ctl = ControllerProcess(cluster.kubeconfig, log_path)
-    ctl.start()
-    try:
-        time.sleep(5)
+    with cluster_with_controller(args.cluster, UpOptions(args.gpu_nodes, 8), say, keep=args.keep) as (_, cluster, ctl):
         result = asyncio.run(run(args, cluster.kubeconfig, ctl.url))
-    finally:
-        ctl.stop()
-        if not args.keep:
-            down(settings, say)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     a = result["audit"]

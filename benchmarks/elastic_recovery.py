@@ -36,10 +36,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gangctl.api.resources import NAMESPACES, NODES, PODS, TRAINJOBS  # noqa: E402
-from gangctl.cluster.lifecycle import UpOptions, down, process_node_state, start_process_nodes, up  # noqa: E402
+from gangctl.cluster.lifecycle import UpOptions, process_node_state, start_process_nodes  # noqa: E402
 from gangctl.config import REPO_ROOT, ClusterSettings  # noqa: E402
 from gangctl.kube.client import Kube  # noqa: E402
-from gangctl.processes import ControllerProcess  # noqa: E402
+from benchmarks.local import cluster_with_controller  # noqa: E402
 from gangctl.nodeagent import launch  # noqa: E402
 
 SCRIPT = REPO_ROOT / "examples" / "elastic" / "train.py"
@@ -172,18 +172,8 @@ def main() -> int:
     p.add_argument("--cluster", default="gangctl-bench-elastic")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    settings = ClusterSettings(cluster_name=args.cluster)
-    down(settings, lambda m: None)
-    cluster = up(settings, UpOptions(2, 8), say)
-    log_path = Path("/tmp") / f"{args.cluster}-controller.log"
-    log_path.unlink(missing_ok=True)
-    ctl = ControllerProcess(cluster.kubeconfig, log_path)
-    ctl.start()
-    try:
+    with cluster_with_controller(args.cluster, UpOptions(2, 8), say) as (settings, cluster, _):
         rounds = asyncio.run(run(settings, cluster.kubeconfig, args.kills))
-    finally:
-        ctl.stop()
-        down(settings, say)
     keys = ("detect", "rdzv", "start", "total", "default_estimate", "regrow")
     summary = {k: {"p50": statistics.median(r[k] for r in rounds), "p95": pct([r[k] for r in rounds], 0.95)}
                for k in keys}

@@ -31,11 +31,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gangctl.api.resources import TRAINING_RUNTIMES, TRAINJOBS  # noqa: E402
-from gangctl.cluster.lifecycle import UpOptions, down, up  # noqa: E402
-from gangctl.config import REPO_ROOT, ClusterSettings  # noqa: E402
+from gangctl.cluster.lifecycle import UpOptions  # noqa: E402
+from gangctl.config import REPO_ROOT  # noqa: E402
 from gangctl.kube.client import Kube  # noqa: E402
 from gangctl.policy.status import parse_time, phase  # noqa: E402
-from gangctl.processes import ControllerProcess  # noqa: E402
+from benchmarks.local import cluster_with_controller  # noqa: E402
 # The usage sampler and the TrainJob a user writes are the integration tests' own (same checks).
 from tests.integration.helpers import trainjob  # noqa: E402
 from tests.integration.quota_common import RUNTIME, UsageSampler  # noqa: E402
@@ -112,26 +112,14 @@ async def drive(kubeconfig: Path, backend: str, jobs: list[tuple[str, int, int, 
 
 
 def one_backend(backend: str, args) -> dict:
-    settings = ClusterSettings(cluster_name=f"gangctl-bench-quota-{backend}")
-    down(settings, lambda m: None)
-    t = time.monotonic()
-    cluster = up(settings, UpOptions(args.gpu_nodes, 8, scheduler=backend), say)
-    say(f"{backend}: cluster up in {time.monotonic() - t:.0f} s")
-    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), GANGCTL_CLUSTER_NAME=settings.cluster_name)
-    applied = subprocess.run([sys.executable, "-m", "gangctl.cli", "policy", "apply", str(POLICY), "--backend", backend],
-                             env=env, capture_output=True, text=True)
-    if applied.returncode:
-        raise SystemExit(f"policy apply failed: {applied.stdout}{applied.stderr}")
-    log_path = Path("/tmp") / f"{settings.cluster_name}-controller.log"
-    log_path.unlink(missing_ok=True)
-    ctl = ControllerProcess(cluster.kubeconfig, log_path)
-    ctl.start()
-    try:
-        time.sleep(5)
+    options = UpOptions(args.gpu_nodes, 8, scheduler=backend)
+    with cluster_with_controller(f"gangctl-bench-quota-{backend}", options, say) as (settings, cluster, _):
+        env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), GANGCTL_CLUSTER_NAME=settings.cluster_name)
+        applied = subprocess.run([sys.executable, "-m", "gangctl.cli", "policy", "apply", str(POLICY), "--backend",
+                                  backend], env=env, capture_output=True, text=True)
+        if applied.returncode:
+            raise SystemExit(f"policy apply failed: {applied.stdout}{applied.stderr}")
         return asyncio.run(drive(cluster.kubeconfig, backend, jobs_of(args.jobs, args.seed), args.timeout))
-    finally:
-        ctl.stop()
-        down(settings, say)
 
 
 def main() -> int:

@@ -46,6 +46,7 @@ def run_demo(console: Console, gpu_nodes: int = 64, gpus_per_node: int = 8, time
     controller.start()
     console.print(f"• controller started (log: {log})")
     try:
+        controller.wait_ready()
         return asyncio.run(_run(console, cluster.kubeconfig, controller.metrics_port, timeout))
     finally:
         controller.stop()
@@ -54,7 +55,6 @@ def run_demo(console: Console, gpu_nodes: int = 64, gpus_per_node: int = 8, time
 async def _run(console: Console, kubeconfig: Path, port: int, timeout: float) -> int:
     kube = await Kube.connect(kubeconfig)
     try:
-        await _wait_ready(port)
         await kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
         await _recreate_namespace(kube)
         ddp = yaml.safe_load((REPO_ROOT / "examples" / DDP_MANIFEST).read_text())
@@ -175,20 +175,6 @@ async def _wait_running(kube: Kube, name: str, timeout: float) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"TrainJob {name} did not start running")
         await asyncio.sleep(0.3)
-
-
-async def _wait_ready(port: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            try:
-                async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.3)
-    raise TimeoutError("the controller did not become ready; see its log")
 
 
 async def _recreate_namespace(kube: Kube) -> None:

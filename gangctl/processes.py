@@ -8,8 +8,11 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 
 def running(pid: int) -> bool:
@@ -45,6 +48,23 @@ def free_ports(count: int) -> list[int]:
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now."""
     return free_ports(1)[0]
+
+
+def wait_http_ok(url: str, timeout: float, what: str, check_alive: Callable[[], bool]) -> None:
+    """Poll a plain-HTTP health endpoint on loopback until it answers 200."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback only
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if not check_alive():
+            raise RuntimeError(f"{what} exited while starting")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} ({url})")
+        time.sleep(0.5)
 
 
 @dataclass
@@ -83,3 +103,11 @@ class ControllerProcess:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        """Block until /readyz answers 200 (its informers synced); the log's tail if it exited."""
+        try:
+            wait_http_ok(self.url + "/readyz", timeout, "gangctl controller", self.alive)
+        except RuntimeError as err:
+            tail = self.log_path.read_text()[-3000:] if self.log_path.exists() else ""
+            raise RuntimeError(f"{err}; log {self.log_path}:\n{tail}") from None

@@ -11,7 +11,7 @@ from gangctl.cluster.build import ensure_built
 from gangctl.cluster.local import ClusterError, LocalCluster, coscheduling_crd
 from gangctl.config import ClusterSettings
 from gangctl.kube.client import ApiError, Kube
-from gangctl.processes import running
+from gangctl.processes import running, wait_http_ok
 
 Say = Callable[[str], None]
 BuildProgress = Callable[[str, int, int, str], None]
@@ -171,7 +171,7 @@ def start_scheduler(settings: ClusterSettings, kubeconfig: Path, scheduler: str,
         asyncio.run(_install(kubeconfig, crds, namespaces=[kueue.NAMESPACE]))
         say(f"installed {len(crds)} Kueue CRDs")
         pid = schedulers.spawn(state, proc)
-        schedulers.wait_http_ok(f"http://127.0.0.1:{ports['health']}/readyz", timeout, "kueue to be ready",
+        wait_http_ok(f"http://127.0.0.1:{ports['health']}/readyz", timeout, "kueue to be ready",
                                 lambda: running(pid))
         ca = (state / "kueue-certs" / "tls.crt").read_bytes()
         hooks = kueue.webhook_configurations(settings.integrations_dir, ports["webhook"], ca)
@@ -184,7 +184,7 @@ def start_scheduler(settings: ClusterSettings, kubeconfig: Path, scheduler: str,
         asyncio.run(_install(kubeconfig, crds))
         say(f"installed {len(crds)} Volcano CRDs")
         started = {p.name: schedulers.spawn(state, p) for p in procs}
-        schedulers.wait_http_ok(f"http://127.0.0.1:{ports['scheduler_health']}/healthz", timeout,
+        wait_http_ok(f"http://127.0.0.1:{ports['scheduler_health']}/healthz", timeout,
                                 "vc-scheduler to be healthy", lambda: running(started["vc-scheduler"]))
         asyncio.run(_wait_default_queue(kubeconfig, timeout))
         say(f"volcano running (vc-scheduler pid {started['vc-scheduler']}, vc-controller-manager pid "

@@ -37,7 +37,7 @@ from gangctl.cluster import schedulers, setup, webhooks
 from gangctl.cluster.build import PEER_MODULES, Progress, ensure_module, pinned_version
 from gangctl.cluster.local import coscheduling_crd, go_module_dir
 from gangctl.config import ClusterSettings
-from gangctl.processes import free_ports, running
+from gangctl.processes import free_ports, running, wait_http_ok
 
 TRAINER_MODULE = "github.com/kubeflow/trainer/v2"
 JOBSET_MODULE = "sigs.k8s.io/jobset"
@@ -168,9 +168,9 @@ def start(settings: ClusterSettings, kubeconfig: Path, say: Say, progress: Progr
                            dict(env, TMPDIR=str(trainer_tmp))),
     ]
     pids = {p.name: schedulers.spawn(state, p) for p in procs}
-    schedulers.wait_http_ok(f"http://127.0.0.1:{ports['jobset_health']}/readyz", timeout, "jobset to be ready",
+    wait_http_ok(f"http://127.0.0.1:{ports['jobset_health']}/readyz", timeout, "jobset to be ready",
                             lambda: running(pids["jobset"]))
-    schedulers.wait_http_ok(f"http://127.0.0.1:{ports['trainer_health']}/readyz", timeout,
+    wait_http_ok(f"http://127.0.0.1:{ports['trainer_health']}/readyz", timeout,
                             "trainer-controller-manager to be ready", lambda: running(pids["trainer-controller-manager"]))
     hooks = (jobset_webhooks(integrations, ports["jobset_webhook"], jobset_cert.read_bytes())
              + trainer_webhooks(integrations, ports["trainer_webhook"], trainer_cert.read_bytes()))

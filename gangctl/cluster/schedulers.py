@@ -14,7 +14,6 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from gangctl.config import ClusterSettings
 from gangctl.processes import running
@@ -95,20 +94,3 @@ def record_choice(settings: ClusterSettings, scheduler: str) -> None:
     (state_dir(settings) / "scheduler").write_text(scheduler + "\n")
 
 
-def wait_http_ok(url: str, timeout: float, what: str, check_alive: Callable[[], bool]) -> None:
-    """Poll a plain-HTTP health endpoint on loopback until it answers 200."""
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback only
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        if not check_alive():
-            raise RuntimeError(f"{what} exited while starting")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} ({url})")
-        time.sleep(0.5)

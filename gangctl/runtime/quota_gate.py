@@ -336,8 +336,9 @@ class QuotaGate:
         waiting = {policy.team_of_namespace(p.namespace) for _, p in self._pending.values()}
         for key, n in grow(quotas, list(by_id.values()), candidates, {t for t in waiting if t}).items():
             tj, (_, nodes) = cache[key], self._growable[key]
-            before = int(self.admission(tj)["nodes"])
-            record = grown_record(self.admission(tj), nodes.per_node, n)
+            admission = self.admission(tj)
+            before = int(admission["nodes"])
+            record = grown_record(admission, nodes.per_node, n)
             if await self._record(tj, record):
                 by_id[key] = dataclasses.replace(by_id[key], requests={r: a * n for r, a in nodes.per_node.items()})
                 if n >= nodes.max_nodes:

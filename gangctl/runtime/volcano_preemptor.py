@@ -48,16 +48,11 @@ class VolcanoPreemptor:
             self.gate.trigger()
 
     async def round(self, policy: QuotaPolicy, quotas: Quotas) -> None:
-        groups = []
-        for key, pg in self.podgroups.cache.items():
-            uid = pg["metadata"].get("uid", "")
-            if key in self._evicted:
-                if self._evicted[key] == uid:
-                    continue   # on its way out: holds nothing, waits for nothing
-                del self._evicted[key]
-            groups.append(Group.from_podgroup(pg))
-        for key in self._evicted.keys() - self.podgroups.cache.keys():
-            del self._evicted[key]
+        cache = self.podgroups.cache
+        # An evicted PodGroup still in the cache is on its way out: it holds nothing, waits for nothing.
+        self._evicted = {key: uid for key, uid in self._evicted.items()
+                         if key in cache and cache[key]["metadata"].get("uid", "") == uid}
+        groups = [Group.from_podgroup(pg) for key, pg in cache.items() if key not in self._evicted]
         for decision in preemptions(policy, quotas, groups):
             preemptor = decision.workload
             for victim in decision.victims:

@@ -6,6 +6,7 @@ kube-scheduler and KWOK, built from the pinned Go modules. The controller runs a
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from pathlib import Path
@@ -18,7 +19,7 @@ from gangctl.cluster.lifecycle import UpOptions, down, process_node_state, start
 from gangctl.config import ClusterSettings
 from gangctl.kube.client import Kube
 from gangctl.processes import ControllerProcess
-from tests.integration.helpers import delete_namespace, eventually
+from tests.integration.helpers import delete_namespace
 
 pytestmark = pytest.mark.integration
 
@@ -58,17 +59,7 @@ async def controller(kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 async def wait_ready(ctl: ControllerProcess) -> None:
-    import aiohttp
-
-    async def ready() -> bool:
-        if not ctl.alive():
-            raise RuntimeError(f"controller exited; log:\n{ctl.log_path.read_text()[-3000:]}")
-        try:
-            async with aiohttp.ClientSession() as s, s.get(ctl.url + "/readyz") as r:
-                return r.status == 200
-        except aiohttp.ClientError:
-            return False
-    await eventually(ready, 30, "controller /readyz")
+    await asyncio.to_thread(ctl.wait_ready)
 
 
 # Process nodes (`gangctl node-agent`) the tests add to the session cluster: started by the first
@@ -96,8 +87,6 @@ def process_nodes(cluster_settings: ClusterSettings, kubeconfig: Path):
 
 
 def _delete_nodes(kubeconfig: Path, names: list[str]) -> None:
-    import asyncio
-
     async def go() -> None:
         kube = await Kube.connect(kubeconfig)
         try:
