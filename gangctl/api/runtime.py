@@ -25,6 +25,10 @@ from pydantic.alias_generators import to_camel
 
 from gangctl.api.quantity import QUANTITY_PATTERN, ResourceList, parse_quantity
 
+# The most nodes a gang may have: an Indexed Job's completions and parallelism stop at 100,000.
+MAX_NODES = 100_000
+MAX_INT32 = 2**31 - 1  # counters and seconds that land in int32 fields of the child objects
+
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -220,9 +224,9 @@ class ElasticPolicy(OpenModel):
         }
     )
 
-    min_nodes: int | None = Field(None, ge=1)
-    max_nodes: int | None = Field(None, ge=1)
-    max_restarts: int | None = Field(None, ge=0)
+    min_nodes: int | None = Field(None, ge=1, le=MAX_NODES)
+    max_nodes: int | None = Field(None, ge=1, le=MAX_NODES)
+    max_restarts: int | None = Field(None, ge=0, le=MAX_INT32)
 
     @model_validator(mode="after")
     def _min_le_max(self) -> ElasticPolicy:
@@ -252,7 +256,7 @@ class MLPolicy(OpenModel):
         }
     )
 
-    num_nodes: int | None = Field(None, ge=1)
+    num_nodes: int | None = Field(None, ge=1, le=MAX_NODES)
     torch: TorchPolicy | None = None
     mpi: FreeForm | None = None
 
@@ -260,7 +264,7 @@ class MLPolicy(OpenModel):
 class CoschedulingPolicy(K8sModel):
     """scheduler-plugins coscheduling PodGroup."""
 
-    schedule_timeout_seconds: int | None = Field(None, ge=0)
+    schedule_timeout_seconds: int | None = Field(None, ge=0, le=MAX_INT32)
 
 
 class VolcanoPolicy(OpenModel):
@@ -353,7 +357,7 @@ class FailurePolicyRule(K8sModel):
 class FailurePolicy(K8sModel):
     """JobSet failurePolicy: restart the child jobs up to maxRestarts times (user failures only)."""
 
-    max_restarts: int | None = Field(None, ge=0)
+    max_restarts: int | None = Field(None, ge=0, le=MAX_INT32)
     restart_strategy: Literal["Recreate", "BlockingRecreate"] | None = None
     rules: list[FailurePolicyRule] | None = None
 

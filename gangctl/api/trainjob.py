@@ -15,6 +15,7 @@ from gangctl.api.runtime import (
     API_VERSION,
     CLUSTER_TRAINING_RUNTIME_KIND,
     GROUP,
+    MAX_NODES,
     TRAINING_RUNTIME_KIND,
     ElasticPolicy,
     EnvVar,
@@ -87,7 +88,7 @@ class Trainer(K8sModel):
     env: list[EnvVar] | None = Field(
         None, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
     )
-    num_nodes: int | None = Field(None, ge=1)
+    num_nodes: int | None = Field(None, ge=1, le=MAX_NODES)
     resources_per_node: ResourceRequirements | None = None
     num_proc_per_node: NumProcPerNode | None = None
     elastic_policy: ElasticPolicy | None = Field(

@@ -1,13 +1,25 @@
-"""List+watch informers that keep a cache of raw JSON objects.
+"""List+watch informers that keep a cache of raw JSON objects, as client-go's reflector does.
 
-A watch that ends is resumed from the last resourceVersion; a 410 Gone (the version fell out of
-etcd's window) or any other error re-lists, so the cache never silently misses a change. Handlers
-receive the object after every change (and a last copy on delete) and must only enqueue keys.
+- The first LIST is paginated (`limit`/`continue`), so a cluster of 150,000 pods is read in pages
+  with their own timeouts, and the event loop gets a turn between pages.
+- The watch resumes from the last resourceVersion it saw. Only a 410 Gone (that version fell out
+  of etcd's window) costs a new LIST; any other failure (connection reset, apiserver restart,
+  429, 5xx) waits a capped, jittered backoff and watches again from where it was.
+- Cached objects are stripped of what gangctl never reads (`managedFields`, kubectl's
+  last-applied annotation): that is most of an object's bytes.
+- An optional label index answers "the objects with this label value in this namespace" without a
+  scan of the whole cache.
+- `problem()` says why the cache cannot be trusted (never listed, or failing for a while): the
+  controller's /readyz reports it.
+
+Handlers receive the object after every change (and a last copy on delete) and must only enqueue keys.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import time
 from typing import Callable, Iterable
 
 from gangctl.api.resources import Resource
@@ -17,6 +29,10 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[str, dict], None]  # (event type, object)
 
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+BACKOFF_START, BACKOFF_CAP = 0.8, 30.0   # client-go reflector's initial and maximum backoff
+STALE_AFTER = 30.0                        # failing this long makes the informer not ready
+
 
 def object_key(obj: dict) -> str:
     meta = obj.get("metadata", {})
@@ -24,9 +40,27 @@ def object_key(obj: dict) -> str:
     return f"{ns}/{meta['name']}" if ns else meta["name"]
 
 
+def strip(obj: dict) -> dict:
+    """Drop what no decision reads; the cached copy is what the handlers and the reconciler see."""
+    meta = obj.get("metadata")
+    if meta:
+        meta.pop("managedFields", None)
+        annotations = meta.get("annotations")
+        if annotations and LAST_APPLIED in annotations:
+            del annotations[LAST_APPLIED]
+    return obj
+
+
+def backoff_delay(failures: int, rng: random.Random) -> float:
+    """Exponential from 0.8 s, capped at 30 s, with up to 100 % jitter (no thundering re-lists)."""
+    base = min(BACKOFF_CAP, BACKOFF_START * 2.0 ** min(failures, 16))
+    return min(BACKOFF_CAP, base * (1.0 + rng.random()))
+
+
 class Informer:
     def __init__(self, kube: Kube, resource: Resource, *, namespace: str | None = None,
-                 label_selector: str | None = None, handlers: Iterable[Handler] = ()):
+                 label_selector: str | None = None, handlers: Iterable[Handler] = (),
+                 index_label: str | None = None, page_size: int = 500):
         self.kube = kube
         self.resource = resource
         self.namespace = namespace
@@ -35,14 +69,27 @@ class Informer:
         self.cache: dict[str, dict] = {}
         self.synced = asyncio.Event()
         self.relists = 0
+        self.page_size = page_size
+        self.index_label = index_label
+        self._index: dict[tuple[str | None, str], set[str]] = {}
         self._rv = ""
+        self._failures = 0
+        self._failing_since: float | None = None
+        self._last_error = ""
+        self._rng = random.Random()
 
+    # --- reading the cache -----------------------------------------------------------------------
     def get(self, key: str) -> dict | None:
         return self.cache.get(key)
 
     def list(self, namespace: str | None = None, labels: dict[str, str] | None = None) -> list[dict]:
+        labels = labels or {}
+        if self.index_label is not None and self.index_label in labels and namespace is not None:
+            candidates: Iterable[dict] = (self.cache[k] for k in self._index.get((namespace, labels[self.index_label]), ()))
+        else:
+            candidates = self.cache.values()
         out = []
-        for obj in self.cache.values():
+        for obj in candidates:
             meta = obj["metadata"]
             if namespace is not None and meta.get("namespace") != namespace:
                 continue
@@ -51,36 +98,80 @@ class Informer:
             out.append(obj)
         return out
 
+    def problem(self, now: float | None = None) -> str | None:
+        """Why this cache is not to be trusted now, or None."""
+        if not self.synced.is_set():
+            return f"{self.resource.plural}: not listed yet" + (f" ({self._last_error})" if self._last_error else "")
+        now = time.monotonic() if now is None else now
+        if self._failing_since is not None and now - self._failing_since > STALE_AFTER:
+            return f"{self.resource.plural}: watch failing for {now - self._failing_since:.0f}s ({self._last_error})"
+        return None
+
+    def write_through(self, obj: dict) -> None:
+        """Put an object this process just wrote (the API's answer) into the cache, when it is newer
+        than the cached copy, so the next reconcile does not decide from what it wrote over. The
+        watch delivers the same version later, and that event is what notifies handlers."""
+        key = object_key(obj)
+        cached = self.cache.get(key)
+        if cached is None or cached["metadata"].get("uid") != obj["metadata"].get("uid"):
+            return
+        if not _newer(obj, cached):
+            return
+        obj = strip(_with_kind(obj, self.resource))
+        self.cache[key] = obj
+        self._reindex(key, cached, obj)
+
+    # --- running -------------------------------------------------------------------------------
     async def run(self) -> None:
-        backoff = 0.2
         while True:
             try:
                 if not self._rv:
                     await self._relist()
                 await self._watch()
-                backoff = 0.2
             except asyncio.CancelledError:
                 raise
             except ApiError as err:
                 if err.gone:
                     log.info("watch of %s expired (410 Gone); re-listing", self.resource.plural)
-                else:
-                    log.warning("watch of %s failed: %s; re-listing", self.resource.plural, err)
-                self._rv = ""
+                    self._rv = ""
+                    continue
+                await self._failed(err, err.retry_after)
             except Exception as err:  # connection reset, apiserver restart, timeouts
-                log.warning("watch of %s interrupted (%s); re-listing in %.1fs", self.resource.plural, err, backoff)
-                self._rv = ""
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                await self._failed(err, None)
+
+    async def _failed(self, err: Exception, retry_after: float | None) -> None:
+        """Back off (the server's Retry-After when it gave one), then watch again from where we were."""
+        self._failures += 1
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+        self._last_error = str(err) or type(err).__name__
+        delay = retry_after if retry_after is not None else backoff_delay(self._failures - 1, self._rng)
+        level = logging.INFO if self._failures == 1 else logging.WARNING
+        log.log(level, "watch of %s failed (%s); retrying in %.1fs", self.resource.plural, self._last_error, delay)
+        await asyncio.sleep(delay)
+
+    def _healthy(self) -> None:
+        self._failures = 0
+        self._failing_since = None
+        self._last_error = ""
 
     async def _relist(self) -> None:
-        listing = await self.kube.get(self.resource.path(self.namespace), labelSelector=self.label_selector)
-        fresh = {object_key(o): _with_kind(o, self.resource) for o in listing.get("items", [])}
+        fresh: dict[str, dict] = {}
+        rv = ""
+        async for page in self.kube.list_pages(self.resource.path(self.namespace),
+                                               label_selector=self.label_selector, limit=self.page_size):
+            for obj in page.get("items", []):
+                obj = strip(_with_kind(obj, self.resource))
+                fresh[object_key(obj)] = obj
+            rv = (page.get("metadata") or {}).get("resourceVersion") or rv
+            await asyncio.sleep(0)  # let the rest of the controller run between pages
         gone = [self.cache[k] for k in self.cache.keys() - fresh.keys()]
         changed = [o for k, o in fresh.items() if _rv_of(self.cache.get(k)) != _rv_of(o)]
         self.cache = fresh
-        self._rv = listing["metadata"]["resourceVersion"]
+        self._rebuild_index()
+        self._rv = rv
         self.relists += 1
+        self._healthy()
         for obj in gone:
             self._notify("DELETED", obj)
         for obj in changed:
@@ -88,21 +179,56 @@ class Informer:
         self.synced.set()
 
     async def _watch(self) -> None:
+        started, events = time.monotonic(), 0
         async for event in self.kube.watch(self.resource.path(self.namespace), self._rv,
                                            label_selector=self.label_selector):
             kind, obj = event["type"], event["object"]
             if kind == "ERROR":
                 raise ApiError(obj.get("code", 500), obj.get("reason", ""), obj.get("message", ""))
+            self._healthy()
+            events += 1
             self._rv = obj["metadata"]["resourceVersion"]
             if kind == "BOOKMARK":
                 continue
-            obj = _with_kind(obj, self.resource)
+            obj = strip(_with_kind(obj, self.resource))
             key = object_key(obj)
+            old = self.cache.get(key)
             if kind == "DELETED":
                 self.cache.pop(key, None)
             else:
                 self.cache[key] = obj
+            self._reindex(key, old, None if kind == "DELETED" else obj)
             self._notify(kind, obj)
+        if not events and time.monotonic() - started < 1.0:
+            # Closed at once with nothing said (an apiserver shutting down): not a normal end.
+            raise ConnectionError("watch closed by the server without events")
+        self._healthy()  # the server ended the stream normally (timeoutSeconds)
+
+    # --- the label index -------------------------------------------------------------------------
+    def _index_key(self, obj: dict | None) -> tuple[str | None, str] | None:
+        if obj is None or self.index_label is None:
+            return None
+        meta = obj["metadata"]
+        value = (meta.get("labels") or {}).get(self.index_label)
+        return None if value is None else (meta.get("namespace"), value)
+
+    def _reindex(self, key: str, old: dict | None, new: dict | None) -> None:
+        before, after = self._index_key(old), self._index_key(new)
+        if before == after:
+            return
+        if before is not None:
+            bucket = self._index.get(before)
+            if bucket is not None:
+                bucket.discard(key)
+                if not bucket:
+                    del self._index[before]
+        if after is not None:
+            self._index.setdefault(after, set()).add(key)
+
+    def _rebuild_index(self) -> None:
+        self._index = {}
+        for key, obj in self.cache.items():
+            self._reindex(key, None, obj)
 
     def _notify(self, kind: str, obj: dict) -> None:
         for handler in self.handlers:
@@ -110,6 +236,15 @@ class Informer:
                 handler(kind, obj)
             except Exception:  # a broken handler must not stop the informer
                 log.exception("informer handler failed for %s %s", self.resource.kind, object_key(obj))
+
+
+def _newer(a: dict, b: dict) -> bool:
+    """Whether `a` is a later version than `b`. resourceVersions are etcd revisions, compared as
+    integers as client-go's mutation cache does; anything else is not known to be newer."""
+    try:
+        return int(a["metadata"]["resourceVersion"]) > int(b["metadata"]["resourceVersion"])
+    except (KeyError, ValueError):
+        return False
 
 
 def _rv_of(obj: dict | None) -> str | None:

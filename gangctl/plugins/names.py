@@ -16,6 +16,10 @@ ANCESTOR_STEP = "trainer.kubeflow.org/trainjob-ancestor-step"
 MANAGED_BY = "gangctl.io/managed-by"
 MANAGER = "gangctl"
 SPEC_HASH = "gangctl.io/spec-hash"
+# Held on every child Job until its outcome is in the TrainJob's status, so a Job that finishes
+# and is deleted (the runtime's ttlSecondsAfterFinished, by hand) while gangctl is down is still
+# there to be read: finished training is never rerun, a failure never goes uncharged.
+RESULT_FINALIZER = "gangctl.io/job-result"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 MASTER_PORT = 29500
 MAX_NAME = 63

@@ -13,7 +13,7 @@ import json
 
 from gangctl.plugins import base
 from gangctl.plugins.base import GangBackend
-from gangctl.plugins.names import (ANCESTOR_STEP, MANAGED_BY, MANAGER, SPEC_HASH, TRAINJOB_NAME,
+from gangctl.plugins.names import (ANCESTOR_STEP, MANAGED_BY, MANAGER, RESULT_FINALIZER, SPEC_HASH, TRAINJOB_NAME,
                                    child_job_name, child_labels)
 from gangctl.plugins.torch import torch_env
 from gangctl.policy.gang import Gang
@@ -128,6 +128,7 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
         "namespace": job.namespace,
         "labels": child_labels(job.name, NODE_JOB),
         "ownerReferences": [owner],
+        "finalizers": [RESULT_FINALIZER],
     }
     if gang is not None:
         metadata["labels"].update(base.job_labels(backend, job, gang))

@@ -174,3 +174,23 @@ def phase(status: dict | None) -> str:
         if is_true(status, ctype):
             return ctype
     return "Pending"
+
+
+SYNCED = "Synced"
+
+def stuck_hint(reason: str | None, message: str) -> str:
+    """What to do next, for a change the API server keeps refusing (gangctl keeps retrying)."""
+    if "immutable" in message:
+        return ("The running child Job cannot take this change (its pod template is immutable): suspend "
+                "the TrainJob and resume it, or delete and recreate it, to start from the new spec.")
+    if reason == "Forbidden":
+        return "gangctl's ServiceAccount lacks a permission, or an admission policy refused it: check its RBAC."
+    return "gangctl keeps retrying with a growing delay; fix the TrainJob or its runtime."
+
+
+def drop_condition(status: dict, ctype: str) -> dict:
+    """`status` without the `ctype` condition (the same dict when it has none)."""
+    conds = status.get("conditions") or []
+    if not any(c["type"] == ctype for c in conds):
+        return status
+    return {**status, "conditions": [c for c in conds if c["type"] != ctype]}

@@ -18,7 +18,7 @@ from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
-from gangctl.plugins.names import REPLICATED_JOB, SPEC_HASH, TRAINJOB_NAME, child_job_name
+from gangctl.plugins.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, TRAINJOB_NAME, child_job_name
 from gangctl.plugins import base
 from gangctl.plugins.kueue import JOB_UID_LABEL, QUEUE_LABEL
 from gangctl.plugins.registry import BACKENDS, backend_for
@@ -75,24 +75,43 @@ class Reconciler:
         self.nudge: set[str] = set()
         # gangctl's own quota admission for coscheduling (gangctl.runtime.quota_gate.QuotaGate).
         self.gate = None
-        # What this process last wrote or decided, so a reconcile that reads a TrainJob from a cache
-        # that has not yet seen our own status write neither counts a failure twice nor rolls the
-        # counters back (they only grow; the newest view wins).
-        self._restarts: dict[str, Restarts] = {}                # TrainJob uid -> counters
-        self._decided: dict[str, tuple[str, str]] = {}          # TrainJob uid -> (failed Job uid, action)
+        # Status is the only memory of what was decided (restart counters, the failed attempt already
+        # judged): every status write carries the uid and resourceVersion it was decided from, so a
+        # decision made on a stale cache fails with 409 and is made again on fresh data, and the
+        # written object goes straight into the cache (a write-through, as client-go's mutation
+        # cache). Pods seen disrupted before they vanished are only a hint for elastic sizing.
         self._disruptions: dict[str, dict[str, PodFailure]] = {}  # Job uid -> pod name -> disruption
+
+    def forget(self, key: str, trainjob: dict) -> None:
+        """A TrainJob is gone: drop what this process kept about it, and its metric series."""
+        self.nudge.discard(key)
+        meta = trainjob["metadata"]
+        try:
+            self.metrics.world_size.remove(meta.get("namespace", ""), meta.get("name", ""))
+        except KeyError:
+            pass  # never elastic
+
+    def forget_job(self, uid: str) -> None:
+        """A child Job is gone: its disruption hints go with it."""
+        self._disruptions.pop(uid, None)
 
     async def reconcile(self, key: str) -> None:
         trainjob = self.caches.trainjobs.get(key)
         if trainjob is None or trainjob["metadata"].get("deletionTimestamp"):
-            return  # owner references let the garbage collector remove the children
+            # Owner references let the garbage collector remove the children; nothing is left to
+            # record, so their result finalizers go.
+            ns, _, name = key.partition("/")
+            for child in self.caches.jobs.list(ns, {TRAINJOB_NAME: name}):
+                await self._let_go(child)
+            return
         if (trainjob.get("spec") or {}).get("managedBy") not in SERVED_MANAGERS:
             return
         previous = trainjob.get("status") or {}
-        memo = trainjob["metadata"].get("uid") or key  # a recreated TrainJob of the same name starts afresh
-        if st.finished(previous) or self._decided.get(memo, ("", ""))[1] == "Fail":
+        if st.finished(previous):
             # Final: release the gang, and never recreate children someone deleted (TTL, cleanup).
             await self._release_gang(trainjob)
+            for child in self.caches.jobs.list(trainjob["metadata"]["namespace"], {TRAINJOB_NAME: trainjob["metadata"]["name"]}):
+                await self._let_go(child)  # the outcome is recorded: the Job may go (TTL, by hand)
             return
 
         try:
@@ -157,7 +176,7 @@ class Reconciler:
         owner = owner_reference(trainjob)
         ns = job.namespace
         observed_job = self.caches.jobs.get(f"{ns}/{child_job_name(job.name, NODE_JOB)}")
-        restarts = Restarts.from_status(previous).newest(self._restarts.get(memo))
+        restarts = Restarts.from_status(previous)
         size: int | None = None
         resize: elastic.Resize | None = None
         lost_gone = 0
@@ -166,10 +185,22 @@ class Reconciler:
             if child.failure is None and job.elastic:
                 child = self._elastic_pod_failure(observed_job, child)
             if child.failure is not None:
-                await self._on_failed_job(memo, trainjob, job, observed_job, child, restarts)
+                await self._on_failed_job(trainjob, job, observed_job, child, restarts)
                 return
             if observed_job["metadata"].get("deletionTimestamp"):
-                return  # a restart is removing it (foreground: its pods go first); its deletion requeues us
+                if child.complete is None:
+                    # A restart, a preemption or a person is removing an unfinished attempt (foreground:
+                    # its pods go first); nothing to record. Its deletion requeues us.
+                    await self._let_go(observed_job)
+                    return
+                # Finished, and deleted (TTL, by hand) before its outcome was recorded: the result
+                # finalizer kept it here to be read. Record it; the next pass lets it go.
+                status = st.derive_status(previous, [child], None, job.suspend, self.clock(),
+                                          trainjob["metadata"].get("generation"), success_policy=job.success_policy)
+                if status != previous:
+                    await self._write_status(trainjob, status)
+                    self._record_transitions(trainjob, previous, status)
+                return
             self._note_disruptions(ns, job.name, observed_job)
             if job.elastic and not job.suspend and not child.complete and not kueue_owned:
                 size = min(max_nodes, int((observed_job.get("spec") or {}).get("parallelism") or job.num_nodes))
@@ -198,14 +229,26 @@ class Reconciler:
         if job.elastic and not job.suspend:
             await self._ensure_store(job, owner, backend)
 
-        await self._ensure(SERVICES, self.caches.services, headless_service(job, owner))
-        if base.wants_group(backend) and not job.suspend:
-            await self._ensure(backend.group_resource, self.caches.groups[backend.name], backend.group(job, gang, owner))
-        desired = node_job(job, owner, backend, self.scheduler_name, size, gang)
-        if not kueue_owned:
-            await self._ensure(JOBS, self.caches.jobs, desired)
-        elif observed_job is None and not job.suspend:
-            await self._create(JOBS, desired)
+        try:
+            await self._ensure(SERVICES, self.caches.services, headless_service(job, owner))
+            if base.wants_group(backend) and not job.suspend:
+                await self._ensure(backend.group_resource, self.caches.groups[backend.name],
+                                   backend.group(job, gang, owner))
+            desired = node_job(job, owner, backend, self.scheduler_name, size, gang)
+            if not kueue_owned:
+                await self._ensure(JOBS, self.caches.jobs, desired)
+            elif observed_job is None and not job.suspend:
+                await self._create(JOBS, desired)
+        except ApiError as err:
+            if observed_job is None and err.status == 422:
+                # Valid to the TrainJob API, refused as a child (a request over its limit, an env name
+                # the Job API rejects, more nodes than an Indexed Job may have): the same spec will be
+                # refused every time, so only this TrainJob fails, with the API's own words.
+                await self._fail(trainjob, "JobRejected",
+                                 f"the API server refused this TrainJob's child objects: {err.message}; "
+                                 "fix the TrainJob or its runtime and create it again")
+                return
+            raise
         if job.suspend:
             await self._release_gang(trainjob)
             if kueue_owned:
@@ -219,6 +262,7 @@ class Reconciler:
         status = st.derive_status(previous, jobs, gang_obs, user_suspend, self.clock(),
                                   trainjob["metadata"].get("generation"), success_policy=job.success_policy,
                                   waiting=quota_wait or waiting)
+        status = st.drop_condition(status, st.SYNCED)  # this pass applied everything: nothing stuck
         if restarts.total or restarts.last_failure:
             status["restarts"] = restarts.to_status()
             status["restartCount"] = restarts.user
@@ -239,19 +283,13 @@ class Reconciler:
             if backend is BACKENDS["coscheduling"] and not job.suspend and st.waiting_for_gang(status):
                 await self._nudge(backend.group_resource, job.namespace, job.name)
 
-    async def _on_failed_job(self, key: str, trainjob: dict, job, observed_job: dict, child: st.ChildJob,
+    async def _on_failed_job(self, trainjob: dict, job, observed_job: dict, child: st.ChildJob,
                              restarts: Restarts) -> None:
-        """The child Job failed: classify, then fail the TrainJob or restart (recreate) the Job, once per Job."""
+        """The child Job failed: classify, then fail the TrainJob or restart (recreate) the Job, once per
+        Job: the judgement is written to status (guarded by resourceVersion) before anything else."""
         uid = observed_job["metadata"].get("uid", "")
-        decided = self._decided.get(key)
-        if decided and decided[0] == uid:
-            action = decided[1]
-        elif restarts.last_failure.get("jobUID") == uid:
-            action = restarts.last_failure.get("action", "Restart")
-        else:
-            action = None
-        if action is not None:  # already counted (by us, or by an earlier run of the controller)
-            if action == "Restart":
+        if restarts.last_failure.get("jobUID") == uid:  # already judged (by us, or an earlier run)
+            if restarts.last_failure.get("action", "Restart") == "Restart":
                 await self._delete_job(observed_job)
             return
         reason, message = child.failure  # type: ignore[misc]
@@ -265,7 +303,6 @@ class Reconciler:
         decision = decide(policy, failure, restarts)
         now = self.clock()
         after = restarts.after(decision, failure, observed_job["metadata"]["name"], uid, st.timestamp(now))
-        self._restarts[key], self._decided[key] = after, (uid, decision.action)
         previous = trainjob.get("status") or {}
         status = {**previous, "restarts": after.to_status(), "restartCount": after.user}
         status["jobsStatus"] = st.derive_status(previous, [child], None, False, now)["jobsStatus"]
@@ -287,9 +324,17 @@ class Reconciler:
         await self._delete_job(observed_job)
         self._disruptions.pop(uid, None)
 
-    async def _delete_job(self, job: dict) -> None:
-        """Delete a failed attempt, its pods first (foreground), and only that attempt (uid precondition)."""
+    async def _let_go(self, job: dict) -> None:
+        """Remove gangctl's result finalizer from a child Job whose outcome needs no more recording."""
         meta = job["metadata"]
+        if RESULT_FINALIZER in (meta.get("finalizers") or []):
+            await self.kube.remove_finalizer(JOBS.path(meta["namespace"], meta["name"]), job, RESULT_FINALIZER)
+
+    async def _delete_job(self, job: dict) -> None:
+        """Delete a failed attempt (its judgement is in status already), its pods first (foreground),
+        and only that attempt (uid precondition)."""
+        meta = job["metadata"]
+        await self._let_go(job)
         if not meta.get("deletionTimestamp"):
             await self.kube.delete(JOBS.path(meta["namespace"], meta["name"]), "Foreground", uid=meta.get("uid"))
 
@@ -456,6 +501,7 @@ class Reconciler:
                 and not st.ChildJob.from_job(child, NODE_JOB).finished):
             path = JOBS.path(meta["namespace"], child["metadata"]["name"])
             if QUEUE_LABEL in (child["metadata"].get("labels") or {}):
+                await self._let_go(child)
                 await self.kube.delete(path)  # Kueue owns spec.suspend: only deleting frees its Workload
                 self.on_capacity_freed()
             elif not (child.get("spec") or {}).get("suspend"):
@@ -491,17 +537,42 @@ class Reconciler:
         await self._release_gang(trainjob)
 
     async def _write_status(self, trainjob: dict, status: dict) -> None:
+        """Apply `status` as decided from `trainjob`: only onto that incarnation (uid) as it was then
+        (resourceVersion). A stale cache or a concurrent writer gets 409 and the key is decided
+        again; a TrainJob recreated under the same name never receives its predecessor's status."""
         # status.admission is the quota gate's (its own field manager): never sent back from a
         # possibly stale cache, or this apply would co-own it and could restore a removed admission.
         status = {k: v for k, v in status.items() if k != "admission"}
         meta = trainjob["metadata"]
         body = {"apiVersion": trainjob["apiVersion"], "kind": trainjob["kind"],
                 "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "status": status}
+        for field in ("uid", "resourceVersion"):
+            if meta.get(field):
+                body["metadata"][field] = meta[field]
         try:
-            await self.kube.apply(TRAINJOBS.path(meta["namespace"], meta["name"], "status"), body, self.field_manager)
+            written = await self.kube.apply(TRAINJOBS.path(meta["namespace"], meta["name"], "status"), body,
+                                            self.field_manager)
         except ApiError as err:
             if not err.not_found:  # deleted meanwhile: nothing to report on
                 raise
+            return
+        self.caches.trainjobs.write_through(written)
+
+    async def report_stuck(self, key: str, err: ApiError) -> None:
+        """A key that keeps failing on an API answer a retry will not change (422, 403, 400): say so
+        on the TrainJob, with the API's own message, while the retries go on (capped backoff)."""
+        trainjob = self.caches.trainjobs.get(key)
+        if trainjob is None or trainjob["metadata"].get("deletionTimestamp"):
+            return
+        previous = trainjob.get("status") or {}
+        if st.finished(previous):
+            return
+        message = f"the API server refused gangctl's change: {err.message}. {st.stuck_hint(err.reason, err.message)}"
+        conditions = st.set_condition(list(previous.get("conditions") or []), st.SYNCED, False,
+                                      err.reason or str(err.status), message, self.clock())
+        if conditions != previous.get("conditions"):
+            await self._write_status(trainjob, {**previous, "conditions": conditions})
+            await self.events.warning(trainjob, "ReconcileError", message)
 
     def _record_transitions(self, trainjob: dict, previous: dict, status: dict) -> None:
         before, after = (previous.get("gang") or {}), (status.get("gang") or {})

@@ -3,24 +3,28 @@
 - A key added many times before a worker takes it is processed once (dedupe).
 - A key is never processed by two workers at once; if it is added while being processed it is
   processed again afterwards.
-- Failed keys come back after an exponential, per-key backoff; `forget` resets it.
+- Failed keys come back after the larger of an exponential per-key backoff (5 ms doubling to a
+  1,000 s cap, as client-go's) and an overall token bucket (10 retries/s, burst 100), so one key
+  failing forever costs almost nothing and many failing keys cannot flood the API; `forget` resets
+  the key's backoff.
 """
 from __future__ import annotations
 
 import asyncio
 from collections import deque
 
+from gangctl.policy.ratelimit import ItemBackoff, TokenBucket
+
 
 class WorkQueue:
-    def __init__(self, base_delay: float = 0.5, max_delay: float = 60.0):
+    def __init__(self, base_delay: float = 0.005, max_delay: float = 1000.0, qps: float = 10.0, burst: int = 100):
         self._queue: deque[str] = deque()
         self._dirty: set[str] = set()
         self._processing: set[str] = set()
-        self._failures: dict[str, int] = {}
+        self._backoff = ItemBackoff(base_delay, max_delay)
+        self._bucket = TokenBucket(qps, burst)
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._signal = asyncio.Event()
-        self._base = base_delay
-        self._max = max_delay
         self._closed = False
 
     def __len__(self) -> int:
@@ -50,17 +54,19 @@ class WorkQueue:
 
     def add_rate_limited(self, key: str) -> float:
         """Retry `key` after its backoff; returns the delay chosen."""
-        failures = self._failures.get(key, 0)
-        self._failures[key] = failures + 1
-        delay = min(self._base * (2 ** failures), self._max)
+        delay = max(self._backoff.when(key), self._bucket.reserve(asyncio.get_running_loop().time()))
         self.add_after(key, delay)
         return delay
 
     def forget(self, key: str) -> None:
-        self._failures.pop(key, None)
+        self._backoff.forget(key)
 
     def failures(self, key: str) -> int:
-        return self._failures.get(key, 0)
+        return self._backoff.failures(key)
+
+    def tracked(self) -> int:
+        """Keys with a failure count or a pending timer (bounded by the keys that exist)."""
+        return len(self._backoff) + len(self._timers)
 
     async def get(self) -> str | None:
         """The next key to process, or None once the queue is shut down."""

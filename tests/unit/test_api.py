@@ -438,7 +438,7 @@ def test_trainjob_crd_validations():
     assert spec["required"] == ["runtimeRef"]
     assert spec["properties"]["runtimeRef"]["properties"]["kind"]["enum"] == ["TrainingRuntime", "ClusterTrainingRuntime"]
     trainer = spec["properties"]["trainer"]["properties"]
-    assert trainer["numNodes"] == {"type": "integer", "minimum": 1}
+    assert trainer["numNodes"] == {"type": "integer", "minimum": 1, "maximum": 100000}  # an Indexed Job's limit
     for part in ("limits", "requests"):
         assert trainer["resourcesPerNode"]["properties"][part]["additionalProperties"]["pattern"] == QUANTITY_PATTERN
     assert trainer["numProcPerNode"]["x-kubernetes-int-or-string"] is True

@@ -49,3 +49,19 @@ async def test_add_after_delivers_later_and_shutdown_releases_workers():
     await asyncio.sleep(0)
     q.shutdown()
     assert await asyncio.wait_for(waiter, 1) is None
+
+
+async def test_a_key_failing_forever_never_crashes_and_waits_at_most_the_cap():
+    q = WorkQueue(base_delay=0.005, max_delay=1000.0, qps=0)
+    delays = [q.add_rate_limited("ns/stuck") for _ in range(3000)]
+    assert max(delays) == 1000.0
+    assert q.failures("ns/stuck") == 3000
+    q.shutdown()
+
+
+async def test_overall_limit_spreads_retries_of_many_keys():
+    q = WorkQueue(base_delay=0.001, max_delay=1.0, qps=100, burst=10)
+    delays = [q.add_rate_limited(f"ns/{i}") for i in range(30)]
+    assert delays[:10] == [0.001] * 10, "the burst goes at the per-key delay"
+    assert delays[-1] >= 0.19, "then 100 retries a second at most"
+    q.shutdown()

@@ -1,0 +1,53 @@
+"""Rate limits as client-go has them, pure: the caller passes `now` (monotonic seconds).
+
+- `TokenBucket`: `qps` tokens a second, at most `burst` saved up; `reserve(now)` takes one and
+  says how long to wait before using it (0 when one is there). Shared by every request of the
+  client, and by the work queue as its overall limit.
+- `ItemBackoff`: per-key exponential backoff, `base * 2**failures` capped at `cap`; the exponent
+  is capped too, so a key that fails forever never overflows a float.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TokenBucket:
+    qps: float
+    burst: int
+    _tokens: float | None = None
+    _last: float | None = None
+
+    def reserve(self, now: float) -> float:
+        """Take a token; the delay (seconds from `now`) before the caller may go."""
+        if self.qps <= 0:  # unlimited
+            return 0.0
+        if self._last is None:
+            self._tokens, self._last = float(self.burst), now
+        elapsed = max(0.0, now - self._last)
+        self._tokens = min(float(self.burst), self._tokens + elapsed * self.qps)
+        self._last = now
+        self._tokens -= 1.0
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+
+@dataclass
+class ItemBackoff:
+    base: float = 0.005
+    cap: float = 1000.0
+    _failures: dict[str, int] = field(default_factory=dict)
+
+    def when(self, key: str) -> float:
+        """Count one more failure of `key`; its next delay."""
+        n = self._failures.get(key, 0)
+        self._failures[key] = n + 1
+        return min(self.cap, self.base * 2.0 ** min(n, 62))
+
+    def failures(self, key: str) -> int:
+        return self._failures.get(key, 0)
+
+    def forget(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._failures)
