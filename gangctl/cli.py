@@ -149,22 +149,52 @@ def cluster_env() -> None:
 
 @app.command("controller")
 def controller(
-    kubeconfig: str = typer.Option(None, envvar="KUBECONFIG", help="kubeconfig file (default: in-cluster or ~/.kube/config)"),
-    metrics_port: int = typer.Option(8080, help="port of /metrics, /healthz and /readyz on 127.0.0.1"),
+    kubeconfig: str = typer.Option(None, envvar="KUBECONFIG",
+                                   help="kubeconfig file (default: in-cluster when KUBERNETES_SERVICE_HOST is set, "
+                                        "else ~/.kube/config)"),
+    metrics_bind_address: str = typer.Option("127.0.0.1:8080", help="HOST:PORT of /metrics, /healthz and /readyz "
+                                                                    "(':8080' or '0.0.0.0:8080': every interface)"),
+    metrics_port: int = typer.Option(None, help="only the port of --metrics-bind-address"),
+    metrics_auth: bool = typer.Option(False, "--metrics-auth/--no-metrics-auth",
+                                      help="/metrics only for bearer tokens allowed 'get' on /metrics "
+                                           "(TokenReview + SubjectAccessReview)"),
+    leader_elect: bool = typer.Option(False, "--leader-elect/--no-leader-elect",
+                                      help="reconcile only while holding the leader Lease (for several replicas)"),
+    leader_elect_namespace: str = typer.Option("gangctl-system", envvar="POD_NAMESPACE",
+                                               help="namespace of the leader Lease (default: POD_NAMESPACE if set)"),
+    leader_elect_lease_name: str = typer.Option("gangctl-controller", help="name of the leader Lease"),
     log_level: str = typer.Option("INFO"),
 ) -> None:
-    """Run the TrainJob controller until interrupted."""
+    """Run the TrainJob controller until SIGTERM (exit 0) or a lost leader Lease (exit 1)."""
     import asyncio
 
     from gangctl.runtime.controller import run_controller
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = ControllerSettings(kubeconfig=kubeconfig, metrics_port=metrics_port)
     try:
-        asyncio.run(run_controller(settings))
+        host, port = split_host_port(metrics_bind_address)
+    except ValueError as exc:
+        _fail(f"--metrics-bind-address: {exc}")
+    settings = ControllerSettings(kubeconfig=kubeconfig or None, metrics_host=host,
+                                  metrics_port=port if metrics_port is None else metrics_port,
+                                  metrics_auth=metrics_auth, leader_elect=leader_elect,
+                                  leader_elect_namespace=leader_elect_namespace,
+                                  leader_elect_lease_name=leader_elect_lease_name)
+    try:
+        code = asyncio.run(run_controller(settings))
     except KeyboardInterrupt:
-        pass
+        code = 0
+    raise typer.Exit(code)
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """'127.0.0.1:8080', '[::1]:8080', ':8080' (every interface) -> (host, port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"{address!r} is not HOST:PORT")
+    host = host.strip("[]")
+    return host or "0.0.0.0", int(port)
 
 
 @app.command("node-agent")
@@ -179,6 +209,11 @@ def node_agent(
     state_dir: str = typer.Option(None, help="logs and certificates (default: <cache>/nodes/<cluster>/<name>)"),
     kubeconfig: str = typer.Option(None, envvar="KUBECONFIG"),
     taint: bool = typer.Option(True, help="taint the node gangctl.io/process-node=true:NoSchedule"),
+    token_max_age: float = typer.Option(24 * 3600, help="seconds after which a pod's ServiceAccount token is "
+                                        "replaced even before 80 % of its lifetime (kubelet: 24 h)"),
+    client_ca_file: str = typer.Option(None, help="CA of the kubelet API's callers (default: the kubeconfig's "
+                                       "cluster CA)"),
+    hide: list[str] = typer.Option([], help="a path pods must not see (the kubeconfig and its keys always are)"),
     log_level: str = typer.Option("INFO"),
 ) -> None:
     """Run a process node: pods bound to it run as local processes (real torchrun)."""
@@ -196,7 +231,9 @@ def node_agent(
     node = NodeConfig(name=name, cpu=cpu or machine_cpu(), memory=memory or machine_memory(), pods=pods,
                       kubelet_port=kubelet_port or free_port(), taint=taint)
     cfg = AgentConfig(node=node, cluster=cluster, index=index, kubeconfig=Path(kubeconfig) if kubeconfig else None,
-                      state_dir=Path(state_dir) if state_dir else settings.cache_dir / "nodes" / cluster / name)
+                      state_dir=Path(state_dir) if state_dir else settings.cache_dir / "nodes" / cluster / name,
+                      token_max_age=token_max_age, client_ca=Path(client_ca_file) if client_ca_file else None,
+                      hide=tuple(hide))
     try:
         asyncio.run(run_agent(cfg))
     except KeyboardInterrupt:

@@ -48,6 +48,17 @@ class ControllerSettings(BaseSettings):
     namespace: str | None = Field(None, description="watch one namespace; all namespaces when unset")
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 8080
+    metrics_auth: bool = Field(False, description="/metrics only for bearer tokens that a TokenReview and a "
+                                                   "SubjectAccessReview (get on /metrics) accept")
+    leader_elect: bool = Field(False, description="run workers only while holding the Lease")
+    leader_elect_namespace: str = "gangctl-system"
+    leader_elect_lease_name: str = "gangctl-controller"
+    leader_elect_identity: str | None = Field(None, description="holderIdentity (default: POD_NAME or host name, "
+                                                                 "plus a random suffix)")
+    lease_duration_seconds: float = 15.0
+    renew_deadline_seconds: float = 10.0
+    retry_period_seconds: float = 2.0
+    shutdown_grace_seconds: float = Field(10.0, description="on SIGTERM, how long in-flight reconciles may finish")
     workers: int = 4
     field_manager: str = "gangctl"
     scheduler_name: str = Field("scheduler-plugins-scheduler", description="scheduler profile with Coscheduling")

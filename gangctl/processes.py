@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -76,6 +76,8 @@ class ControllerProcess:
     log_path: Path
     metrics_port: int = 0
     proc: subprocess.Popen | None = None
+    args: tuple[str, ...] = ()                          # more flags, e.g. ("--leader-elect",)
+    env: dict[str, str] = field(default_factory=dict)   # more environment, e.g. {"POD_NAME": "a"}
 
     def __post_init__(self) -> None:
         self.metrics_port = self.metrics_port or free_port()
@@ -85,21 +87,27 @@ class ControllerProcess:
         return f"http://127.0.0.1:{self.metrics_port}"
 
     def start(self) -> None:
-        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), **self.env)
         with self.log_path.open("a") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gangctl.cli", "controller", "--metrics-port", str(self.metrics_port)],
+                [sys.executable, "-m", "gangctl.cli", "controller", "--metrics-port", str(self.metrics_port),
+                 *self.args],
                 env=env, stdout=log, stderr=subprocess.STDOUT)
 
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int | None:
+        """Signal it and wait (SIGKILL after `timeout`); its exit code (None if it was not running)."""
+        code = None
+        if self.proc:
+            if self.proc.poll() is None:
+                self.proc.send_signal(sig)
+                try:
+                    self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            code = self.proc.returncode
         self.proc = None
+        return code
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 import aiohttp
-from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import Configuration
 from kubernetes_asyncio.client.rest import RESTClientObject
 
 from gangctl.api.resources import Resource
+from gangctl.kube.auth import load_configuration
 
 
 class ApiError(Exception):
@@ -50,10 +50,9 @@ class Kube:
 
     @classmethod
     async def connect(cls, kubeconfig: Path | str | None = None) -> "Kube":
-        conf = Configuration()
-        await kube_config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None,
-                                           client_configuration=conf, persist_config=False)
-        return cls(conf)
+        """A session from `kubeconfig`, else $KUBECONFIG, else in-cluster, else ~/.kube/config
+        (gangctl.kube.auth: certificates, token, tokenFile, exec plugins, service-account token)."""
+        return cls(await load_configuration(kubeconfig))
 
     async def close(self) -> None:
         await self._rest.close()
@@ -64,7 +63,8 @@ class Kube:
 
     async def _headers(self, content_type: str = "application/json") -> dict[str, str]:
         headers = {"Accept": "application/json", "Content-Type": content_type}
-        token = await self._conf.get_api_key_with_prefix("authorization")
+        # The loaders put "Bearer <token>" (or "Basic …") there; the refresh hook runs first (gangctl.kube.auth).
+        token = await self._conf.get_api_key_with_prefix("BearerToken")
         if token:
             headers["Authorization"] = token
         return headers

@@ -1,14 +1,39 @@
-"""/metrics, /healthz and /readyz over aiohttp."""
+"""/metrics, /healthz and /readyz over aiohttp.
+
+With `authorize` (the controller's `--metrics-auth`: gangctl.kube.access_review), /metrics answers
+only requests whose bearer token the API server accepts and allows `get` on `/metrics`; 401 or 403
+otherwise. /healthz and /readyz stay open for the kubelet's probes.
+"""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+# (bearer token or None, URL path) -> HTTP status: 200 allowed, 401, 403, or 503 when it could not be checked
+Authorize = Callable[[str | None, str], Awaitable[int]]
 
-def make_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> web.Application:
-    async def metrics(_: web.Request) -> web.Response:
+_REFUSALS = {401: "Unauthorized", 403: "Forbidden", 503: "authorization unavailable"}
+
+
+def bearer_token(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
+def make_app(registry: CollectorRegistry, ready: Callable[[], bool],
+             authorize: Authorize | None = None) -> web.Application:
+    async def metrics(request: web.Request) -> web.Response:
+        if authorize is not None:
+            status = await authorize(bearer_token(request.headers.get("Authorization")), request.path)
+            if status != 200:
+                headers = {"WWW-Authenticate": 'Bearer realm="gangctl"'} if status == 401 else None
+                return web.Response(status=status, text=_REFUSALS.get(status, "refused"), headers=headers)
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(_: web.Request) -> web.Response:

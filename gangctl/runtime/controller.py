@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
 from collections import Counter
 
@@ -10,14 +11,17 @@ from prometheus_client import CollectorRegistry
 
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, PODS, SERVICES, TRAINING_RUNTIMES, TRAINJOBS
 from gangctl.config import ControllerSettings
+from gangctl.kube.access_review import AccessReviewer
 from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer, object_key
+from gangctl.kube.leader import LeaderElector, identity
 from gangctl.obs.metrics import Metrics
 from gangctl.obs.server import make_app, serve
 from gangctl.plugins.kueue import JOB_UID_LABEL
 from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
 from gangctl.plugins.registry import BACKENDS
+from gangctl.policy.leader import LeaseTimings
 from gangctl.policy.status import phase, waiting_for_gang
 from gangctl.runtime.quota_gate import QuotaGate, policy_informer
 from gangctl.runtime.reconciler import Caches, Reconciler
@@ -142,12 +146,14 @@ class Controller:
     def ready(self) -> bool:
         return all(inf.synced.is_set() for inf in self.informers())
 
-    async def run(self) -> None:
+    async def run(self, leading: asyncio.Event | None = None) -> None:
         informers = [asyncio.create_task(inf.run(), name=f"informer-{inf.resource.plural}")
                      for inf in self.informers()]
         # The policy is read before any worker runs, or jobs would start ungated.
         await asyncio.gather(*(inf.synced.wait() for inf in self.informers()))
         log.info("caches synced: %d TrainJobs", len(self.caches.trainjobs.cache))
+        if leading is not None:  # a standby keeps its caches warm and starts no worker until it leads
+            await leading.wait()
         workers = [asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.settings.workers)]
         housekeeping = [asyncio.create_task(self._resync()), asyncio.create_task(self._gauges()),
                         asyncio.create_task(self._retry_waiting()),
@@ -197,16 +203,82 @@ class Controller:
             await asyncio.sleep(1.0)
 
 
-async def run_controller(settings: ControllerSettings) -> None:
+async def run_controller(settings: ControllerSettings) -> int:
+    """Serve until SIGTERM or SIGINT (exit code 0) or until the leader Lease is lost (1).
+
+    With leader election, every replica keeps its informers warm and answers /readyz; only the
+    Lease holder runs workers and the quota gate, and its client refuses writes once its renew
+    deadline passes (`kube.write_guard`). A replica that loses the Lease exits at once (as client-go
+    does), and its Deployment restarts it as a standby. On SIGTERM the queue stops handing out keys
+    beyond those already queued, in-flight reconciles get `shutdown_grace_seconds`, and the Lease is
+    released so a standby takes over within its retry period.
+    """
     kube = await Kube.connect(settings.kubeconfig)
-    backends = await served_backends(kube)
-    log.info("gang backends served by this cluster: %s", ", ".join(sorted(backends)) or "none")
-    controller = Controller(kube, settings, backends=backends)
-    runner = await serve(make_app(controller.metrics.registry, controller.ready),
-                         settings.metrics_host, settings.metrics_port)
-    log.info("serving /metrics /healthz /readyz on http://%s:%d", settings.metrics_host, settings.metrics_port)
+    # The Lease and the /metrics access reviews go through a session of their own: not behind the
+    # write guard (the elector must write to lead at all) nor behind the controller's rate limit.
+    control = await Kube.connect(settings.kubeconfig)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks: list[asyncio.Task] = []
+    runner = None
     try:
-        await controller.run()
+        backends = await served_backends(kube)
+        log.info("gang backends served by this cluster: %s", ", ".join(sorted(backends)) or "none")
+        controller = Controller(kube, settings, backends=backends)
+        authorize = AccessReviewer(control).check if settings.metrics_auth else None
+        runner = await serve(make_app(controller.metrics.registry, controller.ready, authorize),
+                             settings.metrics_host, settings.metrics_port)
+        log.info("serving /metrics%s /healthz /readyz on http://%s:%d", " (token-reviewed)" if authorize else "",
+                 settings.metrics_host, settings.metrics_port)
+        elector = elector_task = None
+        if settings.leader_elect:
+            elector = LeaderElector(control, settings.leader_elect_namespace, settings.leader_elect_lease_name,
+                                    settings.leader_elect_identity or identity(),
+                                    LeaseTimings(settings.lease_duration_seconds, settings.renew_deadline_seconds,
+                                                 settings.retry_period_seconds))
+            kube.write_guard = elector.still_leading
+            log.info("leader election: %s campaigning for lease %s/%s", elector.identity,
+                     elector.namespace, elector.name)
+            elector_task = asyncio.create_task(elector.run(), name="leader-elector")
+            tasks.append(elector_task)
+        run = asyncio.create_task(controller.run(elector.leading if elector else None), name="controller")
+        tasks += [run, asyncio.create_task(stop.wait(), name="stop-signal")]
+        # The elector's task ends when leadership is lost; the controller's only on a crash.
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        if run.done():
+            run.result()  # a crash of the controller propagates
+            return 1
+        if elector_task is not None and elector_task.done() and not stop.is_set():
+            if not elector_task.cancelled() and elector_task.exception():
+                log.error("leader election failed", exc_info=elector_task.exception())
+            log.error("leadership lost: exiting so that a standby leads (writes are refused from now on)")
+            return 1
+        log.info("stopping: draining in-flight reconciles (up to %.0fs)", settings.shutdown_grace_seconds)
+        await _drain(controller, settings.shutdown_grace_seconds)
+        if elector is not None and elector_task is not None:
+            elector_task.cancel()
+            await elector.release()
+        return 0
     finally:
-        await runner.cleanup()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        if runner is not None:
+            await runner.cleanup()
+        await control.close()
         await kube.close()
+
+
+async def _drain(controller: Controller, grace: float) -> None:
+    """Stop the queue (workers finish the keys already queued, then return) and wait for the workers,
+    at most `grace` seconds."""
+    controller.queue.shutdown()
+    workers = [t for t in asyncio.all_tasks() if t.get_name().startswith("worker-")]
+    if workers:
+        _, pending = await asyncio.wait(workers, timeout=grace)
+        if pending:
+            log.warning("%d reconciles still running after %.0fs: cancelled", len(pending), grace)

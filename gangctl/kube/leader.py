@@ -1,0 +1,146 @@
+"""Leader election on a `coordination.k8s.io/v1` Lease, as client-go's `leaderelection` does it.
+
+The decisions (is the Lease free? what to write?) are in `gangctl.policy.leader`; this module reads
+and writes the Lease. Give the elector its own `Kube` client, not the controller's: its writes must
+not pass the controller's write guard (which is this elector's `still_leading`), and a busy
+controller client must not delay a renewal (client-go's leader election uses its own client too).
+
+    elector = LeaderElector(lease_kube, "gangctl-system", "gangctl-controller", identity())
+    kube.write_guard = elector.still_leading    # no write once the renew deadline has passed
+    task = asyncio.create_task(elector.run())   # returns when leadership is lost (elector.lost is set)
+    await elector.acquired()
+    ...
+    await elector.release()                     # on graceful stop: the next replica takes over at once
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import secrets
+import socket
+import time
+from datetime import datetime, timezone
+from typing import Callable
+
+from gangctl.kube.client import ApiError, Kube
+from gangctl.policy.leader import (LeaseTimings, Observation, lease_object, may_take, next_record, observe,
+                                   record_of, released_record, still_leading)
+
+log = logging.getLogger(__name__)
+
+JITTER = 0.2  # acquire retries wait retry_period x [1, 1 + JITTER]
+
+
+def identity(environ: dict[str, str] | None = None) -> str:
+    """This replica's holderIdentity: the pod's name (POD_NAME, from the downward API) or the host name,
+    plus a random suffix so a restarted process never mistakes its predecessor's Lease for its own."""
+    env = os.environ if environ is None else environ
+    return f"{env.get('POD_NAME') or socket.gethostname()}_{secrets.token_hex(4)}"
+
+
+class LeaderElector:
+    def __init__(self, kube: Kube, namespace: str, name: str, identity: str,
+                 timings: LeaseTimings = LeaseTimings(),
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)):
+        self.kube = kube
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.timings = timings
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.leading = asyncio.Event()   # set once the Lease is ours
+        self.lost = asyncio.Event()      # set when a leader failed to renew within the renew deadline
+        self._observed: Observation | None = None
+        self._last_renewal: float | None = None
+        self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+
+    async def acquired(self) -> None:
+        await self.leading.wait()
+
+    def still_leading(self) -> bool:
+        """The write fence: True only while now < the start of the last successful renewal + renew deadline."""
+        return still_leading(self._last_renewal, self.clock(), self.timings)
+
+    async def run(self) -> None:
+        """Acquire (retrying every retry period), then renew every retry period; return when a renewal
+        did not succeed within the renew deadline (leadership lost: `lost` is set)."""
+        while not await self._try_acquire_or_renew(self.timings.retry_period * 2):
+            await asyncio.sleep(self.timings.retry_period * (1 + JITTER * random.random()))
+        self.leading.set()
+        log.info("leader election: %s acquired lease %s/%s", self.identity, self.namespace, self.name)
+        while True:
+            await asyncio.sleep(self.timings.retry_period)
+            while True:
+                left = self._last_renewal + self.timings.renew_deadline - self.clock()  # type: ignore[operator]
+                if left <= 0:
+                    self._lose()
+                    return
+                if await self._try_acquire_or_renew(left):
+                    break
+                await asyncio.sleep(min(self.timings.retry_period, max(0.0, left)))
+
+    def _lose(self) -> None:
+        self._last_renewal = None
+        self.lost.set()
+        log.error("leader election: %s lost lease %s/%s (no renewal within %.0fs)",
+                  self.identity, self.namespace, self.name, self.timings.renew_deadline)
+
+    async def _try_acquire_or_renew(self, timeout: float) -> bool:
+        started = self.clock()
+        try:
+            try:
+                lease = await self.kube.request("GET", self._path, timeout=timeout)
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+                return await self._create(started, timeout)
+            record = record_of(lease)
+            self._observed = observe(self._observed, record, started)
+            if not may_take(self._observed, self.identity, self.clock()):
+                return False
+            new = next_record(record, self.identity, self.wall_clock(), self.timings)
+            body = lease_object(self.namespace, self.name, new, lease["metadata"]["resourceVersion"])
+            await self.kube.request("PUT", self._path, body=body, timeout=max(0.1, timeout - (self.clock() - started)))
+        except ApiError as err:
+            if not err.conflict:
+                log.warning("leader election: %s/%s: %s", self.namespace, self.name, err)
+            return False
+        except (OSError, asyncio.TimeoutError) as err:
+            log.warning("leader election: %s/%s: %r", self.namespace, self.name, err)
+            return False
+        self._observed = Observation(new, started)
+        self._last_renewal = started
+        return True
+
+    async def _create(self, started: float, timeout: float) -> bool:
+        new = next_record(record_of(None), self.identity, self.wall_clock(), self.timings)
+        body = lease_object(self.namespace, self.name, new)
+        await self.kube.request("POST", self._path.rsplit("/", 1)[0], body=body, timeout=timeout)
+        self._observed = Observation(new, started)
+        self._last_renewal = started
+        return True
+
+    async def release(self, timeout: float = 2.0) -> bool:
+        """Give the Lease up (holder empty, 1 s duration) if it is still ours, so a standby takes it at once.
+        Stop calling `run` first. Writes stop here: `still_leading` is False from now on."""
+        was_leading = self.still_leading()
+        self._last_renewal = None
+        if not was_leading:
+            return False
+        try:
+            lease = await self.kube.request("GET", self._path, timeout=timeout)
+            record = record_of(lease)
+            if record.holder != self.identity:
+                return False
+            body = lease_object(self.namespace, self.name, released_record(record, self.wall_clock()),
+                                lease["metadata"]["resourceVersion"])
+            await self.kube.request("PUT", self._path, body=body, timeout=timeout)
+        except (ApiError, OSError, asyncio.TimeoutError) as err:
+            log.warning("leader election: could not release %s/%s: %r", self.namespace, self.name, err)
+            return False
+        log.info("leader election: %s released lease %s/%s", self.identity, self.namespace, self.name)
+        return True
