@@ -33,6 +33,10 @@ KWOK_NODE_LEASE_SECONDS = "20"
 # KWOK manages only nodes with this annotation, so process nodes (real workers) stay real.
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 LOOPBACK = "127.0.0.1"
+# Service IPs as kubeadm hands them out; the `kubernetes` Service gets the first one. Pods on
+# process nodes reach the apiserver there (netd relays it), so its certificate must name that IP.
+SERVICE_CIDR = "10.96.0.0/12"
+KUBERNETES_SERVICE_IP = "10.96.0.1"
 
 # KWOK stages (read from the pinned kwok module) that drive fake nodes and their pods. A Stage list
 # in kwokctl's --config replaces the defaults, so the node heartbeat must be listed too.
@@ -123,7 +127,13 @@ class LocalCluster:
             "etcd": {"listen-client-urls": etcd_client, "advertise-client-urls": etcd_client,
                      "listen-peer-urls": etcd_peer, "initial-advertise-peer-urls": etcd_peer,
                      "initial-cluster": f"node0={etcd_peer}"},
-            "kube-apiserver": {"bind-address": LOOPBACK, "advertise-address": LOOPBACK},
+            "kube-apiserver": {"bind-address": LOOPBACK, "advertise-address": LOOPBACK,
+                               "service-cluster-ip-range": SERVICE_CIDR,
+                               # kwokctl gives the apiserver no kubelet client certificate; process
+                               # nodes' kubelet API wants one signed by the cluster CA (kwokctl's one
+                               # certificate, used by every component, is).
+                               "kubelet-client-certificate": str(self.state_dir / "pki" / "admin.crt"),
+                               "kubelet-client-key": str(self.state_dir / "pki" / "admin.key")},
             "kube-controller-manager": {"bind-address": LOOPBACK, **NODE_MONITOR_ARGS},
             "kube-scheduler": {"bind-address": LOOPBACK},
             "kwok-controller": {"server-address": f"{LOOPBACK}:{ports.kwok}", "manage-all-nodes": "false",
@@ -134,7 +144,8 @@ class LocalCluster:
     def write_config(self, ports: "Ports") -> Path:
         """The kwokctl configuration: component args and the KWOK stages, as one multi-document file."""
         kwok_dir = kwok_module_dir(self.settings.integrations_dir)
-        options: dict = {"runtime": "binary", "disableQPSLimits": True}
+        options: dict = {"runtime": "binary", "disableQPSLimits": True,
+                         "kubeApiserverCertSANs": [KUBERNETES_SERVICE_IP]}
         kubectl = shutil.which("kubectl")
         if kubectl:
             options["kubectlBinary"] = kubectl

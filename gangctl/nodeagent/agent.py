@@ -10,12 +10,19 @@ local processes instead of containers (I/O here; the translations are in spec.py
   pulled: the venv's bin comes first on PATH, so `torchrun` and `python` are this venv's);
 - reports pod status as it changes; on deletion: SIGTERM, the grace period, SIGKILL, then removes
   the pod object (DELETE with gracePeriodSeconds=0, as kubelet confirms a deletion);
-- serves container logs over the kubelet API (logs.py);
+- gives each pod what kubelet gives it to reach the API: its projected volumes (the ServiceAccount
+  token from the TokenRequest API, kept fresh; ca.crt; namespace — projected.py) bind-mounted at
+  their mountPath in a private mount namespace per container, with the agent's own kubeconfig and
+  keys covered up; and KUBERNETES_SERVICE_HOST/PORT… naming the `kubernetes` Service, which netd
+  relays to the apiserver inside the pod network;
+- serves container logs over the kubelet API (logs.py) to callers with a client certificate from the
+  cluster CA whom the apiserver authorizes (kubeletauth.py);
 - on exit kills every process it started; if it is SIGKILLed, the shims' PR_SET_PDEATHSIG does it.
 """
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import os
@@ -30,8 +37,14 @@ from gangctl.api.resources import NODES, PODS, Resource
 from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer
+import yaml
+
 from gangctl.nodeagent import network
+from gangctl.nodeagent.kubeletauth import kubeconfig_ca
 from gangctl.nodeagent.logs import serve_kubelet_api
+from gangctl.nodeagent.projected import ProjectedVolumes
+from gangctl.nodeagent.volumes import (KUBELET_MAX_TOKEN_AGE, container_mounts, hidden_paths,
+                                       kubernetes_service_env, projected_volumes, under_secrets_root)
 from gangctl.nodeagent.spec import (ContainerState, NodeConfig, PodRuntime, SpecError, hosts_file,
                                     keep_transition_times, lease_object, node_conditions, node_object,
                                     pod_status, process_specs, resolv_conf)
@@ -59,6 +72,9 @@ class AgentConfig:
     state_dir: Path
     kubeconfig: Path | None = None
     dns: str | None = network.DNS_IP
+    token_max_age: float = KUBELET_MAX_TOKEN_AGE  # refresh tokens at 80 % of their life or after this
+    client_ca: Path | None = None  # kubelet API callers' CA; default: the kubeconfig's cluster CA
+    hide: tuple[str, ...] = ()  # more paths pods must not see (the kubeconfig and its keys always)
 
 
 class NodePods(Resource):
@@ -94,6 +110,7 @@ class PodWorker:
     finished: bool = False
     conditions: list[dict] = field(default_factory=list)
     config_error: tuple[str, str] | None = None
+    binds: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # container -> (folder, mountPath)
 
 
 class NodeAgent:
@@ -106,6 +123,15 @@ class NodeAgent:
         self.informer = Informer(kube, NodePods(self.name), handlers=[self._on_pod])
         self.events = EventRecorder(kube, component="gangctl-node-agent")
         self.node_uid: str | None = None
+        self.volumes = ProjectedVolumes(kube, cfg.state_dir / "volumes", cfg.token_max_age)
+        self.service_env: dict[str, str] = {}
+        self.kubeconfig_path = Path(cfg.kubeconfig or os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config")
+        try:
+            self.kubeconfig = yaml.safe_load(self.kubeconfig_path.read_text()) or {}
+        except OSError:
+            self.kubeconfig = {}
+        self.hidden = hidden_paths(str(self.kubeconfig_path), self.kubeconfig,
+                                   [str(cfg.state_dir / "pki"), str(cfg.state_dir / "volumes"), *cfg.hide])
         venv_bin = str(Path(sys.executable).parent)
         self.base_env = {"PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
                          "LANG": os.environ.get("LANG", "C.UTF-8"), "HOME": os.environ.get("HOME", "/root"),
@@ -126,6 +152,12 @@ class NodeAgent:
                                                    "spec": node["spec"]})
             await self.kube.merge_patch(NODES.path(name=self.name, sub="status"), {"status": node["status"]})
         self.node_uid = created["metadata"]["uid"]
+        try:
+            svc = await self.kube.get("/api/v1/namespaces/default/services/kubernetes")
+            port = next(p["port"] for p in svc["spec"]["ports"] if p.get("name") == "https")
+            self.service_env = kubernetes_service_env(svc["spec"]["clusterIP"], port)
+        except (ApiError, KeyError, StopIteration) as err:
+            log.warning("no `kubernetes` Service (%s): pods get no KUBERNETES_SERVICE_HOST", err)
         log.info("node %s registered (kubelet API on %s:%d)", self.name, self.cfg.node.address, self.cfg.node.kubelet_port)
 
     async def renew_lease(self) -> None:
@@ -223,7 +255,9 @@ class NodeAgent:
         w.rt.pod_ip = ip
         try:
             specs = process_specs(pod, pod_ip=ip, host_ip=self.cfg.node.address,
-                                  allocatable=self.cfg.node.capacity, base_env=self.base_env)
+                                  allocatable=self.cfg.node.capacity, base_env=self.base_env,
+                                  service_env=self.service_env)
+            await self._prepare_volumes(w, pod)
         except SpecError as err:
             w.config_error = ("CreateContainerConfigError", str(err))
             for c in w.containers.values():
@@ -237,6 +271,20 @@ class NodeAgent:
                                  f"agent's Python environment ({sys.prefix}) on {self.name}")
         for spec in specs:
             asyncio.create_task(self._run_container(w, pod, spec))
+
+    async def _prepare_volumes(self, w: PodWorker, pod: dict) -> None:
+        """Write the pod's projected volumes and plan each container's bind mounts (SpecError if a
+        mount cannot be made)."""
+        vols = projected_volumes(pod, allocatable=self.cfg.node.capacity)
+        mounts = {c["name"]: container_mounts(c, vols) for c in pod["spec"]["containers"]}
+        for name, ms in mounts.items():
+            for m in ms:
+                if not under_secrets_root(m.path) and not Path(m.path).is_dir():
+                    raise SpecError(f"container {name}: mountPath {m.path} does not exist on the process node "
+                                    "(only folders under /var/run/secrets are made for a pod)")
+        used = {m.volume for ms in mounts.values() for m in ms}
+        folders = await self.volumes.prepare(pod, {k: v for k, v in vols.items() if k in used})
+        w.binds = {name: [(str(folders[m.volume]), m.path) for m in ms] for name, ms in mounts.items()}
 
     def _log_dir(self, pod: dict, container: str) -> Path:
         m = pod["metadata"]
@@ -253,7 +301,9 @@ class NodeAgent:
             argv = ["ip", "netns", "exec", network.pod_namespace(self.cfg.cluster, w.uid),
                     sys.executable, "-m", "gangctl.nodeagent.shim", "--log", str(c.log_file()),
                     "--status", str(status_file), "--hostname", pod["spec"].get("hostname") or pod["metadata"]["name"],
-                    "--cwd", work, "--parent", str(os.getpid()), "--", *spec.argv]
+                    "--cwd", work, "--parent", str(os.getpid()),
+                    *(a for src, dst in w.binds.get(spec.container, []) for a in ("--bind", f"{src}:{dst}")),
+                    *(a for path in self.hidden for a in ("--hide", path)), "--", *spec.argv]
             from gangctl.nodeagent.shim import set_pdeathsig
             c.proc = await asyncio.create_subprocess_exec(
                 *argv, env=spec.env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
@@ -303,6 +353,7 @@ class NodeAgent:
                 pass
         await network.adelete_pod_network(self.cfg.cluster, w.uid)
         self.pool.give_back(w.rt.pod_ip)
+        self.volumes.release(w.uid)
         if pod is not None:
             try:
                 await self.kube.request("DELETE", PODS.path(pod["metadata"]["namespace"], pod["metadata"]["name"]),
@@ -350,6 +401,7 @@ class NodeAgent:
             w.finished = True
             await network.adelete_pod_network(self.cfg.cluster, w.uid)
             self.pool.give_back(w.rt.pod_ip)
+            self.volumes.release(w.uid)
 
     # --- logs -----------------------------------------------------------------------------------
 
@@ -370,12 +422,37 @@ class NodeAgent:
                 return (files[-2] if previous and len(files) > 1 else files[-1]), lambda: False
         return None
 
+    # --- the kubelet API's callers ---------------------------------------------------------------
+
+    def _client_ca(self) -> Path:
+        if self.cfg.client_ca:
+            return self.cfg.client_ca
+        path, data = kubeconfig_ca(self.kubeconfig, str(self.kubeconfig_path.parent))
+        if path:
+            return Path(path)
+        if not data:
+            raise RuntimeError(f"no cluster CA in {self.kubeconfig_path}: give the agent --client-ca-file")
+        target = self.cfg.state_dir / "pki" / "client-ca.crt"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(base64.b64decode(data))
+        return target
+
+    async def _review(self, review: dict) -> bool:
+        try:
+            answer = await self.kube.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+        except ApiError as err:
+            log.warning("kubelet API: SubjectAccessReview failed: %s", err)
+            return False
+        return bool((answer.get("status") or {}).get("allowed"))
+
     # --- run ------------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.register()
+        os.makedirs(os.path.realpath("/var/run") + "/secrets", exist_ok=True)  # where pods' tmpfs goes
         runner = await serve_kubelet_api(self.lookup_log, self.cfg.node.address, self.cfg.node.kubelet_port,
-                                         self.cfg.state_dir / "pki", self.name)
+                                         self.cfg.state_dir / "pki", self.name, client_ca=self._client_ca(),
+                                         review=self._review)
         self._tasks = [asyncio.create_task(t) for t in (self.renew_lease(), self.post_node_status(), self.informer.run())]
         await stop.wait()
         log.info("node agent %s stopping: killing its pods' processes", self.name)
@@ -384,6 +461,7 @@ class NodeAgent:
         await asyncio.gather(*(self._kill_containers(w, 0) for w in list(self.pods.values())), return_exceptions=True)
         for w in list(self.pods.values()):
             await network.adelete_pod_network(self.cfg.cluster, w.uid)
+            self.volumes.release(w.uid)
         await runner.cleanup()
 
 

@@ -38,8 +38,9 @@ def node_name(prefix: str, index: int) -> str:
 
 def start(cluster: str, kubeconfig: Path, count: int, state: Path, coredns: Path, *,
           prefix: str = "process-node", cpu: str | None = None, memory: str | None = None,
-          first_index: int = 0) -> list[str]:
-    """Start the cluster network and `count` agents; returns the node names."""
+          first_index: int = 0, token_max_age: float | None = None) -> list[str]:
+    """Start the cluster network and `count` agents; returns the node names. Pods see neither the
+    kubeconfig and its keys nor this state folder's netd files (a copy of the kubeconfig)."""
     env = dict(os.environ, KUBECONFIG=str(kubeconfig))
     py = sys.executable
     if not running_from(_pid_dir(state) / f"{NETD}.pid") and not networkrunning(cluster):
@@ -49,7 +50,9 @@ def start(cluster: str, kubeconfig: Path, count: int, state: Path, coredns: Path
     for i in range(first_index, first_index + count):
         name = node_name(prefix, i)
         argv = [py, "-m", "gangctl.cli", "node-agent", "--name", name, "--cluster", cluster, "--index", str(i),
-                "--kubeconfig", str(kubeconfig), "--state-dir", str(state / name)]
+                "--kubeconfig", str(kubeconfig), "--state-dir", str(state / name), "--hide", str(state / NETD)]
+        if token_max_age:
+            argv += ["--token-max-age", str(token_max_age)]
         if cpu:
             argv += ["--cpu", cpu]
         if memory:

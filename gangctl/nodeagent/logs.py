@@ -5,7 +5,8 @@ kube-apiserver answers `pods/log` by proxying to `https://<node InternalIP>:<kub
 &previous=`, so `kubectl logs [-f]` and the kubeflow SDK's `get_job_logs` read the files through
 this server. It is aiohttp (already a dependency) over TLS with a self-signed certificate made by
 the `openssl` command: the apiserver is not given a kubelet CA here (kwokctl sets no
---kubelet-certificate-authority), so it does not verify kubelet certificates.
+--kubelet-certificate-authority), so it does not verify kubelet certificates. Callers, though, are
+authenticated by their client certificate and authorized by the apiserver (kubeletauth.py).
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Awaitable, Callable, Iterable
 
 from aiohttp import web
+
+from gangctl.nodeagent.kubeletauth import Review, auth_middleware
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,7 @@ async def stream_log(path: Path, running: Callable[[], bool], opts: LogOptions,
         await asyncio.sleep(poll)
 
 
-def kubelet_app(lookup: LogLookup) -> web.Application:
+def kubelet_app(lookup: LogLookup, middlewares: tuple = ()) -> web.Application:
     async def container_logs(request: web.Request) -> web.StreamResponse:
         ns, pod, container = (request.match_info[k] for k in ("ns", "pod", "container"))
         try:
@@ -164,7 +167,7 @@ def kubelet_app(lookup: LogLookup) -> web.Application:
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    app = web.Application()
+    app = web.Application(middlewares=list(middlewares))
     app.router.add_get("/containerLogs/{ns}/{pod}/{container}", container_logs)
     app.router.add_get("/healthz", healthz)
     return app
@@ -182,11 +185,16 @@ def self_signed(cert_dir: Path, name: str, ip: str) -> tuple[Path, Path]:
     return cert, key
 
 
-async def serve_kubelet_api(lookup: LogLookup, host: str, port: int, cert_dir: Path, node: str) -> web.AppRunner:
+async def serve_kubelet_api(lookup: LogLookup, host: str, port: int, cert_dir: Path, node: str, *,
+                            client_ca: Path, review: Review) -> web.AppRunner:
+    """The kubelet API over TLS; only callers with a certificate from `client_ca` whom the apiserver
+    authorizes (`review`) get an answer."""
     cert, key = self_signed(cert_dir, node, host)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)
-    runner = web.AppRunner(kubelet_app(lookup), access_log=None)
+    ctx.load_verify_locations(cafile=str(client_ca))
+    ctx.verify_mode = ssl.CERT_OPTIONAL  # none: 401 below; one from another CA: the handshake fails
+    runner = web.AppRunner(kubelet_app(lookup, (auth_middleware(node, review),)), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port, ssl_context=ctx).start()
     return runner

@@ -7,6 +7,10 @@
   listening socket is created in the namespace (setns), the outgoing connection is made on the
   host, and bytes are copied both ways (TLS passes through untouched, so the apiserver's own
   certificate, which names 127.0.0.1, is verified by CoreDNS as usual);
+- relays the `kubernetes` Service's ClusterIP and port (10.96.0.1:443 on a cluster made by
+  `gangctl cluster up`) the same way: the address is put on the namespace's loopback, so pods reach
+  it through their default route (the bridge) as KUBERNETES_SERVICE_HOST/PORT say, and verify the
+  apiserver's certificate, which names that IP (`gangctl cluster up` adds it);
 - runs real CoreDNS (built from the pinned module in integrations/coredns) in that namespace on
   10.244.0.1:53 with the kubernetes plugin for `cluster.local`, reading Services, EndpointSlices
   and Pods through the relay. Pods' resolv.conf names 10.244.0.1, reachable over their veth.
@@ -26,7 +30,8 @@ from pathlib import Path
 
 import yaml
 
-from gangctl.nodeagent.network import API_RELAY_PORT, DNS_IP, ensure_cluster_network, socket_in_netns
+from gangctl.nodeagent.network import (API_RELAY_PORT, DNS_IP, add_local_address, ensure_cluster_network,
+                                       socket_in_netns)
 from gangctl.nodeagent.shim import set_pdeathsig
 
 log = logging.getLogger("gangctl.netd")
@@ -67,6 +72,22 @@ def apiserver_address(kubeconfig: Path) -> tuple[str, int]:
     return host, int(port)
 
 
+async def kubernetes_service(kubeconfig: Path) -> tuple[str, int] | None:
+    """ClusterIP and https port of the `kubernetes` Service in `default` (None if there is none)."""
+    from gangctl.kube.client import ApiError, Kube
+
+    kube = await Kube.connect(kubeconfig)
+    try:
+        svc = await kube.get("/api/v1/namespaces/default/services/kubernetes")
+        port = next(p["port"] for p in svc["spec"]["ports"] if p.get("name") == "https")
+        return svc["spec"]["clusterIP"], int(port)
+    except (ApiError, KeyError, StopIteration) as err:
+        log.warning("no `kubernetes` Service (%s): pods cannot reach the apiserver by it", err)
+        return None
+    finally:
+        await kube.close()
+
+
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(65536):
@@ -98,7 +119,14 @@ async def run(opts: argparse.Namespace) -> int:
     state.mkdir(parents=True, exist_ok=True)
     net = ensure_cluster_network(opts.cluster)
     listener = socket_in_netns(net, "127.0.0.1", API_RELAY_PORT, socket.SOCK_STREAM)
-    server = await serve_relay(listener, apiserver_address(Path(opts.kubeconfig)))
+    upstream = apiserver_address(Path(opts.kubeconfig))
+    server = await serve_relay(listener, upstream)
+    service = await kubernetes_service(Path(opts.kubeconfig))
+    service_server = None
+    if service:
+        add_local_address(net, service[0])
+        service_server = await serve_relay(socket_in_netns(net, *service, socket.SOCK_STREAM), upstream)
+        log.info("API relay on %s:%d (the kubernetes Service) in the namespace", *service)
     kubeconfig = relay_kubeconfig(Path(opts.kubeconfig), state / "coredns-kubeconfig.yaml")
     conf = state / "Corefile"
     conf.write_text(corefile(kubeconfig))
@@ -122,6 +150,8 @@ async def run(opts: argparse.Namespace) -> int:
     await stop.wait()
     watcher.cancel()
     server.close()
+    if service_server:
+        service_server.close()
     if coredns.poll() is None:
         coredns.terminate()
         try:

@@ -3,7 +3,8 @@ network namespace of its own (the "cluster network" namespace). Nothing is added
 network namespace; the host's loopback keeps serving the control plane.
 
     cluster network netns  gangctl-<cluster>-net:  br0 10.244.0.1/16, CoreDNS on 10.244.0.1:53,
-                                                   127.0.0.1:6443 relayed to the host's kube-apiserver
+                                                   127.0.0.1:6443 relayed to the host's kube-apiserver,
+                                                   and the `kubernetes` Service IP:443 (on its lo) too
     pod netns              gc<hash>-<pod uid>:     lo, eth0 10.244.<agent+1>.<n>/16 (veth, peer on br0)
 
 `ip netns exec` bind-mounts /etc/netns/<netns>/{resolv.conf,hosts} over /etc/, which is how each
@@ -99,6 +100,12 @@ def ensure_cluster_network(cluster: str) -> str:
     _ip("-n", net, "link", "set", "lo", "up")
     _ip("-n", net, "link", "set", "br0", "up")
     return net
+
+
+def add_local_address(netns: str, ip: str) -> None:
+    """Own `ip` in `netns` (on its loopback): packets pods route to it through the bridge are
+    delivered to sockets listening there (the `kubernetes` Service's ClusterIP, relayed by netd)."""
+    _ip("-n", netns, "addr", "replace", f"{ip}/32", "dev", "lo")
 
 
 def delete_cluster_network(cluster: str) -> None:

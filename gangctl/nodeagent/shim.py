@@ -1,6 +1,7 @@
 """The per-container supervisor the node agent starts (like a container runtime's shim).
 
-    python -m gangctl.nodeagent.shim --log FILE --status FILE --hostname NAME [--cwd DIR] -- ARGV...
+    python -m gangctl.nodeagent.shim --log FILE --status FILE --hostname NAME [--cwd DIR]
+        [--bind SOURCE:TARGET]... [--hide PATH]... -- ARGV...
 
 It is started by the agent inside the pod's network namespace (`ip netns exec`), and:
 
@@ -11,6 +12,9 @@ It is started by the agent inside the pod's network namespace (`ip netns exec`),
   found and killed too;
 - gives the container its own UTS namespace with the pod's hostname (socket.gethostname() inside
   the pod is the pod's hostname, as in a real container);
+- with --bind/--hide, its own private mount namespace (mountns.py): the pod's volumes (the
+  ServiceAccount token folder) bind-mounted read-only at their mountPath, the agent's credentials
+  covered up;
 - writes stdout/stderr in the CRI log format (`<RFC3339Nano> <stream> <F|P> <text>`), the format
   kubelet serves `containerLogs` from;
 - forwards SIGTERM to the container's main process (graceful stop); when the main process exits,
@@ -112,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hostname")
     parser.add_argument("--cwd")
     parser.add_argument("--parent", type=int, default=0, help="the agent's pid; exit at once if it is gone")
+    parser.add_argument("--bind", action="append", default=[], help="SOURCE:TARGET, mounted read-only")
+    parser.add_argument("--hide", action="append", default=[], help="a path the container must not see")
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     opts = parser.parse_args(argv)
     command = opts.argv[1:] if opts.argv and opts.argv[0] == "--" else opts.argv
@@ -128,6 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     log = CriLog(opts.log)
     started = now_rfc3339()
     status: dict = {"startedAt": started}
+    if opts.bind or opts.hide:
+        from gangctl.nodeagent.mountns import MountError, set_up
+        try:
+            set_up([tuple(b.split(":", 1)) for b in opts.bind], opts.hide)
+        except (MountError, OSError) as err:
+            status.update(exitCode=128, reason="StartError", message=f"mounting the pod's volumes: {err}",
+                          finishedAt=now_rfc3339())
+            with open(opts.status, "w") as f:
+                json.dump(status, f)
+            return 128
     try:
         child = subprocess.Popen(command, cwd=opts.cwd or None, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, start_new_session=True,

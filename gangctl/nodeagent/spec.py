@@ -144,8 +144,9 @@ def container_env(pod: dict, container: dict, *, pod_ip: str | None, host_ip: st
 
 
 def process_specs(pod: dict, *, pod_ip: str | None, host_ip: str, allocatable: dict[str, str],
-                  base_env: dict[str, str]) -> list[ProcessSpec]:
-    """The processes of a pod's containers (init containers are not supported)."""
+                  base_env: dict[str, str], service_env: dict[str, str] | None = None) -> list[ProcessSpec]:
+    """The processes of a pod's containers (init containers are not supported). `service_env`
+    (KUBERNETES_SERVICE_HOST…) comes before the container's own env, which may override it."""
     spec = pod.get("spec") or {}
     if spec.get("initContainers"):
         raise SpecError("initContainers are not supported on process nodes")
@@ -160,6 +161,7 @@ def process_specs(pod: dict, *, pod_ip: str | None, host_ip: str, allocatable: d
                             "entrypoint (the image is not pulled)")
         env = dict(base_env)
         env["HOSTNAME"] = pod_hostname(pod)
+        env.update(service_env or {})
         env.update(own)
         if "PATH" in own and base_env.get("PATH"):
             # The image is not there: the agent's environment (its venv's bin first) must stay reachable.
