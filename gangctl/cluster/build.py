@@ -89,15 +89,28 @@ def pinned_version(module_dir: Path, module_path: str) -> str | None:
 
 
 def version_ldflags(module_dir: Path) -> list[str]:
-    """Stamp Kubernetes binaries with their real version so /version and kwokctl see the truth."""
-    version = pinned_version(module_dir, "k8s.io/kubernetes")
-    if version is None:
-        return []
-    major, minor = version.lstrip("v").split(".")[:2]
+    """Stamp Kubernetes binaries (and helm) with their real version so /version, kwokctl and
+    `helm version` see the truth."""
     flags = []
-    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
-        flags += [f"-X {pkg}.gitVersion={version}", f"-X {pkg}.gitMajor={major}",
-                  f"-X {pkg}.gitMinor={minor}", f"-X {pkg}.gitTreeState=clean"]
+    version = pinned_version(module_dir, "k8s.io/kubernetes")
+    if version is not None:
+        major, minor = version.lstrip("v").split(".")[:2]
+        for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+            flags += [f"-X {pkg}.gitVersion={version}", f"-X {pkg}.gitMajor={major}",
+                      f"-X {pkg}.gitMinor={minor}", f"-X {pkg}.gitTreeState=clean"]
+    helm = pinned_version(module_dir, "helm.sh/helm/v3")
+    if helm is not None:
+        # As helm's own Makefile does: else `helm version` says v3.22, and `helm template` assumes
+        # Kubernetes v1.20 (.Capabilities.KubeVersion) instead of its client-go's version.
+        flags += [f"-X helm.sh/helm/v3/internal/version.version={helm}",
+                  "-X helm.sh/helm/v3/internal/version.gitTreeState=clean"]
+        client_go = pinned_version(module_dir, "k8s.io/client-go")
+        if client_go is not None:
+            minor = client_go.lstrip("v").split(".")[1]
+            for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+                flags += [f"-X {pkg}.k8sVersionMajor=1", f"-X {pkg}.k8sVersionMinor={minor}"]
+    if not flags:
+        return []
     return ["-ldflags", "-s -w " + " ".join(flags)]
 
 
@@ -207,3 +220,52 @@ TRAINER = GoModule("trainer", (
 ))
 JOBSET = GoModule("jobset", (Tool("sigs.k8s.io/jobset", "jobset"),))
 PEER_MODULES = {"trainer": TRAINER, "jobset": JOBSET}
+
+
+# helm renders the chart deploy/helm/gangctl (tests/unit/test_deploy.py compares it with the kustomize
+# output). Built only when asked, cached in its own folder like Kueue and Volcano, never by `make build`:
+#   python -m gangctl.cluster.build helm
+HELM = GoModule("helm", (Tool("helm.sh/helm/v3/cmd/helm", "helm"),))
+TOOL_MODULES = {"helm": HELM}
+
+
+def ensure_tool(name: str, integrations: Path, bin_root: Path, progress: Progress | None = None) -> Path:
+    """Build (or reuse) one pinned command-line tool of TOOL_MODULES; returns the binary."""
+    module = TOOL_MODULES[name]
+    return ensure_module(module, integrations, bin_root, progress) / module.tools[0].binary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gangctl.cluster.build helm`: build (or reuse) a pinned tool, print its path."""
+    import argparse
+    import sys
+    import time
+
+    from gangctl.config import ClusterSettings
+
+    parser = argparse.ArgumentParser(prog="python -m gangctl.cluster.build", description=main.__doc__)
+    parser.add_argument("tool", choices=sorted(TOOL_MODULES))
+    args = parser.parse_args(argv)
+    settings = ClusterSettings()
+    started = time.monotonic()
+    compiled = 0
+
+    def progress(what: str, done: int, total: int, line: str) -> None:
+        nonlocal compiled
+        compiled += line != "built"
+        if line == "built" or compiled % 100 == 0:
+            print(f"  building {what}: {compiled} packages compiled so far" if line != "built"
+                  else f"  built {what} ({done}/{total})", file=sys.stderr, flush=True)
+
+    try:
+        binary = ensure_tool(args.tool, settings.integrations_dir, settings.bin_root, progress)
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.tool} ready in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    print(binary)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
