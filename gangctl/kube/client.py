@@ -75,6 +75,7 @@ class Kube:
         data = None if body is None else json.dumps(body)
         async with self.session.request(method, self.host + path, params=_clean(params), data=data,
                                         headers=await self._headers(content_type),
+                                        server_hostname=self._conf.tls_server_name,  # kubeconfig tls-server-name
                                         timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
             text = await resp.text()
             if resp.status >= 400:
@@ -124,6 +125,7 @@ class Kube:
         params = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(timeout_seconds), "labelSelector": label_selector}
         async with self.session.get(self.host + path, params=_clean(params), headers=await self._headers(),
+                                    server_hostname=self._conf.tls_server_name,
                                     timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)) as resp:
             if resp.status >= 400:
                 text = await resp.text()
