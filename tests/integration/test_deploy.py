@@ -86,6 +86,42 @@ async def test_pod_security_admission_would_refuse_a_weaker_pod(kubeconfig: Path
     assert 'would violate PodSecurity "restricted' in result.stderr, result.stderr
 
 
+def prometheus_operator_crds() -> list[dict]:
+    """ServiceMonitor and PrometheusRule CRDs at the version integrations/prometheus-operator pins."""
+    from gangctl.cluster.build import pinned_version
+    from gangctl.cluster.local import go_module_dir
+
+    wrapper = DEPLOY.parent / "integrations" / "prometheus-operator"
+    module = "github.com/prometheus-operator/prometheus-operator"
+    root = go_module_dir(module, pinned_version(wrapper, module) or "", wrapper) / "example" / "prometheus-operator-crd"
+    return [yaml.safe_load((root / f"monitoring.coreos.com_{plural}.yaml").read_text())
+            for plural in ("servicemonitors", "prometheusrules")]
+
+
+async def test_monitoring_overlay_is_valid_for_prometheus_operator(kubeconfig: Path, kube: Kube, installed_rbac):
+    """With prometheus-operator's CRDs installed, the API server accepts deploy/overlays/monitoring
+    (strict field validation: a field the CRD does not know fails)."""
+    crds = prometheus_operator_crds()
+    made = [c["metadata"]["name"] for c in crds
+            if not await exists(kube, f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{c['metadata']['name']}")]
+    try:
+        applied = kubectl(kubeconfig, "apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "-f", "-",
+                          stdin=yaml.safe_dump_all(crds))
+        assert applied.returncode == 0, applied.stderr
+        ready = kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=30s",
+                        *[f"crd/{c['metadata']['name']}" for c in crds])
+        assert ready.returncode == 0, ready.stderr
+        path = DEPLOY / "overlays" / "monitoring"
+        result = kubectl(kubeconfig, "apply", "--server-side", "--dry-run=server", "-k", str(path))
+        assert result.returncode == 0, result.stderr
+        applied_kinds = {line.split("/")[0] for line in result.stdout.splitlines() if "(server dry run)" in line}
+        assert {"servicemonitor.monitoring.coreos.com", "prometheusrule.monitoring.coreos.com"} <= applied_kinds, result.stdout
+        assert len(result.stdout.splitlines()) == len(kustomize(path)), result.stdout
+    finally:
+        for name in made:
+            kubectl(kubeconfig, "delete", "crd", name, "--wait=false")
+
+
 async def allowed(kube: Kube, attributes: dict) -> bool:
     review = await kube.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
