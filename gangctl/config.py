@@ -64,5 +64,7 @@ class ControllerSettings(BaseSettings):
     scheduler_name: str = Field("scheduler-plugins-scheduler", description="scheduler profile with Coscheduling")
     resync_seconds: float = 300.0
     gang_retry_seconds: float = Field(20.0, description="how often waiting gangs are handed back to the scheduler")
-    backoff_base_seconds: float = 0.5
-    backoff_max_seconds: float = 60.0
+    backoff_base_seconds: float = 0.005
+    backoff_max_seconds: float = 1000.0
+    qps: float = Field(100.0, description="API requests per second, shared by every loop (0: unlimited)")
+    burst: int = Field(200, description="API requests allowed in a burst above qps")

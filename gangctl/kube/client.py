@@ -6,9 +6,10 @@ is where a Python informer spends most of its CPU, so gangctl never does it.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 from kubernetes_asyncio.client import Configuration
@@ -16,6 +17,7 @@ from kubernetes_asyncio.client.rest import RESTClientObject
 
 from gangctl.api.resources import Resource
 from gangctl.kube.auth import load_configuration
+from gangctl.policy.ratelimit import TokenBucket
 
 
 class ApiError(Exception):
@@ -26,6 +28,7 @@ class ApiError(Exception):
         self.status = status
         self.reason = reason
         self.message = message
+        self.retry_after: float | None = None  # seconds the server asked us to wait (429)
 
     @property
     def gone(self) -> bool:
@@ -43,16 +46,25 @@ class ApiError(Exception):
 class Kube:
     """One authenticated session to one API server."""
 
-    def __init__(self, configuration: Configuration):
+    def __init__(self, configuration: Configuration, *, qps: float = 0.0, burst: int = 1):
         self._conf = configuration
         self._rest = RESTClientObject(configuration, maxsize=32)
         self.host = configuration.host.rstrip("/")
+        # One token bucket for every request of this session (client-go's QPS/burst); 0: unlimited.
+        self._bucket = TokenBucket(qps, burst)
+        # Writes go out only while this says yes (the leader elector's fence); None: always.
+        self.write_guard: Callable[[], bool] | None = None
+        self.throttled = 0  # 429 answers seen (the apiserver's Priority and Fairness said wait)
 
     @classmethod
     async def connect(cls, kubeconfig: Path | str | None = None) -> "Kube":
         """A session from `kubeconfig`, else $KUBECONFIG, else in-cluster, else ~/.kube/config
         (gangctl.kube.auth: certificates, token, tokenFile, exec plugins, service-account token)."""
         return cls(await load_configuration(kubeconfig))
+
+    def set_rate_limit(self, qps: float, burst: int) -> None:
+        """Requests per second (0: unlimited) and burst, shared by every loop using this session."""
+        self._bucket = TokenBucket(qps, burst)
 
     async def close(self) -> None:
         await self._rest.close()
@@ -71,20 +83,37 @@ class Kube:
 
     async def _send(self, method: str, path: str, params: dict | None, body: Any, content_type: str,
                     timeout: float) -> str:
-        """The response body as text; an ApiError (with the server's reason and message) on status >= 400."""
+        """The response body as text; an ApiError (with the server's reason and message) on status >= 400.
+
+        Every request waits for the shared rate limit. A 429 (API Priority and Fairness, or a
+        max-in-flight limit) is retried after the server's Retry-After, up to MAX_THROTTLE_RETRIES
+        times, as client-go does; then it is an ApiError like any other."""
+        if method != "GET" and self.write_guard is not None and not self.write_guard():
+            raise ApiError(0, "NotLeader", f"{method} {path} refused: this replica no longer holds the leader lease")
         data = None if body is None else json.dumps(body)
-        async with self.session.request(method, self.host + path, params=_clean(params), data=data,
-                                        headers=await self._headers(content_type),
-                                        server_hostname=self._conf.tls_server_name,  # kubeconfig tls-server-name
-                                        timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-            text = await resp.text()
-            if resp.status >= 400:
-                payload = json.loads(text) if text.startswith("{") else {}
-                raise ApiError(resp.status, payload.get("reason", resp.reason or ""), payload.get("message", text[:500]))
-            return text
+        for attempt in range(MAX_THROTTLE_RETRIES + 1):
+            await self._wait_turn()
+            async with self.session.request(method, self.host + path, params=_clean(params), data=data,
+                                            headers=await self._headers(content_type),
+                                            server_hostname=self._conf.tls_server_name,  # kubeconfig tls-server-name
+                                            timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                text = await resp.text()
+                if resp.status == 429 and attempt < MAX_THROTTLE_RETRIES:
+                    self.throttled += 1
+                    await asyncio.sleep(retry_after(resp.headers.get("Retry-After")))
+                    continue
+                if resp.status >= 400:
+                    raise _api_error(resp.status, resp.reason, text)
+                return text
+        raise AssertionError("unreachable")
+
+    async def _wait_turn(self) -> None:
+        delay = self._bucket.reserve(asyncio.get_running_loop().time())
+        if delay > 0:
+            await asyncio.sleep(delay)
 
     async def request(self, method: str, path: str, *, params: dict | None = None, body: Any = None,
-                      content_type: str = "application/json", timeout: float = 60) -> dict:
+                      content_type: str = "application/json", timeout: float = 30) -> dict:
         text = await self._send(method, path, params, body, content_type, timeout)
         return json.loads(text) if text else {}
 
@@ -116,24 +145,90 @@ class Kube:
         return await self.request("PATCH", path, body=obj, content_type="application/apply-patch+yaml",
                                   params={"fieldManager": field_manager, "force": "true" if force else None})
 
+    async def json_patch(self, path: str, ops: list[dict]) -> dict:
+        return await self.request("PATCH", path, body=ops, content_type="application/json-patch+json")
+
+    async def remove_finalizer(self, path: str, obj: dict, finalizer: str) -> None:
+        """Remove one finalizer, leaving any others (the garbage collector's foregroundDeletion…):
+        a JSON patch that first tests the entry is where the cached copy says. A stale copy (the
+        test fails: 422) is read again once; a gone object is fine."""
+        for _ in range(2):
+            finalizers = (obj.get("metadata") or {}).get("finalizers") or []
+            if finalizer not in finalizers:
+                return
+            at = f"/metadata/finalizers/{finalizers.index(finalizer)}"
+            try:
+                await self.json_patch(path, [{"op": "test", "path": at, "value": finalizer},
+                                             {"op": "remove", "path": at}])
+                return
+            except ApiError as err:
+                if err.not_found:
+                    return
+                if err.status != 422:
+                    raise
+            try:
+                obj = await self.get(path)
+            except ApiError as err:
+                if err.not_found:
+                    return
+                raise
+        raise ApiError(409, "Conflict", f"finalizer {finalizer} of {path} kept moving")
+
     async def merge_patch(self, path: str, patch: dict) -> dict:
         return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
+    async def list_pages(self, path: str, *, label_selector: str | None = None, limit: int = 500,
+                         page_timeout: float = 60) -> AsyncIterator[dict]:
+        """A LIST in pages of `limit` (`limit`/`continue`), each page a dict with items and metadata.
+
+        Each page has its own timeout, so a long list is not a failure. A continue token that expired
+        (410) raises ApiError: the caller starts the list again."""
+        token: str | None = None
+        while True:
+            page = await self.request("GET", path, params={"labelSelector": label_selector, "limit": limit,
+                                                            "continue": token}, timeout=page_timeout)
+            yield page
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
 
     async def watch(self, path: str, resource_version: str, *, label_selector: str | None = None,
                     timeout_seconds: int = 300) -> AsyncIterator[dict]:
         """Yield watch events (dicts with type and object) until the server ends the stream."""
         params = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(timeout_seconds), "labelSelector": label_selector}
+        await self._wait_turn()
         async with self.session.get(self.host + path, params=_clean(params), headers=await self._headers(),
                                     server_hostname=self._conf.tls_server_name,
-                                    timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)) as resp:
+                                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=30,
+                                                                  sock_read=timeout_seconds + 30)) as resp:
+            if resp.status == 429:
+                self.throttled += 1
+                raise _api_error(resp.status, resp.reason, await resp.text(),
+                                 retry_after(resp.headers.get("Retry-After")))
             if resp.status >= 400:
-                text = await resp.text()
-                payload = json.loads(text) if text.startswith("{") else {}
-                raise ApiError(resp.status, payload.get("reason", ""), payload.get("message", text[:500]))
+                raise _api_error(resp.status, resp.reason, await resp.text())
             async for line in resp.content:
                 if line.strip():
                     yield json.loads(line)
+
+
+MAX_THROTTLE_RETRIES = 10  # client-go's maxRetries for 429 with Retry-After
+
+
+def retry_after(header: str | None, default: float = 1.0, cap: float = 30.0) -> float:
+    """Seconds to wait from a Retry-After header (seconds only, as the apiserver sends it)."""
+    try:
+        return min(cap, max(0.0, float(header))) if header else default
+    except ValueError:
+        return default
+
+
+def _api_error(status: int, reason: str | None, text: str, retry_after_seconds: float | None = None) -> "ApiError":
+    payload = json.loads(text) if text.startswith("{") else {}
+    err = ApiError(status, payload.get("reason", reason or ""), payload.get("message", text[:500]))
+    err.retry_after = retry_after_seconds
+    return err
 
 
 def _clean(params: dict | None) -> dict | None:

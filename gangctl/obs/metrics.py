@@ -47,6 +47,9 @@ class Metrics:
                                         "policy stays in force; absent ConfigMap: 1 and no quota)", registry=registry)
         self.quota_policy_errors = Counter("gangctl_quota_policy_errors_total",
                                            "Quota policy ConfigMap versions rejected as invalid", registry=registry)
+        self.api_throttled = Counter("gangctl_api_throttled_total",
+                                     "API requests the apiserver answered 429 (Priority and Fairness): retried "
+                                     "after its Retry-After", registry=registry)
         self.quota_policy_valid.set(1)
         for phase in PHASES:
             self.trainjobs.labels(phase).set(0)

@@ -30,6 +30,11 @@ from gangctl.runtime.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
+# A key whose reconcile the API refuses this many times in a row, for a reason a retry will not
+# change (400 Bad Request, 403 Forbidden, 422 Invalid), gets a Synced=False condition saying why.
+STUCK_AFTER_FAILURES = 3
+PERMANENT_STATUSES = frozenset({400, 403, 422})
+
 # The object each backend's gang is watched through. Kueue's Workloads are Kueue's, not labelled by
 # gangctl: they are watched whole and mapped to their TrainJob through the child Job they belong to.
 GANG_RESOURCES = {name: backend.watch for name, backend in BACKENDS.items()}
@@ -58,18 +63,23 @@ class Controller:
         self.settings = settings
         self.metrics = Metrics(registry or CollectorRegistry())
         self.queue = WorkQueue(settings.backoff_base_seconds, settings.backoff_max_seconds)
+        kube.set_rate_limit(settings.qps, settings.burst)
         ns = settings.namespace
         managed = f"{MANAGED_BY}={MANAGER}"
         self.caches = Caches(
             trainjobs=Informer(kube, TRAINJOBS, namespace=ns, handlers=[self._on_trainjob]),
             runtimes=Informer(kube, TRAINING_RUNTIMES, namespace=ns, handlers=[self._on_runtime]),
             cluster_runtimes=Informer(kube, CLUSTER_TRAINING_RUNTIMES, handlers=[self._on_runtime]),
-            jobs=Informer(kube, JOBS, namespace=ns, label_selector=managed, handlers=[self._on_child]),
-            pods=Informer(kube, PODS, namespace=ns, label_selector=managed, handlers=[self._on_child]),
-            services=Informer(kube, SERVICES, namespace=ns, label_selector=managed, handlers=[self._on_child]),
+            jobs=Informer(kube, JOBS, namespace=ns, label_selector=managed, handlers=[self._on_child],
+                          index_label=TRAINJOB_NAME),
+            pods=Informer(kube, PODS, namespace=ns, label_selector=managed, handlers=[self._on_child],
+                          index_label=TRAINJOB_NAME),
+            services=Informer(kube, SERVICES, namespace=ns, label_selector=managed, handlers=[self._on_child],
+                              index_label=TRAINJOB_NAME),
             groups={name: Informer(kube, resource, namespace=ns,
                                    label_selector=None if name == "kueue" else managed,
-                                   handlers=[self._on_workload if name == "kueue" else self._on_child])
+                                   handlers=[self._on_workload if name == "kueue" else self._on_child],
+                                   index_label=JOB_UID_LABEL if name == "kueue" else None)
                     for name, resource in GANG_RESOURCES.items() if name in backends},
         )
         events = EventRecorder(kube)
@@ -91,13 +101,21 @@ class Controller:
         self._retry_timer: asyncio.TimerHandle | None = None
 
     # --- event handlers: only enqueue keys -------------------------------------------------------
-    def _on_trainjob(self, _: str, obj: dict) -> None:
-        self.queue.add(object_key(obj))
+    def _on_trainjob(self, event: str, obj: dict) -> None:
+        key = object_key(obj)
+        if event == "DELETED":
+            # Nothing about a deleted TrainJob stays in memory or in the metrics.
+            self.reconciler.forget(key, obj)
+            self.gate.forget(key)
+            self.queue.forget(key)
+        self.queue.add(key)
 
     def _on_child(self, event: str, obj: dict) -> None:
         meta = obj["metadata"]
         if event == "DELETED" and obj.get("kind") in ("Pod", "PodGroup"):
             self.capacity_changed()
+        if event == "DELETED" and obj.get("kind") == "Job":
+            self.reconciler.forget_job(meta.get("uid", ""))
         owner = (meta.get("labels") or {}).get(TRAINJOB_NAME)
         if owner:
             self.queue.add(f"{meta['namespace']}/{owner}")
@@ -143,8 +161,12 @@ class Controller:
     def informers(self) -> list[Informer]:
         return [*self.caches.all(), self.policy_configmaps]
 
+    def problems(self) -> list[str]:
+        """Why this replica's caches cannot be trusted now (empty: ready)."""
+        return [p for inf in self.informers() if (p := inf.problem()) is not None]
+
     def ready(self) -> bool:
-        return all(inf.synced.is_set() for inf in self.informers())
+        return not self.problems()
 
     async def run(self, leading: asyncio.Event | None = None) -> None:
         informers = [asyncio.create_task(inf.run(), name=f"informer-{inf.resource.plural}")
@@ -176,6 +198,8 @@ class Controller:
                 self.metrics.reconcile_errors.labels(reason).inc()
                 delay = self.queue.add_rate_limited(key)
                 log.info("reconcile %s: %s; retry in %.1fs", key, err, delay)
+                if self.queue.failures(key) == STUCK_AFTER_FAILURES and err.status in PERMANENT_STATUSES:
+                    await self._report_stuck(key, err)
             except Exception:  # a bug for one job must not stop the others
                 self.metrics.reconcile_errors.labels("Exception").inc()
                 delay = self.queue.add_rate_limited(key)
@@ -183,6 +207,12 @@ class Controller:
             finally:
                 self.queue.done(key)
                 self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
+
+    async def _report_stuck(self, key: str, err: ApiError) -> None:
+        try:
+            await self.reconciler.report_stuck(key, err)
+        except ApiError as again:
+            log.info("could not record the error on %s: %s", key, again)
 
     async def _resync(self) -> None:
         while True:
@@ -197,7 +227,10 @@ class Controller:
             self.retry_waiting_gangs()
 
     async def _gauges(self) -> None:
+        throttled = 0
         while True:
+            self.metrics.api_throttled.inc(self.kube.throttled - throttled)
+            throttled = self.kube.throttled
             self.metrics.queue_depth.set(len(self.queue))
             self.metrics.set_phases(Counter(phase(tj.get("status")) for tj in self.caches.trainjobs.cache.values()))
             await asyncio.sleep(1.0)
