@@ -133,7 +133,11 @@ class LocalCluster:
                                # nodes' kubelet API wants one signed by the cluster CA (kwokctl's one
                                # certificate, used by every component, is).
                                "kubelet-client-certificate": str(self.state_dir / "pki" / "admin.crt"),
-                               "kubelet-client-key": str(self.state_dir / "pki" / "admin.key")},
+                               "kubelet-client-key": str(self.state_dir / "pki" / "admin.key"),
+                               # kwokctl turns API Priority and Fairness off and max-in-flight to 0;
+                               # a real apiserver has both (its defaults), and gangctl is tested under them.
+                               "enable-priority-and-fairness": "true",
+                               "max-requests-inflight": "400", "max-mutating-requests-inflight": "200"},
             "kube-controller-manager": {"bind-address": LOOPBACK, **NODE_MONITOR_ARGS},
             "kube-scheduler": {"bind-address": LOOPBACK},
             "kwok-controller": {"server-address": f"{LOOPBACK}:{ports.kwok}", "manage-all-nodes": "false",

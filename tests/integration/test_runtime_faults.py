@@ -128,29 +128,44 @@ def _metric_sum(text: str, name: str, *labels: str) -> float:
 
 async def test_throttled_by_priority_and_fairness_it_backs_off_and_converges(kube, kubeconfig, controller,
                                                                            namespace, tmp_path):
+    from gangctl.kube.client import Kube
     from gangctl.processes import ControllerProcess
     from tests.integration.test_auth_leader import service_account, token_for, user_kubeconfig
 
-    binding = await service_account(kube, namespace, "throttled", "cluster-admin")
-    # One seat, and a request that finds it taken is refused at once (429): real throttling.
+    bindings = [await service_account(kube, namespace, sa, "cluster-admin") for sa in ("throttled", "noisy")]
+    # Three seats (one share of the server's 600), and a request that finds them taken is refused at
+    # once (429). gangctl's user and a noisy neighbour share them, each under its own FlowSchema.
     await kube.create("/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations", {
         "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
         "metadata": {"name": FLOW},
         "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 1, "lendablePercent": 0,
                                                 "limitResponse": {"type": "Reject"}}}})
-    await kube.create("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", {
-        "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema", "metadata": {"name": FLOW},
-        "spec": {"priorityLevelConfiguration": {"name": FLOW}, "matchingPrecedence": 90,
-                 "rules": [{"subjects": [{"kind": "ServiceAccount",
-                                          "serviceAccount": {"namespace": namespace, "name": "throttled"}}],
-                            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
-                                               "clusterScope": True, "namespaces": ["*"]}],
-                            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}})
-    token = await token_for(kube, namespace, "throttled")
-    config = user_kubeconfig(kubeconfig, tmp_path / "throttled.yaml", {"token": token})
+    for sa in ("throttled", "noisy"):
+        await kube.create("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", {
+            "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema", "metadata": {"name": f"{FLOW}-{sa}"},
+            "spec": {"priorityLevelConfiguration": {"name": FLOW}, "matchingPrecedence": 90,
+                     "rules": [{"subjects": [{"kind": "ServiceAccount",
+                                              "serviceAccount": {"namespace": namespace, "name": sa}}],
+                                "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                                                   "clusterScope": True, "namespaces": ["*"]}],
+                                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}})
+    config = user_kubeconfig(kubeconfig, tmp_path / "throttled.yaml",
+                             {"token": await token_for(kube, namespace, "throttled")})
+    noisy = await Kube.connect(user_kubeconfig(kubeconfig, tmp_path / "noisy.yaml",
+                                               {"token": await token_for(kube, namespace, "noisy")}))
     throttled = ControllerProcess(config, tmp_path / "throttled.log")
     jobs = [f"t{i}" for i in range(12)]
+    done = asyncio.Event()
+
+    async def neighbour() -> None:
+        """Sixteen requests at a time into the same three seats, until the TrainJobs are done (≤ 180 s)."""
+        deadline = time.monotonic() + 180
+        while not done.is_set() and time.monotonic() < deadline:
+            await asyncio.gather(*(noisy.get(f"/api/v1/namespaces/{namespace}/pods") for _ in range(16)),
+                                 return_exceptions=True)
+
     controller.stop()  # only the throttled controller serves these TrainJobs
+    load = asyncio.create_task(neighbour())
     try:
         before = await kube.text("/metrics")
         throttled.start()
@@ -167,22 +182,27 @@ async def test_throttled_by_priority_and_fairness_it_backs_off_and_converges(kub
         after = await kube.text("/metrics")
         ours = await asyncio.to_thread(_read, throttled.url + "/metrics")
     finally:
+        done.set()
+        await load
+        await noisy.close()
         throttled.stop()
         controller.start()
         await wait_ready(controller)
-        await kube.delete(f"/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/{FLOW}")
+        for sa in ("throttled", "noisy"):
+            await kube.delete(f"/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/{FLOW}-{sa}")
         await kube.delete(f"/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/{FLOW}")
-        await kube.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{binding}")
-    label = f'flow_schema="{FLOW}"'
+        for binding in bindings:
+            await kube.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{binding}")
+    label = f'flow_schema="{FLOW}-throttled"'
     rejected = (_metric_sum(after, "apiserver_flowcontrol_rejected_requests_total", label)
                 - _metric_sum(before, "apiserver_flowcontrol_rejected_requests_total", label))
     dispatched = (_metric_sum(after, "apiserver_flowcontrol_dispatched_requests_total", label)
                   - _metric_sum(before, "apiserver_flowcontrol_dispatched_requests_total", label))
-    assert rejected > 0, "the apiserver throttled gangctl's user (429s)"
+    assert rejected > 0, "the apiserver refused some of gangctl's requests (429)"
     assert _metric_sum(ours, "gangctl_api_throttled_total") > 0, "gangctl saw the 429s and waited them out"
     rate = (rejected + dispatched) / elapsed
-    print(f"[throttle] {len(jobs)} TrainJobs Complete in {elapsed:.1f}s; apiserver dispatched {dispatched:.0f}, "
-          f"rejected {rejected:.0f} ({rate:.1f} requests/s)")
+    print(f"[throttle] {len(jobs)} TrainJobs Complete in {elapsed:.1f}s; gangctl's requests dispatched "
+          f"{dispatched:.0f}, rejected {rejected:.0f} ({rate:.1f}/s)")
     assert rate < 40, f"no hot loop: {rate:.1f} requests/s from a controller answered 429"
 
 
