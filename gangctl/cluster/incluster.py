@@ -108,8 +108,8 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def controller_process(pod: dict) -> tuple[list[str], dict[str, str]] | None:
-    """argv and environment of the `gangctl controller` process of a pod on a process node."""
+def controller_process(pod: dict) -> tuple[int, list[str], dict[str, str]] | None:
+    """pid, argv and environment of the `gangctl controller` process of a pod on a process node."""
     cid = ((pod.get("status") or {}).get("containerStatuses") or [{}])[0].get("containerID") or ""
     if not cid.startswith("process://"):
         return None
@@ -120,5 +120,5 @@ def controller_process(pod: dict) -> tuple[list[str], dict[str, str]] | None:
         except OSError:
             continue
         if "controller" in argv and any(a.endswith("gangctl") for a in argv[:2]):
-            return argv, dict(e.split("=", 1) for e in environ if "=" in e)
+            return pid, argv, dict(e.split("=", 1) for e in environ if "=" in e)
     return None

@@ -86,7 +86,7 @@ async def test_deployment_on_process_nodes_serves_trainjobs_and_hands_over(
             assert pod["spec"]["serviceAccountName"] == incluster.SERVICE_ACCOUNT
             found = incluster.controller_process(pod)
             assert found, f"no `gangctl controller` process under {pod['metadata']['name']}"
-            argv, env = found
+            _, argv, env = found
             assert "--leader-elect" in argv and "--kubeconfig" not in argv, argv
             # in-cluster configuration: no kubeconfig of the agent's, the `kubernetes` Service's address
             assert "KUBECONFIG" not in env and env["KUBERNETES_SERVICE_HOST"] == "10.96.0.1", env
