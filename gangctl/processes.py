@@ -94,8 +94,9 @@ class ControllerProcess:
                  *self.args],
                 env=env, stdout=log, stderr=subprocess.STDOUT)
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int | None:
-        """Signal it and wait (SIGKILL after `timeout`); its exit code (None if it was not running)."""
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int | None:
+        """Signal it and wait (SIGKILL after `timeout`: SIGTERM drains for up to 10 s, then releases its
+        leader Lease); its exit code (None if it was not running)."""
         code = None
         if self.proc:
             if self.proc.poll() is None:

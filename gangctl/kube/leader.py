@@ -5,6 +5,12 @@ and writes the Lease. Give the elector its own `Kube` client, not the controller
 not pass the controller's write guard (which is this elector's `still_leading`), and a busy
 controller client must not delay a renewal (client-go's leader election uses its own client too).
 
+Beyond client-go: a standby also watches the Lease, so it tries again as soon as the Lease changes
+(a release is taken over in one round trip, and each renewal is observed when it is written, so a
+dead leader's lease is judged expired 15 s after its last renewal rather than up to a retry period
+later), and it wakes exactly when the observed lease runs out. Without RBAC `watch` on leases it
+polls every retry period, as client-go.
+
     elector = LeaderElector(lease_kube, "gangctl-system", "gangctl-controller", identity())
     kube.write_guard = elector.still_leading    # no write once the renew deadline has passed
     task = asyncio.create_task(elector.run())   # returns when leadership is lost (elector.lost is set)
@@ -25,8 +31,8 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from gangctl.kube.client import ApiError, Kube
-from gangctl.policy.leader import (LeaseTimings, Observation, lease_object, may_take, next_record, observe,
-                                   record_of, released_record, still_leading)
+from gangctl.policy.leader import (LeaseTimings, Observation, lease_object, may_take, next_attempt_in, next_record,
+                                   observe, record_of, released_record, still_leading)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +62,7 @@ class LeaderElector:
         self.lost = asyncio.Event()      # set when a leader failed to renew within the renew deadline
         self._observed: Observation | None = None
         self._last_renewal: float | None = None
+        self._changed = asyncio.Event()  # the Lease changed (seen by the watch): look again at once
         self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
 
     async def acquired(self) -> None:
@@ -66,10 +73,26 @@ class LeaderElector:
         return still_leading(self._last_renewal, self.clock(), self.timings)
 
     async def run(self) -> None:
-        """Acquire (retrying every retry period), then renew every retry period; return when a renewal
-        did not succeed within the renew deadline (leadership lost: `lost` is set)."""
-        while not await self._try_acquire_or_renew(self.timings.retry_period * 2):
-            await asyncio.sleep(self.timings.retry_period * (1 + JITTER * random.random()))
+        """Acquire, then renew every retry period; return when a renewal did not succeed within the
+        renew deadline (leadership lost: `lost` is set).
+
+        A standby tries again every retry period (client-go's polling), and also as soon as a watch
+        on the Lease shows a change (a release is taken over in one round trip, and a renewal is
+        observed when it happens, not up to a period later) or the holder's Lease runs out."""
+        watch = asyncio.create_task(self._watch_lease(), name="leader-lease-watch")
+        try:
+            while True:
+                self._changed.clear()
+                if await self._try_acquire_or_renew(self.timings.retry_period * 2):
+                    break
+                retry = self.timings.retry_period * (1 + JITTER * random.random())
+                try:
+                    await asyncio.wait_for(self._changed.wait(),
+                                           next_attempt_in(self._observed, self.identity, self.clock(), retry))
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            watch.cancel()
         self.leading.set()
         log.info("leader election: %s acquired lease %s/%s", self.identity, self.namespace, self.name)
         while True:
@@ -82,6 +105,24 @@ class LeaderElector:
                 if await self._try_acquire_or_renew(left):
                     break
                 await asyncio.sleep(min(self.timings.retry_period, max(0.0, left)))
+
+    async def _watch_lease(self) -> None:
+        collection = self._path.rsplit("/", 1)[0]
+        while True:
+            try:
+                async for event in self.kube.watch(collection, "", timeout_seconds=300):
+                    if ((event.get("object") or {}).get("metadata") or {}).get("name") == self.name:
+                        self._changed.set()
+            except asyncio.CancelledError:
+                raise
+            except ApiError as err:
+                if err.status == 403:  # RBAC without `watch` on leases: polling alone, as client-go
+                    log.info("leader election: cannot watch leases in %s (%s); polling only", self.namespace, err)
+                    return
+                log.debug("leader election: lease watch ended: %r", err)
+            except Exception as err:  # polling goes on meanwhile
+                log.debug("leader election: lease watch ended: %r", err)
+            await asyncio.sleep(self.timings.retry_period)
 
     def _lose(self) -> None:
         self._last_renewal = None

@@ -82,6 +82,14 @@ def may_take(observed: Observation, identity: str, now: float) -> bool:
     return not holder or holder == identity or not lease_valid(observed, now)
 
 
+def next_attempt_in(observed: Observation | None, identity: str, now: float, retry_period: float) -> float:
+    """Seconds until a standby tries again: the retry period, or less when another holder's Lease
+    expires sooner (so a dead leader is replaced when its Lease runs out, not up to a period later)."""
+    if observed is None or not observed.record.holder or observed.record.holder == identity:
+        return retry_period
+    return max(0.0, min(retry_period, observed.at + observed.record.lease_duration_seconds - now))
+
+
 def next_record(current: LeaderRecord, identity: str, wall_now: datetime, timings: LeaseTimings) -> LeaderRecord:
     """What to write to acquire or renew: a renewal keeps acquireTime and the transition count; a
     takeover (also of an empty Lease) counts one more transition, as client-go does."""

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gangctl.kube.auth import load_configuration
 from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.leader import LeaderElector
 from gangctl.policy.leader import LeaseTimings
@@ -145,6 +146,31 @@ async def test_token_file_is_re_read_when_rotated_and_tls_server_name_is_honoure
             await client.close()
 
 
+async def test_in_cluster_configuration_and_service_account_token_rotation(kube, kubeconfig, namespace, tmp_path):
+    """What a pod sees (KUBERNETES_SERVICE_HOST/PORT, token and ca.crt in the service-account folder),
+    here in a folder of the test's own."""
+    for name in ("first", "second"):
+        await service_account(kube, namespace, name, None)
+    cluster = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]
+    host, port = cluster["server"].removeprefix("https://").rsplit(":", 1)
+    folder = tmp_path / "serviceaccount"
+    folder.mkdir()
+    (folder / "ca.crt").write_text(Path(cluster["certificate-authority"]).read_text())
+    (folder / "token").write_text(await token_for(kube, namespace, "first"))
+    env = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
+    client = Kube(await load_configuration(None, environ=env, serviceaccount_dir=folder))
+    try:
+        assert await whoami(client) == f"system:serviceaccount:{namespace}:first"
+        (folder / "token.new").write_text(await token_for(kube, namespace, "second"))
+        (folder / "token.new").replace(folder / "token")
+
+        async def rotated() -> bool:
+            return await whoami(client) == f"system:serviceaccount:{namespace}:second"
+        await eventually(rotated, 5, "the rotated service-account token in use")
+    finally:
+        await client.close()
+
+
 # --- (b) an exec credential plugin -------------------------------------------------------------------------
 async def test_exec_plugin_kubeconfig_runs_the_controller_and_refreshes_before_expiry(kube, kubeconfig, namespace,
                                                                                        tmp_path):
@@ -236,8 +262,8 @@ async def test_leader_election_handover_on_sigterm_and_failover_on_sigkill(kube,
         failover = time.monotonic() - sent
         assert (await lease(kube, namespace))["spec"]["leaseTransitions"] == transitions + 1
         print(f"\n[leader election] handover after SIGTERM {handover:.1f}s, failover after SIGKILL {failover:.1f}s")
-        assert handover < 5
-        assert failover < 20
+        assert handover < 3.5, "SIGTERM: drained, released, taken over by the watching standby"
+        assert failover < 18, "SIGKILL: taken over when the 15 s lease runs out"
     finally:
         for r in replicas.values():
             r.stop()

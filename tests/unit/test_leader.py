@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gangctl.policy.leader import (LeaderRecord, LeaseTimings, Observation, lease_object, lease_valid, may_take,
+                                   next_attempt_in,
                                    micro_time, next_record, observe, record_of, released_record, still_leading)
 
 T = LeaseTimings()
@@ -101,3 +102,12 @@ def test_the_write_fence_closes_at_the_renew_deadline():
 def test_micro_time_is_utc_with_microseconds():
     plus_two = datetime(2026, 11, 3, 14, 0, 0, 5, tzinfo=timezone(timedelta(hours=2)))
     assert micro_time(plus_two) == "2026-11-03T12:00:00.000005Z"
+
+
+def test_a_standby_retries_when_the_holders_lease_runs_out_not_a_period_later():
+    seen = observe(None, held_by("a_1"), 100.0)
+    assert next_attempt_in(seen, "b_2", 101.0, 2.0) == 2.0
+    assert next_attempt_in(seen, "b_2", 113.5, 2.0) == pytest.approx(1.5)
+    assert next_attempt_in(seen, "b_2", 116.0, 2.0) == 0.0
+    assert next_attempt_in(None, "b_2", 116.0, 2.0) == 2.0
+    assert next_attempt_in(observe(None, LeaderRecord(), 100.0), "b_2", 100.0, 2.0) == 2.0
