@@ -21,13 +21,24 @@ The controller gates only TrainJobs in the policy's namespaces, as Kueue (with i
 `manageJobsWithoutQueueName: false`) leaves jobs without a queue alone. A job that reaches `plan`
 from a namespace in no team waits with the reason "namespace X is in no team of the quota policy",
 as a Kueue job whose LocalQueue does not exist stays pending.
+
+Two rules for when the gate may decide at all (the I/O side, `quota_gate`, applies them):
+- `needs_admission` / `awaiting_start`: a gate that starts deciding (controller start, or a policy
+  in force again after none) first waits until every TrainJob of the policy's namespaces that was
+  in its cache and may ask for admission has been reconciled under that policy; deciding from the
+  jobs reconciled so far would pass over an earlier or higher-priority job not looked at yet.
+- `held_namespaces` / `invalid_policy_message`: an invalid policy with no valid one before it
+  (fail closed) holds the jobs of every namespace the invalid text still names, or of every
+  namespace when it names none that can be read, with the reason `QuotaPolicyInvalid`.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
+
+import yaml
 
 from gangctl.api.quantity import format_quantity, parse_quantity
 from gangctl.policy.admission import (Amount, Decision, Quotas, Verdict, Workload, decide, headroom, queue_key,
@@ -35,6 +46,7 @@ from gangctl.policy.admission import (Amount, Decision, Quotas, Verdict, Workloa
 from gangctl.policy.quota import QuotaPolicy
 from gangctl.policy.quota_kueue import MANAGED, team_namespaces
 from gangctl.policy.quota_volcano import priority_classes
+from gangctl.policy.status import finished
 
 POLICY_NAMESPACE = "gangctl-system"
 POLICY_CONFIGMAP = "gangctl-quota-policy"
@@ -56,6 +68,65 @@ def stored_policy(text: str) -> list[dict]:
 def coscheduling_objects(policy: QuotaPolicy, text: str) -> list[dict]:
     """Everything `policy apply` writes for coscheduling; `text` is the policy YAML to store."""
     return [*team_namespaces(policy), *priority_classes(policy), *stored_policy(text)]
+
+
+# The Running=False reasons of a TrainJob the gate holds.
+WAITING_FOR_QUOTA = "WaitingForQuota"
+POLICY_INVALID = "QuotaPolicyInvalid"
+
+
+def held_namespaces(text: str | None) -> frozenset[str] | None:
+    """The namespaces an invalid policy text still names: each team's `namespaces` (a string counts
+    as one), else its `name` (a team's namespace by default). None when it names none that can be
+    read (not YAML, no list of teams, no key at all): the gate then holds every namespace."""
+    try:
+        data = yaml.safe_load(text) if text is not None else None
+    except yaml.YAMLError:
+        return None
+    teams = data.get("teams") if isinstance(data, dict) else None
+    out: set[str] = set()
+    for team in teams if isinstance(teams, list) else []:
+        if not isinstance(team, dict):
+            continue
+        names = team.get("namespaces")
+        if isinstance(names, str):
+            names = [names]
+        if not isinstance(names, list) or not names:
+            names = [team.get("name")]
+        out.update(n for n in names if isinstance(n, str) and n)
+    return frozenset(out) or None
+
+
+def invalid_policy_message(error: str, namespaces: frozenset[str] | None) -> str:
+    """Why a held job waits while the stored policy is invalid and no valid one was ever loaded."""
+    scope = (f"namespace{'s' if len(namespaces) > 1 else ''} {', '.join(sorted(namespaces))}"
+             if namespaces is not None else "any namespace (it names none that can be read)")
+    return (f"the quota policy in ConfigMap {POLICY_NAMESPACE}/{POLICY_CONFIGMAP} is invalid and no valid policy "
+            f"was loaded before, so gangctl admits no TrainJob of {scope}: {error}. Check the file with "
+            f"`gangctl policy validate FILE` and store it again with `gangctl policy apply FILE --backend "
+            f"coscheduling` (or delete the ConfigMap to run without quota)")
+
+
+def needs_admission(trainjob: Mapping, admission: Mapping | None) -> bool:
+    """Whether a TrainJob may ask for admission: none recorded, not finished, not being deleted and
+    not suspended by the user."""
+    return (admission is None and not finished(trainjob.get("status"))
+            and not (trainjob.get("metadata") or {}).get("deletionTimestamp")
+            and not (trainjob.get("spec") or {}).get("suspend"))
+
+
+def awaiting_start(expected: Iterable[str], trainjobs: Mapping[str, Mapping], seen: set[str],
+                   admission_of: Callable[[Mapping], Mapping | None]) -> set[str]:
+    """Of the TrainJobs a starting gate expects to hear about (`expected`: those of its namespaces
+    that needed admission when it started), the ones still to be reconciled: not `seen` (reconciled
+    since), still there and still needing admission (`admission_of`: the gate's view of
+    status.admission). The gate decides nothing while this is not empty."""
+    out = set()
+    for key in expected:
+        tj = trainjobs.get(key)
+        if key not in seen and tj is not None and needs_admission(tj, admission_of(tj)):
+            out.add(key)
+    return out
 
 
 def no_team_reason(namespace: str) -> str:

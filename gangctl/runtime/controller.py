@@ -191,7 +191,9 @@ class Controller:
         while (key := await self.queue.get()) is not None:
             started = time.perf_counter()
             try:
+                epoch = self.gate.epoch
                 await self.reconciler.reconcile(key)
+                self.gate.reconciled(key, epoch)   # a starting gate decides once it has heard of every job
                 self.queue.forget(key)
             except ApiError as err:
                 reason = "Conflict" if err.conflict else err.reason or str(err.status)

@@ -7,6 +7,19 @@ simulator runs; this module is the I/O around it:
   `gangctl policy apply --backend coscheduling`), read through an informer. An invalid version is
   logged and counted (`gangctl_quota_policy_errors_total`, `gangctl_quota_policy_valid` 0) and the
   last valid policy stays in force; a deleted ConfigMap turns the gate off (no quota: jobs run).
+- fail closed: an invalid ConfigMap with no valid policy before it (a controller started on a bad
+  edit, or a bad policy stored where there was none) holds the coscheduling TrainJobs of every
+  namespace the invalid text still names (`quota_coscheduling.held_namespaces`: teams' namespaces,
+  else their names), or of every namespace when it names none that can be read (not YAML, no list
+  of teams), with `Running=False` reason `QuotaPolicyInvalid` and the validation error; jobs
+  admitted before keep their admission. A valid version admits them normally; deleting the
+  ConfigMap turns the gate off.
+- the gate decides nothing before both informers have synced and every TrainJob of the policy's
+  namespaces that needed admission then has been reconciled under the policy (`wants`, `forget`, or
+  `reconciled`, which the controller calls after each reconcile): deciding from the jobs reconciled
+  so far would pass over an earlier or higher-priority one. The same holds whenever a policy comes
+  into force where none was. A job whose reconcile keeps failing delays the start by at most
+  `start_timeout_seconds` (logged).
 - a TrainJob is admitted when its `status.admission` is set. Only this gate writes that field, by
   server-side apply under its own field manager `gangctl-admission`, so the reconciler (manager
   `gangctl`) and the gate never clobber each other's fields. Admission state lives in the
@@ -40,9 +53,11 @@ from gangctl.obs.metrics import Metrics
 from gangctl.policy.admission import GPU, Amount, Quotas, Verdict, Workload
 from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
 from gangctl.policy.quota_check import check_policy
-from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, Growable, NodeRange,
-                                               Pending, admission_record, admitted_workload, grow, grown_record,
-                                               plan, priority_value, timestamp)
+from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_INVALID, POLICY_KEY, POLICY_NAMESPACE,
+                                               WAITING_FOR_QUOTA, Growable, NodeRange, Pending, admission_record,
+                                               admitted_workload, awaiting_start, grow, grown_record, held_namespaces,
+                                               invalid_policy_message, needs_admission, plan, priority_value,
+                                               timestamp)
 from gangctl.policy.status import finished
 
 log = logging.getLogger(__name__)
@@ -66,7 +81,7 @@ class QuotaGate:
     def __init__(self, kube: Kube, trainjobs: Informer, policy_configmaps: Informer, metrics: Metrics,
                  events: EventRecorder, *, clock: Callable[[], datetime] | None = None,
                  on_change: Callable[[str], None] = lambda key: None,
-                 coalesce_seconds: float = 0.2, retry_seconds: float = 1.0):
+                 coalesce_seconds: float = 0.2, retry_seconds: float = 1.0, start_timeout_seconds: float = 30.0):
         self.kube = kube
         self.trainjobs = trainjobs
         self.policy_configmaps = policy_configmaps
@@ -76,8 +91,18 @@ class QuotaGate:
         self.on_change = on_change
         self.coalesce_seconds = coalesce_seconds
         self.retry_seconds = retry_seconds
+        self.start_timeout_seconds = start_timeout_seconds
         self.policy: QuotaPolicy | None = None
         self.policy_error: str | None = None
+        # An invalid policy and no valid one before it: (namespaces held, None = all; the message).
+        self.hold: tuple[frozenset[str] | None, str] | None = None
+        # Starting: no decision until every job expected at the start has been reconciled under the
+        # policy (`epoch` counts the policies that came into force where none was).
+        self.epoch = 0
+        self.starting = True
+        self._expected: set[str] | None = None
+        self._seen: set[str] = set()
+        self._start_deadline = 0.0
         self._quotas = None
         self._policy_rv: str | None = None
         self._pending: dict[str, tuple[str, Pending]] = {}   # key -> (uid, what it asks)
@@ -105,8 +130,13 @@ class QuotaGate:
 
     def governs(self, namespace: str) -> bool:
         """Whether TrainJobs of this namespace need admission: a policy is in force and names the
-        namespace in a team (others are not gated, as Kueue leaves jobs without a queue alone)."""
-        return self.policy is not None and self.policy.team_of_namespace(namespace) is not None
+        namespace in a team (others are not gated, as Kueue leaves jobs without a queue alone), or
+        an invalid policy, with no valid one before it, holds the namespace (fail closed)."""
+        if self.policy is not None:
+            return self.policy.team_of_namespace(namespace) is not None
+        if self.hold is not None:
+            return self.hold[0] is None or namespace in self.hold[0]
+        return False
 
     def admission(self, trainjob: dict) -> dict | None:
         """`status.admission` as this gate knows it (its own decisions first, then the cache)."""
@@ -126,6 +156,7 @@ class QuotaGate:
               elastic: NodeRange | None = None) -> None:
         """`gang_requests`: the gang floor; `elastic`: an elastic gang's range (admitted with as many
         nodes above the floor as the quota has room for; `status.admission.nodes` caps it)."""
+        self._saw(key)
         if self.policy is None or self.admission(trainjob) is not None:
             return
         meta = trainjob["metadata"]
@@ -147,16 +178,37 @@ class QuotaGate:
             self._growable.pop(key, None)
 
     def forget(self, key: str) -> None:
+        self._saw(key)
         self._pending.pop(key, None)
         self._growable.pop(key, None)
         self._reasons.pop(key, None)
         self._released.add(key)
         self.trigger()
 
+    def reconciled(self, key: str, epoch: int) -> None:
+        """The controller reconciled `key`, having read `epoch` before it started: a starting gate
+        has heard from it (a reconcile begun under an earlier policy does not count)."""
+        if epoch == self.epoch:
+            self._saw(key)
+
+    def _saw(self, key: str) -> None:
+        if self.starting and self.policy is not None:
+            self._seen.add(key)
+            if self._expected and key in self._expected:
+                self.trigger()
+
     def pending_reason(self, key: str) -> str | None:
+        if self.policy is None and self.hold is not None:
+            return self.hold[1]
         if key in self._reasons:
             return self._reasons[key]
         return "waiting for quota admission" if key in self._pending else None
+
+    def waiting(self, key: str) -> tuple[str, str]:
+        """The Running=False (reason, message) of a TrainJob this gate holds."""
+        if self.policy is None and self.hold is not None:
+            return POLICY_INVALID, self.hold[1]
+        return WAITING_FOR_QUOTA, f"gangctl quota admission: {self.pending_reason(key) or 'waiting for admission'}"
 
     def trigger(self) -> None:
         self._wake.set()
@@ -178,12 +230,13 @@ class QuotaGate:
         if meta.get("name") != POLICY_CONFIGMAP or meta.get("namespace") != POLICY_NAMESPACE:
             return
         if event == "DELETED":
-            if self.policy is not None:
+            if self.policy is not None or self.hold is not None:
                 log.warning("quota policy ConfigMap %s/%s deleted: coscheduling TrainJobs run without quota",
                             POLICY_NAMESPACE, POLICY_CONFIGMAP)
-            self._set_policy(None, None)
+            self._policy_rv = None
             self.policy_error = None
             self.metrics.quota_policy_valid.set(1)
+            self._set_policy(None, None)
             return
         if meta.get("resourceVersion") == self._policy_rv:
             return
@@ -195,17 +248,30 @@ class QuotaGate:
             self.policy_error = "; ".join(p.format(where) for p in problems) or f"{where}: missing"
             self.metrics.quota_policy_errors.inc()
             self.metrics.quota_policy_valid.set(0)
-            log.warning("invalid quota policy (%s); %s", self.policy_error,
-                        "keeping the last valid policy" if self.policy else "no quota policy in force")
+            if self.policy is not None:
+                log.warning("invalid quota policy (%s); keeping the last valid policy", self.policy_error)
+                return
+            held = held_namespaces(text)
+            log.warning("invalid quota policy (%s) and no valid one before it: holding the coscheduling "
+                        "TrainJobs of %s", self.policy_error,
+                        ", ".join(sorted(held)) if held is not None else "every namespace")
+            self._set_policy(None, None, (held, invalid_policy_message(self.policy_error, held)))
             return
         self.policy_error = None
         self.metrics.quota_policy_valid.set(1)
         log.info("quota policy loaded: %d teams", len(policy.teams))
         self._set_policy(policy, policy.to_quotas(QUANTITY_UNITS))
 
-    def _set_policy(self, policy: QuotaPolicy | None, quotas) -> None:
-        toggled = (policy is None) != (self.policy is None)
-        self.policy, self._quotas = policy, quotas
+    def _set_policy(self, policy: QuotaPolicy | None, quotas,
+                    hold: tuple[frozenset[str] | None, str] | None = None) -> None:
+        toggled = (policy is None) != (self.policy is None) or hold != self.hold
+        if policy is not None and self.policy is None:
+            # A policy comes into force where none was: decide nothing until the jobs it gates have
+            # been reconciled under it (they all are: `toggled` requeues every TrainJob).
+            self.epoch += 1
+            self.starting, self._expected = True, None
+            self._seen.clear()
+        self.policy, self._quotas, self.hold = policy, quotas, hold
         if policy is None:
             self._pending.clear()
             self._reasons.clear()
@@ -246,6 +312,8 @@ class QuotaGate:
         if policy is None:
             return
         cache = self.trainjobs.cache
+        if self.starting and not self._may_start(cache):
+            return
         self._reconcile_overlay(cache)
         released, self._released = self._released, set()
         admitted: list[Workload] = []
@@ -319,6 +387,30 @@ class QuotaGate:
         self._export(policy, by_id.values())
         for enforce in self.enforcers:
             await enforce(policy, quotas)
+
+    def _may_start(self, cache: Mapping[str, dict]) -> bool:
+        """Whether a starting gate has the full view: both informers synced, and every TrainJob of the
+        policy's namespaces that needed admission at the start reconciled under the policy since."""
+        if not (self.trainjobs.synced.is_set() and self.policy_configmaps.synced.is_set()):
+            return False
+        now = asyncio.get_running_loop().time()
+        if self._expected is None:
+            self._expected = {key for key, tj in cache.items()
+                              if self.governs(tj["metadata"]["namespace"]) and needs_admission(tj, self.admission(tj))}
+            self._start_deadline = now + self.start_timeout_seconds
+            log.info("quota gate: %d TrainJobs may ask for admission; deciding once each has been reconciled",
+                     len(self._expected))
+        left = awaiting_start(self._expected, cache, self._seen, self.admission)
+        if left and now < self._start_deadline:
+            self.retry_later()
+            return False
+        if left:
+            log.warning("quota gate: %d TrainJobs not reconciled after %.0fs (e.g. %s); deciding without them",
+                        len(left), self.start_timeout_seconds, ", ".join(sorted(left)[:5]))
+        self.starting, self._expected = False, None
+        self._seen.clear()
+        log.info("quota gate: deciding (%d TrainJobs asking for admission)", len(self._pending))
+        return True
 
     async def _grow(self, policy: QuotaPolicy, quotas, cache: Mapping[str, dict], by_id: dict[str, Workload]) -> None:
         """Admitted elastic jobs below their maximum take the room their team has, when no job of the

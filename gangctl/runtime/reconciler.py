@@ -166,8 +166,7 @@ class Reconciler:
                 priority_class = (job.pod_template.get("spec") or {}).get("priorityClassName")
                 self.gate.wants(key, trainjob, gang.min_resources, self.gate.priority(job.namespace, priority_class),
                                 NodeRange(gang.min_member, gang.size, gang.per_pod) if job.elastic else None)
-                quota_wait = ("WaitingForQuota",
-                              f"gangctl quota admission: {self.gate.pending_reason(key) or 'waiting for admission'}")
+                quota_wait = self.gate.waiting(key)   # WaitingForQuota, or QuotaPolicyInvalid (fail closed)
                 job = dataclasses.replace(job, suspend=True)
             elif job.elastic and admission.get("nodes"):
                 max_nodes = max(gang.min_member, min(job.num_nodes, int(admission["nodes"])))

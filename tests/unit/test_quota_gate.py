@@ -147,3 +147,45 @@ def test_admitted_elastic_jobs_grow_into_their_team_room_unless_a_job_of_the_tea
     record = grown_record(admission_record("a", {GPU: 8}, 1, NOW, nodes=2), {GPU: Fraction(4)}, 3)
     assert record == {"team": "a", "admittedAt": "2025-01-02T03:04:05Z", "priority": 1, "nodes": 3,
                       "requests": {GPU: "12"}}, "charged for 3 nodes; admission time kept (orders victims)"
+
+
+def test_an_invalid_policy_holds_the_namespaces_it_still_names():
+    from gangctl.policy.quota_coscheduling import held_namespaces, invalid_policy_message
+
+    # each team's namespaces (a string counts as one), else its name; whatever else is wrong
+    text = ("teams:\n- {name: a, namespaces: [ns-a1, ns-a2], nominal: {gpu: -1}}\n- {name: b}\n"
+            "- {name: c, namespaces: ns-c}\n- 7\n- {namespaces: [3, '']}\n")
+    assert held_namespaces(text) == {"ns-a1", "ns-a2", "b", "ns-c"}
+    # nothing readable: every namespace (None)
+    for text in (None, "teams: [a, b", "teams: 3", "- just a list", "priorities: {x: 1}", "teams: []", ""):
+        assert held_namespaces(text) is None, text
+    one = invalid_policy_message("p.yaml:3: teams[0].nominal.gpu: bad", frozenset({"ns-a"}))
+    assert "namespace ns-a:" in one and "p.yaml:3: teams[0].nominal.gpu: bad" in one
+    assert "gangctl policy validate" in one and f"{POLICY_NAMESPACE}/{POLICY_CONFIGMAP}" in one
+    assert "namespaces a, b:" in invalid_policy_message("x", frozenset({"b", "a"}))
+    assert "any namespace" in invalid_policy_message("x", None)
+
+
+def test_a_starting_gate_waits_for_every_job_that_may_ask():
+    from gangctl.policy.quota_coscheduling import awaiting_start, needs_admission
+
+    def tj(**kw) -> dict:
+        return {"metadata": {"name": "x", **kw.get("meta", {})}, "spec": kw.get("spec", {}),
+                "status": kw.get("status", {})}
+    record = {"team": "a"}
+    assert needs_admission(tj(), None)
+    assert not needs_admission(tj(), record)
+    assert not needs_admission(tj(spec={"suspend": True}), None)
+    assert not needs_admission(tj(meta={"deletionTimestamp": "2025-01-01T00:00:00Z"}), None)
+    assert not needs_admission(tj(status={"conditions": [{"type": "Complete", "status": "True"}]}), None)
+    cache = {"n/a": tj(), "n/b": tj(), "n/c": tj(status={"admission": record}), "n/d": tj(spec={"suspend": True})}
+
+    def admission_of(t):
+        return (t.get("status") or {}).get("admission")
+    expected = {"n/a", "n/b", "n/c", "n/d", "n/gone"}
+    # a and b not heard of; c was admitted since, d suspended, gone deleted: none of those holds it up
+    assert awaiting_start(expected, cache, set(), admission_of) == {"n/a", "n/b"}
+    assert awaiting_start(expected, cache, {"n/a"}, admission_of) == {"n/b"}
+    assert awaiting_start(expected, cache, {"n/a", "n/b"}, admission_of) == set()
+    # a job created after the start is not waited for
+    assert awaiting_start(expected, {**cache, "n/new": tj()}, {"n/a", "n/b"}, admission_of) == set()
