@@ -9,8 +9,12 @@ import time
 from pathlib import Path
 from typing import Awaitable, Callable
 
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
 from gangctl.api.resources import JOBS, PODS, POD_GROUPS, TRAINJOBS
 from gangctl.kube.client import ApiError, Kube
+from gangctl.processes import ControllerProcess
 
 KWOK_COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
 # KWOK completes a pod between `delay` and `jitter-delay`, and when jitter-delay (5 s unless set) is
@@ -27,6 +31,59 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float, what:
         if time.monotonic() - start > timeout:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+RECONCILES = "gangctl_reconcile_duration_seconds_count"  # reconciles finished (the histogram's count)
+QUEUE_DEPTH = "gangctl_workqueue_depth"                    # keys waiting, refreshed once a second
+GAUGE_PERIOD = 1.0  # gangctl.runtime.controller.Controller._gauges sets the queue depth this often
+
+
+async def scrape(url: str) -> dict[str, float]:
+    """The controller's /metrics as {"name{label=value,...}": value} (histogram buckets left out)."""
+    async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()) if k != "le")
+            if "le" not in s.labels:
+                samples[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return samples
+
+
+async def reconciles(controller: ControllerProcess) -> float:
+    """How many reconciles this controller process has finished so far (0 after a restart)."""
+    return (await scrape(controller.url))[RECONCILES]
+
+
+async def settled(controller: ControllerProcess, since: float, *, at_least: int = 1, timeout: float = 60) -> float:
+    """Wait until the controller has worked off what a change handed it, so that something it did
+    *not* do can be asserted: at least `at_least` reconciles finished past `since` (a `reconciles()`
+    count taken before the change, or 0 for a freshly started process), then a quiet window longer
+    than the queue gauge's period in which no reconcile finishes and every sample shows an empty work
+    queue. Returns the reconcile count then. (A single reconcile running longer than the window would
+    not be seen: the controller exports no in-flight gauge.)"""
+    quiet_for = 1.5 * GAUGE_PERIOD
+    start = time.monotonic()
+    quiet_since: float | None = None
+    last: float | None = None
+    seen: dict[str, float] = {}
+    while True:
+        seen = await scrape(controller.url)
+        now = time.monotonic()
+        count, depth = seen[RECONCILES], seen[QUEUE_DEPTH]
+        if count >= since + at_least and depth == 0 and count == last and quiet_since is not None:
+            if now - quiet_since >= quiet_for:
+                return count
+        else:
+            quiet_since = now
+        last = count
+        if now - start > timeout:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for the controller to settle: "
+                                 f"{count:g} reconciles (needed {since + at_least:g}, then none for "
+                                 f"{quiet_for:g}s), work queue depth {depth:g}")
+        await asyncio.sleep(0.2)
 
 
 def trainjob(name: str, namespace: str, *, nodes: int, gpus: int = 8, runtime: str = "torch-distributed",

@@ -1,7 +1,6 @@
 """TrainJob lifecycle on the real cluster: completion, suspend/resume, restarts, deletion of children."""
 from __future__ import annotations
 
-import asyncio
 import signal
 
 import pytest
@@ -9,7 +8,7 @@ import pytest
 from gangctl.api.resources import JOBS, TRAINJOBS
 from tests.integration.conftest import wait_ready
 from tests.integration.helpers import (bound, eventually, get_trainjob, is_true, jobs_in, pod_group, pods_of,
-                                       submit, trainjob)
+                                       reconciles, settled, submit, trainjob)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -28,12 +27,15 @@ async def test_completed_job_releases_its_gang_and_is_never_recreated(kube, cont
     assert status["jobsStatus"][0]["succeeded"] == 3
 
     # A TTL controller or a user deletes the finished children: nothing comes back.
+    before = await reconciles(controller)
     await kube.delete(JOBS.path(namespace, "short-node-0"), propagation="Background")
 
     async def job_gone() -> bool:
         return not await jobs_in(kube, namespace)
     await eventually(job_gone, 15, "the child Job deleted")
-    await asyncio.sleep(3)
+    # The deletion requeues the TrainJob: wait until the controller has reconciled it and has nothing
+    # left to do, then nothing may have been recreated.
+    await settled(controller, before)
     assert not await jobs_in(kube, namespace), "a finished TrainJob's children are never recreated"
     again = await get_trainjob(kube, namespace, "short")
     assert is_true(again, "Complete")
@@ -74,7 +76,10 @@ async def test_controller_restart_creates_no_duplicates(kube, controller, namesp
     controller.stop(signal.SIGKILL)
     controller.start()
     await wait_ready(controller)
-    await asyncio.sleep(3)  # let the restarted controller reconcile everything it sees
+    # Ready means every TrainJob of the first list is queued: wait until the new process has reconciled
+    # at least that many and its queue is empty (one of them is "steady").
+    trainjobs = len((await kube.get(TRAINJOBS.path()))["items"])
+    await settled(controller, 0, at_least=trainjobs)
 
     assert sorted(p["metadata"]["uid"] for p in await pods_of(kube, namespace, "steady")) == before_pods
     assert [j["metadata"]["uid"] for j in await jobs_in(kube, namespace)] == before_jobs
