@@ -7,6 +7,10 @@ runs a gate of its own) is stopped meanwhile, so this gate is the only one and n
 these TrainJobs: where a job must finish, the test writes its status condition itself, under a
 field manager of its own ("test-reconciler"), as the reconciler would. The path through the
 controller is tests/integration/test_quota_coscheduling.py. No mocks: every read and write goes to the real kube-apiserver.
+
+The last two tests restart the real controller on jobs and a policy made while it was down: its gate
+decides only from the full list, and an invalid policy with no valid one before it holds jobs
+(QuotaPolicyInvalid) until fixed.
 """
 from __future__ import annotations
 
@@ -26,21 +30,24 @@ from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
 from gangctl.policy.admission import GPU
 from gangctl.policy.quota import QuotaPolicy
-from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE
+from gangctl.api.resources import TRAINING_RUNTIMES
+from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, policy_configmap
 from gangctl.policy_apply import apply_policy
 from gangctl.runtime.quota_gate import FIELD_MANAGER, QuotaGate, policy_informer
-from tests.integration.helpers import eventually, get_trainjob, submit, trainjob
+from tests.integration.helpers import (bound, condition, eventually, get_trainjob, pods_of, running, submit,
+                                       trainjob)
+from tests.integration.quota_common import runtime, runtime_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
 CM_PATH = f"/api/v1/namespaces/{POLICY_NAMESPACE}/configmaps/{POLICY_CONFIGMAP}"
 
 
-def policy_yaml(namespace: str, gpus: int = 16) -> str:
+def policy_yaml(namespace: str, gpus: int = 16, preemption: str = "LowerPriority") -> str:
     return yaml.safe_dump({
         "priorities": {"low": 1, "high": 10}, "defaultPriority": "low",
         "teams": [{"name": "team-a", "namespaces": [namespace], "nominal": {"gpu": gpus},
-                   "preemption": {"withinTeam": "LowerPriority"}}]})
+                   "preemption": {"withinTeam": preemption}}]})
 
 
 async def apply_policy_text(kube: Kube, text: str, dry_run: bool = False):
@@ -265,3 +272,117 @@ async def _true(value: bool) -> bool:
 
 async def _eq(awaitable, expected) -> bool:
     return await awaitable == expected
+
+
+# --- through the real controller, restarted on what was made while it was down --------------------
+
+async def install_priority_runtimes(kube: Kube, ns: str) -> None:
+    """TrainingRuntimes gang-low / gang-high in `ns`: coscheduling, pods of that PriorityClass."""
+    for priority in ("low", "high"):
+        await kube.create(TRAINING_RUNTIMES.path(ns), runtime("coscheduling", ns, priority))
+
+
+def prio_job(name: str, ns: str, priority: str) -> dict:
+    return trainjob(name, ns, nodes=1, gpus=8, run_for=None, runtime=runtime_name(priority),
+                    runtime_kind="TrainingRuntime")
+
+
+async def waits_with(kube: Kube, ns: str, name: str, reason: str, *fragments: str) -> bool:
+    cond = condition(await get_trainjob(kube, ns, name), "Running") or {}
+    return cond.get("reason") == reason and all(f in cond.get("message", "") for f in fragments)
+
+
+async def policy_valid_metric(controller) -> float:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session, session.get(controller.url + "/metrics") as resp:
+        text = await resp.text()
+    [line] = [ln for ln in text.splitlines() if ln.startswith("gangctl_quota_policy_valid ")]
+    return float(line.split()[1])
+
+
+async def test_a_restarted_controller_admits_by_priority_and_fifo_over_the_full_list(
+        kube, namespace, controller, clean_policy):
+    """Jobs created while the controller is down, listed so that the ones the policy admits come
+    last: deciding from the jobs reconciled first would admit a00 and a01."""
+    from tests.integration.conftest import wait_ready
+
+    ns = namespace
+    # 16 GPUs: two 8-GPU jobs; no preemption, so a wrong admission would stay.
+    await apply_policy_text(kube, policy_yaml(ns, gpus=16, preemption="Never"))
+    await install_priority_runtimes(kube, ns)
+    await submit(kube, prio_job("z-first", ns, "low"))
+    # creationTimestamp has whole seconds: the fillers must be strictly later than z-first.
+    first = (await get_trainjob(kube, ns, "z-first"))["metadata"]["creationTimestamp"]
+    await eventually(lambda: _later_than(kube, first), 5, "the next second")
+    fillers = [f"a{i:02d}" for i in range(18)]
+    await asyncio.gather(*(submit(kube, prio_job(n, ns, "low")) for n in fillers))
+    await submit(kube, prio_job("z-urgent", ns, "high"))
+    names = [*fillers, "z-first", "z-urgent"]
+
+    log_start = controller.log_path.stat().st_size if controller.log_path.exists() else 0
+    controller.start()
+    try:
+        await wait_ready(controller)
+        # Quota holds two: once two are admitted, none can be any more (no over-commit, no preemption).
+        await eventually(lambda: _count(admitted_names(kube, ns, names), 2), 30, "two jobs admitted")
+        assert await admitted_names(kube, ns, names) == {"z-urgent", "z-first"}, \
+            "the high-priority job and the earliest low one, as StrictFIFO with priorities orders them"
+        await eventually(lambda: waits_with(kube, ns, "a00", "WaitingForQuota", "gangctl quota admission"), 30,
+                         "a00 shown waiting for quota")
+        log = controller.log_path.read_text()[log_start:]
+        assert "quota gate: deciding" in log and "not reconciled after" not in log, log[-3000:]
+    finally:
+        controller.stop()
+
+
+async def test_an_invalid_policy_at_start_holds_the_jobs_it_names_until_fixed(
+        kube, namespace, controller, clean_policy):
+    from tests.integration.conftest import wait_ready
+
+    ns = namespace
+    stray = (await kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                       "metadata": {"name": f"{ns}-free"}}))["metadata"]["name"]
+    try:
+        # Invalid (negative quota) and no valid policy before it: stored as `policy apply` would.
+        await kube.apply(f"/api/v1/namespaces/{POLICY_NAMESPACE}",
+                         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": POLICY_NAMESPACE}}, "gangctl-tests")
+        await kube.apply(CM_PATH, policy_configmap(policy_yaml(ns, gpus=-8)), "gangctl-tests")
+        await submit(kube, trainjob("held", ns, nodes=1, gpus=8, run_for=None))
+        await submit(kube, trainjob("free", stray, nodes=1, gpus=8, run_for=None))
+
+        controller.start()
+        try:
+            await wait_ready(controller)
+            await eventually(lambda: waits_with(kube, ns, "held", "QuotaPolicyInvalid", "teams[0].nominal.gpu",
+                                                "gangctl policy validate", f"namespace {ns}:"), 30,
+                             "the job held with QuotaPolicyInvalid and the validation error")
+            # A namespace the invalid policy does not name is not gated.
+            await eventually(lambda: running(kube, stray, "free"), 30, "the job of another namespace running")
+            assert await policy_valid_metric(controller) == 0
+            tj = await get_trainjob(kube, ns, "held")
+            assert "admission" not in tj["status"]
+            assert await pods_of(kube, ns, "held") == [], "a held job runs no pod"
+            with pytest.raises(ApiError) as err:
+                await kube.get(f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups/held")
+            assert err.value.not_found, "a held job has no PodGroup"
+
+            # Fixed: admitted normally, and it runs.
+            await apply_policy_text(kube, policy_yaml(ns, gpus=16))
+            await eventually(lambda: running(kube, ns, "held"), 60, "the held job admitted and running")
+            assert (await admission(kube, ns, "held"))["team"] == "team-a"
+            assert len(bound(await pods_of(kube, ns, "held"))) == 1
+            assert await policy_valid_metric(controller) == 1
+        finally:
+            controller.stop()
+    finally:
+        await kube.delete(f"/api/v1/namespaces/{stray}")
+
+
+async def _later_than(kube: Kube, stamp: str) -> bool:
+    from gangctl.policy.quota_coscheduling import timestamp
+    return datetime.now(timezone.utc).timestamp() >= timestamp(stamp) + 1.05
+
+
+async def _count(awaitable, n: int) -> bool:
+    return len(await awaitable) >= n
