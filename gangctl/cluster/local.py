@@ -219,6 +219,31 @@ class LocalCluster:
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.state_dir, ignore_errors=True)
 
+    def restart_component(self, name: str, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        """Stop one component (`sig`, SIGKILL after `timeout`) and start it again exactly as kwokctl
+        did (same binary, arguments, environment, working directory, log file); returns the new pid.
+        A real restart for fault tests: kwokctl itself restarts only whole clusters."""
+        pid_file = self.state_dir / "pids" / f"{name}.pid"
+        pid = int(pid_file.read_text().strip())
+        proc = Path(f"/proc/{pid}")
+        argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+        env = dict(line.decode().split("=", 1) for line in (proc / "environ").read_bytes().split(b"\0")
+                   if b"=" in line)
+        cwd = os.readlink(proc / "cwd")
+        os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+            while running(pid):
+                time.sleep(0.05)
+        with (self.logs_dir / f"{name}.log").open("ab") as log:
+            child = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        pid_file.write_text(str(child.pid))
+        return child.pid
+
     def components(self) -> list[dict]:
         """Each component's name and whether its process is running."""
         if not self.exists():

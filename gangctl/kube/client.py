@@ -88,13 +88,16 @@ class Kube:
         Every request waits for the shared rate limit. A 429 (API Priority and Fairness, or a
         max-in-flight limit) is retried after the server's Retry-After, up to MAX_THROTTLE_RETRIES
         times, as client-go does; then it is an ApiError like any other."""
-        if method != "GET" and self.write_guard is not None and not self.write_guard():
-            raise ApiError(0, "NotLeader", f"{method} {path} refused: this replica no longer holds the leader lease")
         data = None if body is None else json.dumps(body)
         for attempt in range(MAX_THROTTLE_RETRIES + 1):
             await self._wait_turn()
+            headers = await self._headers(content_type)  # may run an exec plugin
+            # The fence is checked last, right before the request leaves: rate-limit waits, 429
+            # retries and credential refreshes can all outlast a renew deadline.
+            if method != "GET" and self.write_guard is not None and not self.write_guard():
+                raise ApiError(0, "NotLeader", f"{method} {path} refused: this replica no longer holds the leader lease")
             async with self.session.request(method, self.host + path, params=_clean(params), data=data,
-                                            headers=await self._headers(content_type),
+                                            headers=headers,
                                             server_hostname=self._conf.tls_server_name,  # kubeconfig tls-server-name
                                             timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 text = await resp.text()

@@ -22,6 +22,8 @@ import random
 import time
 from typing import Callable, Iterable
 
+import aiohttp
+
 from gangctl.api.resources import Resource
 from gangctl.kube.client import ApiError, Kube
 
@@ -31,6 +33,9 @@ Handler = Callable[[str, dict], None]  # (event type, object)
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 BACKOFF_START, BACKOFF_CAP = 0.8, 30.0   # client-go reflector's initial and maximum backoff
+# No answer at all (connection refused or reset: an apiserver restarting) costs the server nothing,
+# and the controller should resume within seconds of it coming back: a lower cap for that case.
+UNREACHABLE_CAP = 2.0
 STALE_AFTER = 30.0                        # failing this long makes the informer not ready
 
 
@@ -51,10 +56,11 @@ def strip(obj: dict) -> dict:
     return obj
 
 
-def backoff_delay(failures: int, rng: random.Random) -> float:
-    """Exponential from 0.8 s, capped at 30 s, with up to 100 % jitter (no thundering re-lists)."""
-    base = min(BACKOFF_CAP, BACKOFF_START * 2.0 ** min(failures, 16))
-    return min(BACKOFF_CAP, base * (1.0 + rng.random()))
+def backoff_delay(failures: int, rng: random.Random, cap: float = BACKOFF_CAP) -> float:
+    """Exponential from 0.8 s, capped at `cap` (30 s for an answered error), with up to 100 % jitter
+    (no thundering re-lists)."""
+    base = min(cap, BACKOFF_START * 2.0 ** min(failures, 16))
+    return min(cap, base * (1.0 + rng.random()))
 
 
 class Informer:
@@ -109,13 +115,18 @@ class Informer:
 
     def write_through(self, obj: dict) -> None:
         """Put an object this process just wrote (the API's answer) into the cache, when it is newer
-        than the cached copy, so the next reconcile does not decide from what it wrote over. The
-        watch delivers the same version later, and that event is what notifies handlers."""
+        than what the cache knows, so the next reconcile neither decides from what it wrote over nor
+        writes again what it just wrote (a 1,024-pod gang triggers hundreds of reconciles before the
+        watch shows its PodGroup). The watch delivers the same version later, and that event is
+        what notifies handlers."""
         key = object_key(obj)
         cached = self.cache.get(key)
-        if cached is None or cached["metadata"].get("uid") != obj["metadata"].get("uid"):
-            return
-        if not _newer(obj, cached):
+        if cached is None:
+            # Just created: cached only if the watch has not passed its version yet (else the watch
+            # has delivered it, or its deletion, already: inserting it could bring back the dead).
+            if not _newer(obj, {"metadata": {"resourceVersion": self._rv}}):
+                return
+        elif cached["metadata"].get("uid") != obj["metadata"].get("uid") or not _newer(obj, cached):
             return
         obj = strip(_with_kind(obj, self.resource))
         self.cache[key] = obj
@@ -136,16 +147,18 @@ class Informer:
                     self._rv = ""
                     continue
                 await self._failed(err, err.retry_after)
-            except Exception as err:  # connection reset, apiserver restart, timeouts
+            except (OSError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as err:  # apiserver restarting
+                await self._failed(err, None, cap=UNREACHABLE_CAP)
+            except Exception as err:  # timeouts, garbled streams
                 await self._failed(err, None)
 
-    async def _failed(self, err: Exception, retry_after: float | None) -> None:
+    async def _failed(self, err: Exception, retry_after: float | None, cap: float = BACKOFF_CAP) -> None:
         """Back off (the server's Retry-After when it gave one), then watch again from where we were."""
         self._failures += 1
         if self._failing_since is None:
             self._failing_since = time.monotonic()
         self._last_error = str(err) or type(err).__name__
-        delay = retry_after if retry_after is not None else backoff_delay(self._failures - 1, self._rng)
+        delay = retry_after if retry_after is not None else backoff_delay(self._failures - 1, self._rng, cap)
         level = logging.INFO if self._failures == 1 else logging.WARNING
         log.log(level, "watch of %s failed (%s); retrying in %.1fs", self.resource.plural, self._last_error, delay)
         await asyncio.sleep(delay)

@@ -26,8 +26,9 @@ def bearer_token(header: str | None) -> str | None:
     return token.strip() or None
 
 
-def make_app(registry: CollectorRegistry, ready: Callable[[], bool],
+def make_app(registry: CollectorRegistry, problems: Callable[[], list[str]],
              authorize: Authorize | None = None) -> web.Application:
+    """`problems()`: why this replica is not ready (its caches cannot be trusted); empty when ready."""
     async def metrics(request: web.Request) -> web.Response:
         if authorize is not None:
             status = await authorize(bearer_token(request.headers.get("Authorization")), request.path)
@@ -40,9 +41,10 @@ def make_app(registry: CollectorRegistry, ready: Callable[[], bool],
         return web.Response(text="ok")
 
     async def readyz(_: web.Request) -> web.Response:
-        if ready():
+        found = problems()
+        if not found:
             return web.Response(text="ok")
-        return web.Response(status=503, text="informers not synced")
+        return web.Response(status=503, text="not ready:\n" + "\n".join(found) + "\n")
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)

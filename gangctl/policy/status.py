@@ -84,6 +84,15 @@ def set_condition(conditions: list[dict], ctype: str, status: bool, reason: str,
                                       CONDITION_ORDER.index(c["type"]) if c["type"] in CONDITION_ORDER else 99))
 
 
+def bound_progress(bound: int, size: int) -> str:
+    """How much of a gang is bound, in tenths for gangs over ten pods: the message changes (and the
+    status is written) at most ten times while a 1,024-pod gang binds, not once per pod."""
+    if size <= 10:
+        return f"{bound}/{size} pods of the gang are bound"
+    step = -(-size // 10)
+    return f"at least {bound // step * step}/{size} pods of the gang are bound"
+
+
 def is_true(status: dict | None, ctype: str) -> bool:
     return any(c["type"] == ctype and c["status"] == "True" for c in (status or {}).get("conditions") or [])
 
@@ -146,7 +155,7 @@ def derive_status(previous: dict | None, jobs: list[ChildJob], gang: GangObserva
                                   f"all {gang.min_member} pods of the gang are bound", now, gen)
             gang_status.setdefault("boundAt", precise_timestamp(now))
         else:
-            bound = f"{gang.bound}/{gang.min_member} pods of the gang are bound"
+            bound = bound_progress(gang.bound, gang.min_member)
             reason, message = waiting if waiting else ("WaitingForGang", bound)
             conds = set_condition(conds, RUNNING, False, reason, message if not waiting else f"{message} ({bound})",
                                   now, gen)

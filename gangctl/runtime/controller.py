@@ -165,9 +165,6 @@ class Controller:
         """Why this replica's caches cannot be trusted now (empty: ready)."""
         return [p for inf in self.informers() if (p := inf.problem()) is not None]
 
-    def ready(self) -> bool:
-        return not self.problems()
-
     async def run(self, leading: asyncio.Event | None = None) -> None:
         informers = [asyncio.create_task(inf.run(), name=f"informer-{inf.resource.plural}")
                      for inf in self.informers()]
@@ -263,7 +260,7 @@ async def run_controller(settings: ControllerSettings) -> int:
         log.info("gang backends served by this cluster: %s", ", ".join(sorted(backends)) or "none")
         controller = Controller(kube, settings, backends=backends)
         authorize = AccessReviewer(control).check if settings.metrics_auth else None
-        runner = await serve(make_app(controller.metrics.registry, controller.ready, authorize),
+        runner = await serve(make_app(controller.metrics.registry, controller.problems, authorize),
                              settings.metrics_host, settings.metrics_port)
         log.info("serving /metrics%s /healthz /readyz on http://%s:%d", " (token-reviewed)" if authorize else "",
                  settings.metrics_host, settings.metrics_port)

@@ -237,7 +237,7 @@ class Reconciler:
             if not kueue_owned:
                 await self._ensure(JOBS, self.caches.jobs, desired)
             elif observed_job is None and not job.suspend:
-                await self._create(JOBS, desired)
+                await self._create(JOBS, self.caches.jobs, desired)
         except ApiError as err:
             if observed_job is None and err.status == 422:
                 # Valid to the TrainJob API, refused as a child (a request over its limit, an env name
@@ -462,13 +462,14 @@ class Reconciler:
         want = meta.get("annotations", {}).get(SPEC_HASH)
         if cached is not None and want and (cached["metadata"].get("annotations") or {}).get(SPEC_HASH) == want:
             return
-        await self.kube.apply(resource.path(meta["namespace"], meta["name"]), obj, self.field_manager)
+        cache.write_through(await self.kube.apply(resource.path(meta["namespace"], meta["name"]), obj,
+                                                  self.field_manager))
 
-    async def _create(self, resource: Resource, obj: dict) -> None:
+    async def _create(self, resource: Resource, cache: Informer, obj: dict) -> None:
         """Create once (an object another controller takes over after creation); exists already: fine."""
         meta = obj["metadata"]
         try:
-            await self.kube.create(resource.path(meta["namespace"]), obj)
+            cache.write_through(await self.kube.create(resource.path(meta["namespace"]), obj))
         except ApiError as err:
             if not err.conflict:
                 raise

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -209,3 +210,156 @@ async def test_throttled_by_priority_and_fairness_it_backs_off_and_converges(kub
 def _read(url: str) -> str:
     with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
         return resp.read().decode()
+
+
+def _http(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError as err:  # not listening yet
+        return 0, str(err)
+
+
+async def test_readyz_names_the_cache_it_cannot_fill_until_access_is_granted(kube, kubeconfig, namespace, tmp_path):
+    from gangctl.processes import ControllerProcess
+    from tests.integration.test_auth_leader import service_account, token_for, user_kubeconfig
+
+    # The built-in `view` role reads pods and Jobs but not TrainJobs (a CRD nobody aggregated into it).
+    view = await service_account(kube, namespace, "reader", "view")
+    config = user_kubeconfig(kubeconfig, tmp_path / "reader.yaml", {"token": await token_for(kube, namespace, "reader")})
+    ctl = ControllerProcess(config, tmp_path / "reader.log")
+    ctl.start()
+    granted = f"{view}-admin"
+    try:
+        async def refused() -> bool:
+            status, body = await asyncio.to_thread(_http, ctl.url + "/readyz")
+            return status == 503 and "trainjobs: not listed yet" in body and "Forbidden" in body
+        await eventually(refused, 30, "/readyz 503 naming the TrainJob cache and the 403")
+        await kube.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": granted},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]})
+
+        async def ready() -> bool:
+            return (await asyncio.to_thread(_http, ctl.url + "/readyz"))[0] == 200
+        waited = await eventually(ready, 60, "/readyz 200 once the ServiceAccount may list TrainJobs")
+        print(f"[readyz] ready {waited:.1f}s after the grant (watch backoff capped at 30 s)")
+    finally:
+        ctl.stop()
+        for binding in (view, granted):
+            await kube.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{binding}")
+
+
+async def test_five_apiserver_restarts_mid_run_lose_and_duplicate_nothing(kube, controller, cluster_settings,
+                                                                         namespace):
+    from gangctl.cluster.lifecycle import local_cluster
+
+    cluster = local_cluster(cluster_settings)
+    names = [f"r{i}" for i in range(15)]
+    await asyncio.gather(*(submit(kube, trainjob(n, namespace, nodes=2, gpus=1, run_for="8s")) for n in names))
+    resumed = []
+    for restart in range(5):
+        # SIGTERM (graceful, up to 10 s to drain) and SIGKILL (a crash) in turn: the real kube-apiserver.
+        sig = signal.SIGTERM if restart % 2 == 0 else signal.SIGKILL
+        await asyncio.to_thread(cluster.restart_component, "kube-apiserver", sig, 10)
+
+        async def apiserver_ready() -> bool:
+            try:
+                return await kube.text("/readyz", timeout=2) == "ok"
+            except Exception:  # noqa: BLE001 - not listening yet
+                return False
+        await eventually(apiserver_ready, 90, "kube-apiserver ready again", interval=0.1)
+        back = time.monotonic()
+        probe = f"after-{restart}"
+
+        async def submitted() -> bool:  # the test's own pooled connections may have died with the server
+            try:
+                await submit(kube, trainjob(probe, namespace, nodes=1, gpus=1, run_for="1s"))
+            except ApiError as err:
+                return err.conflict
+            except Exception:  # noqa: BLE001 - a stale keep-alive connection
+                return False
+            return True
+        await eventually(submitted, 10, f"{probe} submitted", interval=0.1)
+
+        async def served() -> bool:
+            return bool(await _child_jobs(kube, namespace, probe))
+        await eventually(served, 30, f"gangctl serving again after restart {restart + 1}", interval=0.1)
+        resumed.append(time.monotonic() - back)
+        assert controller.alive(), "the controller process survives an apiserver restart"
+        names.append(probe)
+    print(f"[apiserver restarts] TrainJob served {', '.join(f'{s:.1f}' for s in resumed)} s after /readyz")
+    assert max(resumed) <= 10, f"resumed within 10 s of the apiserver's /readyz: {resumed}"
+
+    async def all_complete() -> bool:
+        listing = await kube.get(TRAINJOBS.path(namespace))
+        return sum(is_true(tj, "Complete") for tj in listing["items"]) == len(names)
+    await eventually(all_complete, 120, "every TrainJob Complete", interval=1)
+    for tj in (await kube.get(TRAINJOBS.path(namespace)))["items"]:
+        status = tj["status"]
+        assert not (status.get("restarts") or {}).get("user"), f"{tj['metadata']['name']}: nothing charged"
+        nodes = tj["spec"]["trainer"]["numNodes"]
+        assert status["jobsStatus"][0]["succeeded"] == nodes, f"{tj['metadata']['name']}: ran once"
+    pods = (await kube.get(f"/api/v1/namespaces/{namespace}/pods"))["items"]
+    per_job: dict[str, int] = {}
+    for pod in pods:
+        owner = pod["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name")
+        per_job[owner] = per_job.get(owner, 0) + 1
+    expected = {tj["metadata"]["name"]: tj["spec"]["trainer"]["numNodes"]
+                for tj in (await kube.get(TRAINJOBS.path(namespace)))["items"]}
+    assert per_job == expected, "exactly one pod per node of each TrainJob: no attempt ran twice"
+
+
+async def _child_jobs(kube, namespace: str, name: str) -> list[dict]:
+    return (await kube.get(JOBS.path(namespace), labelSelector=f"jobset.sigs.k8s.io/jobset-name={name}"))["items"]
+
+
+async def test_controller_sigkilled_every_few_seconds_while_gangs_queue(kube, controller, namespace):
+    import random
+
+    from gangctl.api.resources import JOBS as JOB_RESOURCE
+    from gangctl.cluster.audit import PodAuditor, settled_audit
+    from gangctl.kube.informer import Informer
+    from gangctl.plugins.names import TRAINJOB_NAME
+
+    # 40 gangs of 2 x 8 GPUs want 640 GPUs of the cluster's 512: they queue behind each other.
+    names = [f"q{i}" for i in range(40)]
+    pods = PodAuditor()
+    job_uids: dict[str, set[str]] = {}
+
+    def on_job(_: str, job: dict) -> None:
+        owner = (job["metadata"].get("labels") or {}).get(TRAINJOB_NAME)
+        if owner:
+            job_uids.setdefault(owner, set()).add(job["metadata"]["uid"])
+    jobs = Informer(kube, JOB_RESOURCE, namespace=namespace, handlers=[on_job])
+    watchers = [asyncio.create_task(pods.run(kube, namespace)), asyncio.create_task(jobs.run())]
+    rng = random.Random(12)
+    try:
+        await asyncio.gather(*(submit(kube, trainjob(n, namespace, nodes=2, run_for="4s")) for n in names))
+        kills, chaos_until = 0, time.monotonic() + 40
+        while time.monotonic() < chaos_until:
+            await asyncio.sleep(rng.uniform(2, 5))  # the chaos schedule, not a wait for a result
+            controller.stop(signal.SIGKILL)
+            controller.start()
+            kills += 1
+        await wait_ready(controller)
+
+        async def all_finished() -> bool:
+            items = (await kube.get(TRAINJOBS.path(namespace)))["items"]
+            return sum(is_true(tj, "Complete") or is_true(tj, "Failed") for tj in items) == len(names)
+        await eventually(all_finished, 180, "every queued TrainJob finished", interval=1)
+        audit = await settled_audit(kube, namespace)
+    finally:
+        for task in watchers:
+            task.cancel()
+    print(f"[controller kills] {kills} SIGKILLs; {pods.events} pod events; outcomes {audit.outcomes}")
+    assert kills >= 8
+    assert audit.outcomes == {"Complete/JobsCompleted": len(names)}, audit.outcomes
+    assert audit.ok, audit
+    assert audit.restarts == {"user": 0, "infrastructure": 0, "ignored": 0}, "no restart charged"
+    assert pods.ok, f"two live pods for one index: {pods.violations[:3]}"
+    doubles = {name: uids for name, uids in job_uids.items() if len(uids) != 1}
+    assert not doubles, f"exactly one child Job per TrainJob: {doubles}"
+    assert set(job_uids) == set(names)

@@ -53,3 +53,9 @@ def test_cached_objects_lose_managed_fields_and_last_applied():
                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}", "keep": "1"}},
            "spec": {"x": 1}}
     assert strip(obj) == {"metadata": {"name": "a", "annotations": {"keep": "1"}}, "spec": {"x": 1}}
+
+
+def test_an_unreachable_apiserver_is_retried_within_seconds():
+    from gangctl.kube.informer import UNREACHABLE_CAP
+    rng = random.Random(2)
+    assert all(backoff_delay(n, rng, UNREACHABLE_CAP) <= UNREACHABLE_CAP for n in range(50))

@@ -75,3 +75,12 @@ def test_failed_status_keeps_other_conditions():
     assert cond(failed, "Failed")["message"].startswith("spec.trainer.numNodes")
     assert cond(failed, "Running")["status"] == "False"
     assert cond(failed, "Created")["status"] == "True"
+
+
+def test_bound_progress_is_exact_for_small_gangs_and_in_tenths_for_large_ones():
+    from gangctl.policy.status import bound_progress
+    assert bound_progress(3, 4) == "3/4 pods of the gang are bound"
+    shown = {bound_progress(k, 1024) for k in range(1024)}
+    assert len(shown) == 10, "a 1,024-pod gang's message changes ten times while it binds"
+    assert bound_progress(1000, 1024) == "at least 927/1024 pods of the gang are bound"
+    assert bound_progress(102, 1024) == "at least 0/1024 pods of the gang are bound"
