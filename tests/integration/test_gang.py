@@ -1,7 +1,7 @@
 """Gangs on the real scheduler: bound whole, or not at all until capacity appears."""
 from __future__ import annotations
 
-import asyncio
+import time
 
 import pytest
 
@@ -64,14 +64,27 @@ async def test_gang_larger_than_free_capacity_binds_nothing_until_capacity_appea
         return len(await pods_of(kube, namespace, "second")) == second_nodes
     await eventually(second_pods_exist, 30, "the second gang's pods created")
 
-    for _ in range(20):  # ~8 s of samples while the scheduler keeps retrying the second gang
-        assert bound(await pods_of(kube, namespace, "second")) == [], "a gang that does not fit binds no pod"
-        await asyncio.sleep(0.4)
+    pods_seen = time.monotonic()
+
+    async def refused_whole() -> bool:
+        # Sampled all along: no pod of the second gang is ever bound while it does not fit.
+        pods = await pods_of(kube, namespace, "second")
+        assert bound(pods) == [], "a gang that does not fit binds no pod"
+        # Done once the scheduler has tried every pod and refused it (PodScheduled=False), and
+        # gangctl reports the gang as waiting.
+        refused = [p for p in pods if any(c["type"] == "PodScheduled" and c["status"] == "False"
+                                          for c in (p.get("status") or {}).get("conditions") or [])]
+        cond = condition(await get_trainjob(kube, namespace, "second"), "Running") or {}
+        return (len(refused) == second_nodes
+                and (cond.get("status"), cond.get("reason")) == ("False", "WaitingForGang"))
+    await eventually(refused_whole, 60, "every pod of the second gang refused by the scheduler, none bound")
+    assert bound(await pods_of(kube, namespace, "second")) == [], "a gang that does not fit binds no pod"
     waiting = await get_trainjob(kube, namespace, "second")
     running = condition(waiting, "Running")
     assert running and running["status"] == "False" and running["reason"] == "WaitingForGang"
 
     await kube.delete(TRAINJOBS.path(namespace, "first"), propagation="Background")
+    without_capacity = time.monotonic() - pods_seen
 
     async def second_bound() -> bool:
         return len(bound(await pods_of(kube, namespace, "second"))) == second_nodes
@@ -81,4 +94,7 @@ async def test_gang_larger_than_free_capacity_binds_nothing_until_capacity_appea
         return is_true(await get_trainjob(kube, namespace, "second"), "Running")
     await eventually(second_running, 30, "the second TrainJob Running")
     gang = (await get_trainjob(kube, namespace, "second"))["status"]["gang"]
+    # It could not bind before the first gang's deletion (see above): it waited at least that long
+    # (1 s of slack for the controller seeing the pods later than this test did).
+    assert gang["waitSeconds"] >= without_capacity - 1.0, (gang, without_capacity)
     assert gang["waitSeconds"] > 3, "the second gang waited for the first to go"
