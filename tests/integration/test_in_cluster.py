@@ -84,9 +84,13 @@ async def test_deployment_on_process_nodes_serves_trainjobs_and_hands_over(
             logs.follow(pod["metadata"]["name"])
             assert pod["spec"]["nodeName"] in process_nodes, pod["spec"]["nodeName"]
             assert pod["spec"]["serviceAccountName"] == incluster.SERVICE_ACCOUNT
-            found = incluster.controller_process(pod)
-            assert found, f"no `gangctl controller` process under {pod['metadata']['name']}"
-            _, argv, env = found
+            found = []
+
+            async def process_started(pod=pod) -> bool:  # Running means the shim runs; the Python process follows
+                found[:] = [incluster.controller_process(pod)]
+                return found[0] is not None
+            await eventually(process_started, 30, f"`gangctl controller` under {pod['metadata']['name']}")
+            _, argv, env = found[0]
             assert "--leader-elect" in argv and "--kubeconfig" not in argv, argv
             # in-cluster configuration: no kubeconfig of the agent's, the `kubernetes` Service's address
             assert "KUBECONFIG" not in env and env["KUBERNETES_SERVICE_HOST"] == "10.96.0.1", env
