@@ -9,8 +9,10 @@ audit log (`--audit-log-path`, `--audit-policy-file`: every request of gangctl's
 Metadata level, nothing else), installs the overlay with `kubectl apply --server-side -k`, then:
 
 (a) node loss, `--kills` times: SIGKILL of the node agent of the leader's process node (its pods'
-    processes die with it, PDEATHSIG); a 1-node KWOK TrainJob is submitted right after. Measured
-    from the kill: `lease` = the standby holds the Lease, `job` = the TrainJob's child Job exists.
+    processes die with it, PDEATHSIG through the shim); a 1-node KWOK TrainJob is submitted as soon
+    as the old leader's process is gone (milliseconds; before that, it still leads and may create the
+    child Job itself). Measured from the kill: `lease` = the standby holds the Lease, `job` = the
+    TrainJob's child Job exists; the audit log says which pod created it.
     Then the lost Node is deleted, its pod force-deleted (what an operator does about a dead node:
     the pod would otherwise wait out the default 300 s unreachable toleration) and a new process
     node started, so the ReplicaSet's replacement has a node.
@@ -86,6 +88,13 @@ class AuditedCluster(LocalCluster):
         args["kube-apiserver"] = {**args["kube-apiserver"], "audit-policy-file": str(self.audit_policy),
                                   "audit-log-path": str(self.audit_log), "audit-log-maxsize": "0"}
         return args
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def ts(text: str) -> float:
@@ -165,11 +174,18 @@ class Bench:
 
     async def kill_round(self, i: int) -> dict:
         leader, standby = await self.steady()
-        node = (await self.pod(leader))["spec"]["nodeName"]
+        pod = await self.pod(leader)
+        node = pod["spec"]["nodeName"]
         pid = launch.agent_pid(self.state, node)
+        found = incluster.controller_process(pod)
         load = os.getloadavg()[0]
         wall, t0 = time.time(), time.monotonic()
         os.kill(pid, signal.SIGKILL)
+        # The pod's processes die with the agent (PDEATHSIG via the shim), which takes a moment: the
+        # TrainJob goes in once the old leader's process is gone, so the child Job is the new leader's.
+        while found and alive(found[0]):
+            await asyncio.sleep(0.005)
+        died = time.monotonic() - t0
         trainjob = await self.submit()
         lease = job = None
         while lease is None or job is None:
@@ -190,8 +206,9 @@ class Bench:
         await asyncio.to_thread(start_process_nodes, self.settings, self.kubeconfig, 1, lambda m: None,
                                 first_index=self.next_index)
         self.next_index += 1
-        return {"kind": "sigkill-node", "round": i, "old": leader, "new": standby, "at": wall,
-                "lease_s": round(lease, 3), "child_job_s": round(job, 3), "loadavg": load}
+        return {"kind": "sigkill-node", "round": i, "old": leader, "new": standby, "at": wall, "trainjob": trainjob,
+                "old_process_gone_s": round(died, 3), "lease_s": round(lease, 3), "child_job_s": round(job, 3),
+                "loadavg": load}
 
     async def handover_round(self, i: int) -> dict:
         leader, standby = await self.steady()
@@ -226,7 +243,7 @@ class Bench:
         finally:
             os.kill(pid, signal.SIGCONT)
         resumed = time.monotonic()
-        while os.path.exists(f"/proc/{pid}") and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        while alive(pid):
             if time.monotonic() - resumed > 60:
                 raise TimeoutError(f"pause {i}: the deposed leader {leader} (pid {pid}) did not exit")
             await asyncio.sleep(0.1)
@@ -234,7 +251,7 @@ class Bench:
         say(f"pause {i}: {leader} SIGSTOPped; {standby} leads after {took:.2f}s, child Job of {trainjob} "
             f"after {job:.2f}s; SIGCONT after {LEASE_SECONDS + 5:.0f}s: the old leader exited {exited:.2f}s later "
             f"(load {load:.1f})")
-        return {"kind": "sigstop-process", "round": i, "old": leader, "new": standby, "at": wall,
+        return {"kind": "sigstop-process", "round": i, "old": leader, "new": standby, "at": wall, "trainjob": trainjob,
                 "lease_s": round(took, 3), "child_job_s": round(job, 3), "exit_after_sigcont_s": round(exited, 3),
                 "loadavg": load}
 
@@ -265,7 +282,11 @@ def audit(events: list[dict], rounds: list[dict]) -> list[dict]:
         deadline = min(max(renewals) + RENEW_DEADLINE, min(taken))
         late = [e for e in old if e["verb"] in WRITE_VERBS and ts(e["requestReceivedTimestamp"]) > deadline]
         writes_after_event = [e for e in old if e["verb"] in WRITE_VERBS and ts(e["requestReceivedTimestamp"]) > r["at"]]
-        out.append({**r, "deadline_after_event_s": round(deadline - r["at"], 3),
+        creators = sorted({pod_of(e) for e in mine if e["verb"] in ("create", "patch")
+                           and (e.get("objectRef") or {}).get("resource") == "jobs"
+                           and (e.get("objectRef") or {}).get("name") == child_job_name(r.get("trainjob") or "-")
+                           and (e.get("responseStatus") or {}).get("code") == 201})
+        out.append({**r, "deadline_after_event_s": round(deadline - r["at"], 3), "child_job_created_by": creators,
                     "old_writes_after_event": len(writes_after_event),
                     "old_writes_after_deadline": len(late),
                     "late": [{"verb": e["verb"], "resource": (e.get("objectRef") or {}).get("resource"),
@@ -341,6 +362,8 @@ def main() -> int:
         "deposed_leader_writes_after_deadline": {k: sum(r.get("old_writes_after_deadline", 0) for r in v)
                                                  for k, v in by.items()},
         "rounds_not_audited": sum(1 for r in audited if "audit" in r),
+        "child_job_created_by_new_leader": {k: f"{sum(1 for r in v if r.get('child_job_created_by') == [r['new']])}/{len(v)}"
+                                            for k, v in by.items() if k != "sigterm-pod"},
         "audit_events": len(events),
     }
     conditions["audit_log"] = str(audit_log)
