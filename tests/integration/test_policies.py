@@ -15,11 +15,11 @@ import uuid
 
 import pytest
 
-from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, PODS
+from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, PODS, TRAINJOBS
 from gangctl.kube.client import ApiError
 from tests.integration.conftest import wait_ready
 from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, condition, eventually, get_trainjob, is_true, jobs_in,
-                                       pods_of, submit, trainjob)
+                                       pods_of, settled, submit, trainjob)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -152,7 +152,9 @@ async def test_budget_exhausted_names_the_last_failure_and_stays_sticky(kube, co
     controller.stop(signal.SIGKILL)
     controller.start()
     await wait_ready(controller)
-    await asyncio.sleep(4)
+    # Ready means every TrainJob of the first list is queued: once the new process has reconciled at
+    # least that many and its queue is empty, it has decided about "flaky" without its children.
+    await settled(controller, 0, at_least=len((await kube.get(TRAINJOBS.path()))["items"]))
     assert not await jobs_in(kube, namespace), "children of a failed TrainJob are never recreated"
     again = await get_trainjob(kube, namespace, "flaky")
     assert again["status"]["restarts"] == tj["status"]["restarts"]
