@@ -29,8 +29,8 @@ the old pod) received after its deadline = min(last successful Lease renewal + r
 the new leader's first successful Lease write) and before the next round starts (a paused leader's
 pod restarts its container, which may lead again in a later round). Goal: 0.
 
-Each phase waits first for a steady state: 2 pods Running, one holding the Lease, the standby's log
-saying its caches are synced. The cluster is deleted at the end (its audit log is kept, path printed).
+Each round waits first for a steady state: 2 pods Running, one holding the Lease, the standby's
+current container's log saying its caches are synced. The cluster is deleted at the end (its audit log is kept, path printed).
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -114,6 +114,25 @@ def summary(values: list[float]) -> dict:
             "min": round(min(values), 2), "max": round(max(values), 2)}
 
 
+def synced_since_start(pod: dict, log: str) -> bool:
+    """The pod's current container logged `caches synced`. Until a restarted container has a log of
+    its own, the agent serves the previous one (as kubelet's log path may): so the line must be from
+    after the container's start."""
+    running = (((pod.get("status") or {}).get("containerStatuses") or [{}])[0].get("state") or {}).get("running")
+    if not running or not running.get("startedAt"):
+        return False
+    started = ts(running["startedAt"]) - 1  # startedAt has whole seconds
+    for line in log.splitlines():
+        if "caches synced" in line:
+            try:  # "2026-11-23 13:48:38,936 INFO ..." (logging's asctime, UTC on our machines)
+                at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=timezone.utc).timestamp()
+            except ValueError:
+                continue
+            if at >= started:
+                return True
+    return False
+
+
 class Bench:
     def __init__(self, kube: Kube, settings: ClusterSettings, kubeconfig: Path):
         self.kube, self.settings, self.kubeconfig = kube, settings, kubeconfig
@@ -132,8 +151,9 @@ class Bench:
             leader = await incluster.lease_holder(self.kube)
             if len(pods) == 2 and leader in names:
                 [standby] = names - {leader}
-                log = incluster.kubectl(self.kubeconfig, "logs", "-n", incluster.NAMESPACE, standby).stdout
-                if "caches synced" in log:
+                [pod] = [p for p in pods if p["metadata"]["name"] == standby]
+                if synced_since_start(pod, incluster.kubectl(self.kubeconfig, "logs", "-n", incluster.NAMESPACE,
+                                                             standby).stdout):
                     return leader, standby
             await asyncio.sleep(0.2)
         raise TimeoutError("no steady state: 2 Running controller pods, one leading, the standby synced")
