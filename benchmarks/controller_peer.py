@@ -97,7 +97,11 @@ def with_kwok_delay(runtime: dict) -> dict:
     """The runtime with KWOK's pod-complete delay on its node pods (so they stay Running)."""
     for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
         meta = job["template"]["spec"]["template"].setdefault("metadata", {})
-        meta.setdefault("annotations", {})["pod-complete.stage.kwok.x-k8s.io/delay"] = KWOK_COMPLETE_DELAY
+        annotations = meta.setdefault("annotations", {})
+        annotations["pod-complete.stage.kwok.x-k8s.io/delay"] = KWOK_COMPLETE_DELAY
+        # KWOK waits min(delay, jitter) when the jitter bound is not above the delay, and the stage's
+        # jitter is 5 s: without this the pods would complete about 5 s after they run.
+        annotations["pod-complete.stage.kwok.x-k8s.io/jitter-delay"] = KWOK_COMPLETE_DELAY
     return runtime
 
 

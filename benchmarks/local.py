@@ -13,24 +13,46 @@ from gangctl.processes import ControllerProcess
 
 
 @contextlib.contextmanager
+def own_cluster(name: str, make: Callable[[ClusterSettings], LocalCluster], say: Callable[[str], None], *,
+                keep: bool = False) -> Iterator[tuple[ClusterSettings, LocalCluster]]:
+    """Cluster `name` made afresh by `make(settings)` (one left by an interrupted run is deleted
+    first); deleted at exit unless `keep`, also when `make` fails half-way."""
+    settings = ClusterSettings(cluster_name=name)
+    down(settings, lambda m: None)
+    try:
+        yield settings, make(settings)
+    finally:
+        if not keep:
+            down(settings, say)
+
+
+@contextlib.contextmanager
+def controller(kubeconfig: Path, log_path: Path, *, env: dict[str, str] | None = None,
+               ready_timeout: float = 30) -> Iterator[ControllerProcess]:
+    """`gangctl controller` against `kubeconfig`, ready (its informers synced); stopped at exit."""
+    ctl = ControllerProcess(kubeconfig, log_path, env=dict(env or {}))
+    ctl.start()
+    try:
+        ctl.wait_ready(ready_timeout)
+        yield ctl
+    finally:
+        ctl.stop()
+
+
+@contextlib.contextmanager
 def cluster_with_controller(name: str, options: UpOptions, say: Callable[[str], None], *,
                             keep: bool = False) -> Iterator[tuple[ClusterSettings, LocalCluster, ControllerProcess]]:
     """Cluster `name` started afresh (one left by an interrupted run is deleted first) and the
     controller ready (log: /tmp/NAME-controller.log); both stopped at exit, the cluster deleted
     unless `keep`."""
-    settings = ClusterSettings(cluster_name=name)
-    down(settings, lambda m: None)
-    started = time.monotonic()
-    cluster = up(settings, options, say)
-    say(f"cluster {name} up with {options.gpu_nodes} GPU nodes in {time.monotonic() - started:.0f} s")
-    log_path = Path("/tmp") / f"{name}-controller.log"
-    log_path.unlink(missing_ok=True)
-    ctl = ControllerProcess(cluster.kubeconfig, log_path)
-    ctl.start()
-    try:
-        ctl.wait_ready()
-        yield settings, cluster, ctl
-    finally:
-        ctl.stop()
-        if not keep:
-            down(settings, say)
+    def make(settings: ClusterSettings) -> LocalCluster:
+        started = time.monotonic()
+        cluster = up(settings, options, say)
+        say(f"cluster {name} up with {options.gpu_nodes} GPU nodes in {time.monotonic() - started:.0f} s")
+        return cluster
+
+    with own_cluster(name, make, say, keep=keep) as (settings, cluster):
+        log_path = Path("/tmp") / f"{name}-controller.log"
+        log_path.unlink(missing_ok=True)
+        with controller(cluster.kubeconfig, log_path) as ctl:
+            yield settings, cluster, ctl
