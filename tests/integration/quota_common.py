@@ -222,6 +222,8 @@ async def assert_same_jobs_within_policy(kube: Kube) -> SameJobsResult:
     result = await run_same_jobs(kube)
     assert result.over == [], f"a team held more than its quota plus what it may borrow: {result.over[:5]}"
     assert result.samples > 50
+    # Without this, a sampler that saw none of the jobs' pods would pass the check above.
+    assert all(result.peak.get(team, 0) > 0 for team in TEAMS), f"the sampler saw a team hold no GPU: {result.peak}"
     assert all(p == "Complete" for p in result.phases.values()), result.phases
     return result
 

@@ -17,8 +17,8 @@ from gangctl.config import REPO_ROOT
 from gangctl.kube.client import Kube
 from gangctl.policy.status import phase
 from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_NAMESPACE
-from tests.integration.helpers import (bound, condition, eventually, get_trainjob, pods_of, running, submit,
-                                       trainjob)
+from tests.integration.helpers import (bound, condition, eventually, get_trainjob, pods_of, reconciles, running,
+                                       settled, submit, trainjob)
 from tests.integration.quota_common import (TEAMS, UsageSampler, apply_policy_cli, assert_preempted_event,
                                             assert_same_jobs_within_policy, install_runtimes, preempt_low_with_high,
                                             runtime, runtime_name)
@@ -68,7 +68,7 @@ async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(
         await kube.delete(TRAINJOBS.path(ns, name))
 
 
-async def test_an_elastic_job_runs_at_most_the_nodes_it_was_admitted_with(gated, kube):
+async def test_an_elastic_job_runs_at_most_the_nodes_it_was_admitted_with(gated, kube, controller):
     ns = TEAMS["team-a"]  # may hold 24 GPUs
     rt = runtime("coscheduling", ns, "batch")
     rt["metadata"]["name"] = "gang-elastic"
@@ -82,25 +82,43 @@ async def test_an_elastic_job_runs_at_most_the_nodes_it_was_admitted_with(gated,
     assert admission["nodes"] == 2 and admission["requests"]["nvidia.com/gpu"] == "16", \
         "24 - 8 = 16 GPUs of room: its floor of 1 node and 1 more, charged for both"
     # The cluster has hundreds of GPUs free: unbounded, the job would probe its way up to 4 nodes.
-    peak_size, peak_bound = 0, 0
-    for _ in range(40):
+    # gangctl probes (grows by one) in the pass that finds every worker healthy, and writes that
+    # pass's status: wait for a status with both workers healthy at size 2 (the pass that would have
+    # grown), then for the controller to have nothing left to do; sampled all along.
+    peak: dict[str, int] = {"size": 0, "bound": 0}
+
+    async def sample() -> dict:
         job = await kube.get(JOBS.path(ns, "el-node-0"))
-        peak_size = max(peak_size, job["spec"]["parallelism"])
-        peak_bound = max(peak_bound, len(bound(await pods_of(kube, ns, "el"))))
-        await asyncio.sleep(0.5)
-    assert (peak_size, peak_bound) == (2, 2), "an elastic job never grows past what the quota admitted"
+        peak["size"] = max(peak["size"], job["spec"]["parallelism"])
+        peak["bound"] = max(peak["bound"], len(bound(await pods_of(kube, ns, "el"))))
+        assert peak["size"] <= 2 and peak["bound"] <= 2, f"an elastic job grew past what the quota admitted: {peak}"
+        return (await get_trainjob(kube, ns, "el"))["status"].get("elastic") or {}
+
+    async def decided_at_full_health() -> bool:
+        el = await sample()
+        return el.get("currentNodes") == 2 and el.get("size") == 2
+    before = await reconciles(controller)
+    await eventually(decided_at_full_health, 60, "a status of el written with both workers healthy at size 2")
+    await settled(controller, before)
+    await sample()
+    assert (peak["size"], peak["bound"]) == (2, 2), "an elastic job never grows past what the quota admitted"
     assert (await get_trainjob(kube, ns, "el"))["status"]["elastic"]["currentNodes"] == 2
 
     await kube.delete(TRAINJOBS.path(ns, "fill"))   # 8 GPUs of team-a's 24 free: one more node of el's
 
     async def grown() -> bool:
         tj = await get_trainjob(kube, ns, "el")
+        el = tj["status"].get("elastic") or {}
+        assert (await kube.get(JOBS.path(ns, "el-node-0")))["spec"]["parallelism"] <= 3, "and not past it"
+        # All 3 workers healthy at size 3: the pass that would probe for a 4th if the quota allowed it.
         return (tj["status"]["admission"].get("nodes") == 3
-                and (tj["status"].get("elastic") or {}).get("currentNodes") == 3)
+                and el.get("currentNodes") == 3 and el.get("size") == 3)
+    before = await reconciles(controller)
     await eventually(grown, 60, "the elastic job admitted with a third node and running on it")
     assert (await get_trainjob(kube, ns, "el"))["status"]["admission"]["requests"]["nvidia.com/gpu"] == "24"
-    await asyncio.sleep(5)
+    await settled(controller, before)
     assert (await kube.get(JOBS.path(ns, "el-node-0")))["spec"]["parallelism"] == 3, "and not past it"
+    assert len(bound(await pods_of(kube, ns, "el"))) == 3
     await kube.delete(TRAINJOBS.path(ns, "el"))
     await kube.delete(TRAINING_RUNTIMES.path(ns, "gang-elastic"))
 
