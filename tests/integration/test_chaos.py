@@ -13,13 +13,15 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import aiohttp
 import pytest
 
-from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES
+from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, PODS
 from gangctl.cluster import chaos
 from gangctl.cluster.audit import PodAuditor, finished, settled_audit
-from tests.integration.helpers import eventually, submit
+from gangctl.kube.client import ApiError
+from tests.integration.helpers import eventually, scrape, submit
+
+USER_RESTARTS = "gangctl_trainjob_restarts_total{cause=user}"
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -34,11 +36,12 @@ async def test_elastic_jobs_under_node_loss_and_exit_codes(kube, controller, nam
     jobs = chaos.plan_jobs(SEED, JOBS, min_nodes=(1, 2), max_nodes=(2, 4), run_for=(15, 30), failing=FAILING)
     nodes = await chaos.gpu_nodes(kube)
     outages = chaos.plan_outages(nodes, SEED, OUTAGES, window=45, down_for=(10, 20), max_down=3)
+    user_restarts_before = (await scrape(controller.url))[USER_RESTARTS]
     auditor = PodAuditor()
     watch = asyncio.create_task(auditor.run(kube, namespace))
     driver = chaos.NodeChaos(kube)
     try:
-        await asyncio.sleep(0.5)  # the auditor's first list
+        await auditor_listening(kube, namespace, auditor)
         for job in jobs:
             await submit(kube, chaos.trainjob(job, namespace, runtime))
         await driver.run(outages)  # ~60 s; every node is restored when it returns
@@ -75,11 +78,44 @@ async def test_elastic_jobs_under_node_loss_and_exit_codes(kube, controller, nam
             assert (got["outcome"], got["reason"]) == ("Failed", "MaxRestartsExceeded"), f"{job.name}: {got}"
             assert got["restarts"]["user"] == MAX_RESTARTS, f"{job.name}: {got}"
 
-    async with aiohttp.ClientSession() as s, s.get(controller.url + "/metrics") as r:
-        text = await r.text()
-    assert 'gangctl_trainjob_restarts_total{cause="user"}' in text
+    # The series is pre-registered (always exported): its increase must be the restarts charged.
+    charged = sum(audit.by_job[job.name]["restarts"]["user"] for job in jobs)
+    assert charged == FAILING * MAX_RESTARTS
+    assert (await scrape(controller.url))[USER_RESTARTS] - user_restarts_before == charged, \
+        "gangctl_trainjob_restarts_total{cause=user} counts each restart charged to the user once"
 
     # A TrainJob gangctl failed (a worker's exit code, budget spent) must stop its child Job: an elastic
     # Job never fails on its own, and would go on recreating the failed workers.
     assert not audit.active_jobs, f"child Jobs of finished TrainJobs still active: {audit.active_jobs}"
     assert not audit.running_pods, f"pods still running for finished jobs: {audit.running_pods[:10]}"
+
+
+async def auditor_listening(kube, namespace: str, auditor: PodAuditor) -> None:
+    """Wait until the auditor's informer has listed (it then watches from that list, missing nothing):
+    it hears about a probe pod no scheduler will take, which is then removed."""
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "auditor-probe"},
+             "spec": {"schedulerName": "no-such-scheduler", "automountServiceAccountToken": False,
+                      "containers": [{"name": "c", "image": "none"}]}}
+
+    async def created() -> bool:  # the namespace's default ServiceAccount may not exist yet
+        try:
+            await kube.create(PODS.path(namespace), probe)
+            return True
+        except ApiError as err:
+            if err.status == 403 and "serviceaccount" in err.message.lower():
+                return False
+            raise
+    await eventually(created, 30, "the auditor's probe pod created")
+
+    async def heard() -> bool:
+        return auditor.events > 0
+    await eventually(heard, 30, "the pod auditor to hear about its probe pod")
+    await kube.request("DELETE", PODS.path(namespace, "auditor-probe"), body={"gracePeriodSeconds": 0})
+
+    async def probe_gone() -> bool:
+        try:
+            await kube.get(PODS.path(namespace, "auditor-probe"))
+            return False
+        except ApiError as err:
+            return err.not_found
+    await eventually(probe_gone, 30, "the probe pod removed")
