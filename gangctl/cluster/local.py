@@ -138,7 +138,9 @@ class LocalCluster:
                                # a real apiserver has both (its defaults), and gangctl is tested under them.
                                "enable-priority-and-fairness": "true",
                                "max-requests-inflight": "400", "max-mutating-requests-inflight": "200"},
-            "kube-controller-manager": {"bind-address": LOOPBACK, **NODE_MONITOR_ARGS},
+            # One controller-manager, nothing to elect; with election on it exits when an apiserver
+            # restart outlasts its renew deadline, and no kubelet is here to start it again.
+            "kube-controller-manager": {"bind-address": LOOPBACK, "leader-elect": "false", **NODE_MONITOR_ARGS},
             "kube-scheduler": {"bind-address": LOOPBACK},
             "kwok-controller": {"server-address": f"{LOOPBACK}:{ports.kwok}", "manage-all-nodes": "false",
                                 "manage-nodes-with-annotation-selector": annotation,

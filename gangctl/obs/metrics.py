@@ -44,7 +44,9 @@ class Metrics:
                                          "by the victim's team", ["team"], registry=registry)
         self.quota_policy_valid = Gauge("gangctl_quota_policy_valid",
                                         "1 when the quota policy ConfigMap is valid (0: invalid, the last valid "
-                                        "policy stays in force; absent ConfigMap: 1 and no quota)", registry=registry)
+                                        "policy stays in force, or with none before it the TrainJobs of the "
+                                        "namespaces it names are held, QuotaPolicyInvalid; absent ConfigMap: 1 "
+                                        "and no quota)", registry=registry)
         self.quota_policy_errors = Counter("gangctl_quota_policy_errors_total",
                                            "Quota policy ConfigMap versions rejected as invalid", registry=registry)
         self.api_throttled = Counter("gangctl_api_throttled_total",

@@ -252,12 +252,44 @@ async def test_readyz_names_the_cache_it_cannot_fill_until_access_is_granted(kub
             await kube.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{binding}")
 
 
+class RunAudit:
+    """What a user checks after a faulty run, watched for its whole length: never two live pods for one
+    (TrainJob, index), and exactly one child Job (by uid) per TrainJob — no attempt reran."""
+
+    def __init__(self, kube, namespace: str):
+        from gangctl.api.resources import JOBS as JOB_RESOURCE
+        from gangctl.cluster.audit import PodAuditor
+        from gangctl.kube.informer import Informer
+        from gangctl.plugins.names import TRAINJOB_NAME
+
+        self.pods = PodAuditor()
+        self.job_uids: dict[str, set[str]] = {}
+
+        def on_job(_: str, job: dict) -> None:
+            owner = (job["metadata"].get("labels") or {}).get(TRAINJOB_NAME)
+            if owner:
+                self.job_uids.setdefault(owner, set()).add(job["metadata"]["uid"])
+        jobs = Informer(kube, JOB_RESOURCE, namespace=namespace, handlers=[on_job])
+        self._tasks = [asyncio.create_task(self.pods.run(kube, namespace)), asyncio.create_task(jobs.run())]
+
+    def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+    def check(self, names: list[str]) -> None:
+        assert not self.pods.violations, f"two live pods for one index: {self.pods.violations[:3]}"
+        doubles = {name: uids for name, uids in self.job_uids.items() if len(uids) != 1}
+        assert not doubles, f"exactly one child Job per TrainJob: {doubles}"
+        assert set(self.job_uids) == set(names)
+
+
 async def test_five_apiserver_restarts_mid_run_lose_and_duplicate_nothing(kube, controller, cluster_settings,
                                                                          namespace):
     from gangctl.cluster.lifecycle import local_cluster
 
     cluster = local_cluster(cluster_settings)
     names = [f"r{i}" for i in range(15)]
+    audit = RunAudit(kube, namespace)
     await asyncio.gather(*(submit(kube, trainjob(n, namespace, nodes=2, gpus=1, run_for="8s")) for n in names))
     resumed = []
     for restart in range(5):
@@ -296,20 +328,16 @@ async def test_five_apiserver_restarts_mid_run_lose_and_duplicate_nothing(kube, 
     async def all_complete() -> bool:
         listing = await kube.get(TRAINJOBS.path(namespace))
         return sum(is_true(tj, "Complete") for tj in listing["items"]) == len(names)
-    await eventually(all_complete, 120, "every TrainJob Complete", interval=1)
+    try:
+        await eventually(all_complete, 120, "every TrainJob Complete", interval=1)
+    finally:
+        audit.stop()
     for tj in (await kube.get(TRAINJOBS.path(namespace)))["items"]:
         status = tj["status"]
         assert not (status.get("restarts") or {}).get("user"), f"{tj['metadata']['name']}: nothing charged"
         nodes = tj["spec"]["trainer"]["numNodes"]
-        assert status["jobsStatus"][0]["succeeded"] == nodes, f"{tj['metadata']['name']}: ran once"
-    pods = (await kube.get(f"/api/v1/namespaces/{namespace}/pods"))["items"]
-    per_job: dict[str, int] = {}
-    for pod in pods:
-        owner = pod["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name")
-        per_job[owner] = per_job.get(owner, 0) + 1
-    expected = {tj["metadata"]["name"]: tj["spec"]["trainer"]["numNodes"]
-                for tj in (await kube.get(TRAINJOBS.path(namespace)))["items"]}
-    assert per_job == expected, "exactly one pod per node of each TrainJob: no attempt ran twice"
+        assert status["jobsStatus"][0]["succeeded"] == nodes, f"{tj['metadata']['name']}: every index once"
+    audit.check(names)
 
 
 async def _child_jobs(kube, namespace: str, name: str) -> list[dict]:
@@ -319,22 +347,11 @@ async def _child_jobs(kube, namespace: str, name: str) -> list[dict]:
 async def test_controller_sigkilled_every_few_seconds_while_gangs_queue(kube, controller, namespace):
     import random
 
-    from gangctl.api.resources import JOBS as JOB_RESOURCE
-    from gangctl.cluster.audit import PodAuditor, settled_audit
-    from gangctl.kube.informer import Informer
-    from gangctl.plugins.names import TRAINJOB_NAME
+    from gangctl.cluster.audit import settled_audit
 
     # 40 gangs of 2 x 8 GPUs want 640 GPUs of the cluster's 512: they queue behind each other.
     names = [f"q{i}" for i in range(40)]
-    pods = PodAuditor()
-    job_uids: dict[str, set[str]] = {}
-
-    def on_job(_: str, job: dict) -> None:
-        owner = (job["metadata"].get("labels") or {}).get(TRAINJOB_NAME)
-        if owner:
-            job_uids.setdefault(owner, set()).add(job["metadata"]["uid"])
-    jobs = Informer(kube, JOB_RESOURCE, namespace=namespace, handlers=[on_job])
-    watchers = [asyncio.create_task(pods.run(kube, namespace)), asyncio.create_task(jobs.run())]
+    run = RunAudit(kube, namespace)
     rng = random.Random(12)
     try:
         await asyncio.gather(*(submit(kube, trainjob(n, namespace, nodes=2, run_for="4s")) for n in names))
@@ -352,14 +369,10 @@ async def test_controller_sigkilled_every_few_seconds_while_gangs_queue(kube, co
         await eventually(all_finished, 180, "every queued TrainJob finished", interval=1)
         audit = await settled_audit(kube, namespace)
     finally:
-        for task in watchers:
-            task.cancel()
-    print(f"[controller kills] {kills} SIGKILLs; {pods.events} pod events; outcomes {audit.outcomes}")
+        run.stop()
+    print(f"[controller kills] {kills} SIGKILLs; {run.pods.events} pod events; outcomes {audit.outcomes}")
     assert kills >= 8
     assert audit.outcomes == {"Complete/JobsCompleted": len(names)}, audit.outcomes
     assert audit.ok, audit
     assert audit.restarts == {"user": 0, "infrastructure": 0, "ignored": 0}, "no restart charged"
-    assert pods.ok, f"two live pods for one index: {pods.violations[:3]}"
-    doubles = {name: uids for name, uids in job_uids.items() if len(uids) != 1}
-    assert not doubles, f"exactly one child Job per TrainJob: {doubles}"
-    assert set(job_uids) == set(names)
+    run.check(names)
