@@ -89,13 +89,23 @@ def netns_exists(name: str) -> bool:
     return (NETNS_DIR / name).exists()
 
 
+def bridge_mac(cluster: str) -> str:
+    """A locally administered unicast MAC for the cluster's bridge, stable per cluster name."""
+    digest = hashlib.sha256(cluster.encode()).digest()
+    return ":".join(f"{b:02x}" for b in (0x02, *digest[:5]))
+
+
 def ensure_cluster_network(cluster: str) -> str:
     """Create the cluster network namespace and its bridge (idempotent; safe to race)."""
     net = net_namespace(cluster)
     if not netns_exists(net):
         _ip("netns", "add", net, check=False)
     if _ip("-n", net, "link", "show", "br0", check=False).returncode != 0:
-        _ip("-n", net, "link", "add", "br0", "type", "bridge", check=False)
+        # A fixed MAC: a bridge without one takes the lowest MAC of its ports, so adding or deleting a
+        # pod's veth changes the gateway's MAC under every other pod's ARP entry, and their traffic
+        # (the API relay's too) goes nowhere until the kernel re-resolves it: 10+ s of silence seen
+        # on a newly elected gangctl leader when the old leader's pod went away.
+        _ip("-n", net, "link", "add", "br0", "address", bridge_mac(cluster), "type", "bridge", check=False)
         _ip("-n", net, "addr", "add", f"{GATEWAY}/{POD_NETWORK.prefixlen}", "dev", "br0", check=False)
     _ip("-n", net, "link", "set", "lo", "up")
     _ip("-n", net, "link", "set", "br0", "up")
