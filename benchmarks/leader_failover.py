@@ -114,14 +114,24 @@ def summary(values: list[float]) -> dict:
             "min": round(min(values), 2), "max": round(max(values), 2)}
 
 
+def process_started_at(pid: int) -> float:
+    """Wall-clock start of a process (/proc/<pid>/stat field 22, in clock ticks since boot)."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    btime = next(int(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines() if ln.startswith("btime"))
+    return btime + ticks / os.sysconf("SC_CLK_TCK")
+
+
 def synced_since_start(pod: dict, log: str) -> bool:
-    """The pod's current container logged `caches synced`. Until a restarted container has a log of
-    its own, the agent serves the previous one (as kubelet's log path may): so the line must be from
-    after the container's start."""
-    running = (((pod.get("status") or {}).get("containerStatuses") or [{}])[0].get("state") or {}).get("running")
-    if not running or not running.get("startedAt"):
+    """The pod's running controller process logged `caches synced`. A restarted container's log is
+    the previous one until it writes its own, and its status may still show the old start: so the
+    line must be from after the start of the process itself."""
+    found = incluster.controller_process(pod)
+    if not found:
         return False
-    started = ts(running["startedAt"]) - 1  # startedAt has whole seconds
+    try:
+        started = process_started_at(found[0]) - 1  # btime has whole seconds
+    except (OSError, ValueError, IndexError):
+        return False
     for line in log.splitlines():
         if "caches synced" in line:
             try:  # "2026-11-23 13:48:38,936 INFO ..." (logging's asctime, UTC on our machines)
