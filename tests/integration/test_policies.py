@@ -266,3 +266,35 @@ async def report_failed(kube, namespace: str, pod: str, exit_code: int) -> None:
                                "ready": False, "restartCount": 0,
                                "state": {"terminated": {"exitCode": exit_code, "reason": "Error",
                                                         "startedAt": now, "finishedAt": now}}}]}})
+
+
+async def test_a_concurrent_status_writer_never_makes_the_budget_count_twice_or_roll_back(kube, controller, namespace,
+                                                                                      make_runtime):
+    from tests.integration.helpers import scrape
+
+    rt = await make_runtime(failure_policy={"maxRestarts": 2})
+    await submit(kube, failing(trainjob("raced", namespace, nodes=2, runtime=rt, run_for=None), 3))
+    path = TRAINJOBS.path(namespace, "raced")
+    conflicts = lambda m: sum(v for k, v in m.items()  # noqa: E731
+                              if k.startswith("gangctl_reconcile_errors_total") and "reason=Conflict" in k)
+    before = conflicts(await scrape(controller.url))
+    seen: list[int] = []
+
+    async def writer() -> None:
+        """Another client changing the TrainJob every 20 ms: every write of gangctl's races it."""
+        n = 0
+        while True:
+            n += 1
+            tj = await kube.merge_patch(path, {"metadata": {"annotations": {"example.com/touched": str(n)}}})
+            seen.append(int(((tj.get("status") or {}).get("restarts") or {}).get("user") or 0))
+            await asyncio.sleep(0.02)
+    racing = asyncio.create_task(writer())
+    try:
+        tj = await wait_condition(kube, namespace, "raced", "Failed", 120)
+    finally:
+        racing.cancel()
+    failed = condition(tj, "Failed")
+    assert failed["reason"] == "MaxRestartsExceeded", failed
+    assert tj["status"]["restarts"]["user"] == 2, "each failed attempt charged once"
+    assert seen == sorted(seen), f"the charged restarts never went down under the race: {seen}"
+    assert conflicts(await scrape(controller.url)) > before, "gangctl's writes were refused as stale and redone"
