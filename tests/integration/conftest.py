@@ -49,13 +49,74 @@ async def kube(kubeconfig: Path):
 
 
 @pytest_asyncio.fixture(scope="session")
-async def controller(kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory):
-    ctl = ControllerProcess(kubeconfig, tmp_path_factory.mktemp("controller") / "controller.log")
+async def controller_kubeconfig(kube: Kube, kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kubeconfig for a ServiceAccount with exactly the permissions deploy/ grants gangctl (its
+    roles copied under names of their own, so tests that install and remove deploy/ leave it alone):
+    the whole suite runs the controller with least privilege, and a 403 anywhere fails it."""
+    return await least_privilege_kubeconfig(kube, kubeconfig, tmp_path_factory.mktemp("sa") / "controller.yaml")
+
+
+@pytest_asyncio.fixture(scope="session")
+async def controller(controller_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory):
+    ctl = ControllerProcess(controller_kubeconfig, tmp_path_factory.mktemp("controller") / "controller.log")
     ctl.start()
     await wait_ready(ctl)
     yield ctl
     ctl.stop()
     print(f"[controller] log: {ctl.log_path}")
+    # RBAC's refusal names the user ("... is forbidden: User ... cannot ..."); a namespace being
+    # deleted also answers 403 (NamespaceLifecycle), which is not a missing permission.
+    forbidden = [line for line in ctl.log_path.read_text().splitlines()
+                 if "403 Forbidden" in line and "is forbidden: User" in line]
+    assert not forbidden, f"the controller was refused under deploy/'s RBAC: {forbidden[:3]}"
+
+
+SUITE_SA = "gangctl-suite"
+
+
+async def least_privilege_kubeconfig(kube: Kube, admin: Path, path: Path) -> Path:
+    import subprocess
+
+    import yaml
+
+    from gangctl.config import REPO_ROOT
+
+    out = subprocess.run(["kubectl", "kustomize", str(REPO_ROOT / "deploy")], check=True, capture_output=True,
+                         text=True).stdout
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    namespace = next(d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"
+                     and d["metadata"]["name"] == "gangctl-system")
+    roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d
+             for d in docs if d["kind"] in ("ClusterRole", "Role")}
+    bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
+                and any(s.get("kind") == "ServiceAccount" and s.get("name") == "gangctl" for s in d["subjects"])]
+    objects: list[dict] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SUITE_SA, "namespace": namespace}}]
+    for binding in bindings:
+        kind = "ClusterRole" if binding["kind"] == "ClusterRoleBinding" else "Role"
+        role = roles[(binding["roleRef"]["kind"], binding["metadata"].get("namespace") if kind == "Role" else None,
+                      binding["roleRef"]["name"])]
+        name = f"{SUITE_SA}-{role['metadata']['name']}"
+        meta = {"name": name, **({"namespace": binding["metadata"]["namespace"]} if kind == "Role" else {})}
+        objects.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
+                        "rules": role["rules"]})
+        objects.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": binding["kind"], "metadata": meta,
+                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+                        "subjects": [{"kind": "ServiceAccount", "name": SUITE_SA, "namespace": namespace}]})
+    applied = subprocess.run(["kubectl", "apply", "--server-side", "--field-manager=gangctl-test-suite", "-f", "-"],
+                             input=yaml.safe_dump_all(objects), capture_output=True, text=True,
+                             env={**os.environ, "KUBECONFIG": str(admin)})
+    assert applied.returncode == 0, applied.stderr
+    review = await kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{SUITE_SA}/token", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}})
+    cluster = yaml.safe_load(admin.read_text())["clusters"][0]["cluster"]
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "suite",
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": "suite", "user": {"token": review["status"]["token"]}}],
+        "contexts": [{"name": "suite", "context": {"cluster": "local", "user": "suite"}}]}))
+    return path
 
 
 async def wait_ready(ctl: ControllerProcess) -> None:
