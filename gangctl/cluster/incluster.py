@@ -4,7 +4,7 @@ install it, read its pods and its leader Lease, and remove what the install adde
 Used by tests/integration/test_in_cluster.py and benchmarks/leader_failover.py. The install is
 `kubectl apply --server-side -k deploy/overlays/local`, as a user runs it; `uninstall` deletes only
 the objects that were not there before (so the CRDs and the ClusterTrainingRuntimes `cluster up`
-installed, and any namespace that existed, stay), and waits until they are gone.
+installed, and any namespace that existed, stay) and the replicas' Lease, and waits until they are gone.
 """
 from __future__ import annotations
 
@@ -69,6 +69,10 @@ def uninstall(kubeconfig: Path, made: list[dict], timeout: float = 90) -> None:
                            "-f", "-", stdin=yaml.safe_dump_all(batch), timeout=timeout + 30)
             if done.returncode != 0:
                 raise RuntimeError(f"kubectl delete: {done.stderr}")
+    # the replicas' Lease is no manifest's: when gangctl-system was there before, it would stay
+    lease = kubectl(kubeconfig, "delete", "lease", "-n", NAMESPACE, LEASE, "--ignore-not-found")
+    if lease.returncode != 0 and "NotFound" not in lease.stderr:
+        raise RuntimeError(f"kubectl delete lease: {lease.stderr}")
 
 
 async def controller_pods(kube: Kube) -> list[dict]:

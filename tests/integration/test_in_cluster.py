@@ -31,6 +31,8 @@ pytestmark = pytest.mark.integration
 
 HANDOVER_WITHIN = 5.0  # seconds from the leader pod's deletion to the other holding the Lease (goal 3 s)
 FORBIDDEN = re.compile(r"\b403\b|forbidden", re.I)
+# ... except NamespaceLifecycle's 403 for a namespace being deleted, which is no missing permission
+TERMINATING = "because it is being terminated"
 
 
 class LogFollowers:
@@ -127,8 +129,9 @@ async def test_deployment_on_process_nodes_serves_trainjobs_and_hands_over(
         await eventually(leader_log_ended, 40, f"{leader} to exit")
         assert "releas" in logs.text(leader).lower(), logs.text(leader)[-2000:]
         for name in names:
-            text = logs.text(name)
-            assert not FORBIDDEN.search(text), f"{name}:\n{text[-3000:]}"
+            refused = [line for line in logs.text(name).splitlines()
+                       if FORBIDDEN.search(line) and TERMINATING not in line]
+            assert not refused, f"{name}: {refused[:3]}"
         # no pod of a deposed or stopped controller left behind: 2 replicas, one of them the standby
         pods = await incluster.controller_pods(kube)
         assert standby in {p["metadata"]["name"] for p in pods} and leader not in {p["metadata"]["name"] for p in pods}
