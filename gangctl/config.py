@@ -64,6 +64,8 @@ class ControllerSettings(BaseSettings):
     scheduler_name: str = Field("scheduler-plugins-scheduler", description="scheduler profile with Coscheduling")
     resync_seconds: float = 300.0
     gang_retry_seconds: float = Field(20.0, description="how often waiting gangs are handed back to the scheduler")
+    lost_pod_seconds: float | None = Field(None, description="force-finish gangctl's pods Terminating that long on a "
+                                                             "node NotReady that long (unset: off; PodGC's rule)")
     backoff_base_seconds: float = 0.005
     backoff_max_seconds: float = 1000.0
     qps: float = Field(100.0, description="API requests per second, shared by every loop (0: unlimited)")

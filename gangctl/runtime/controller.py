@@ -9,7 +9,7 @@ from collections import Counter
 
 from prometheus_client import CollectorRegistry
 
-from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, PODS, SERVICES, TRAINING_RUNTIMES, TRAINJOBS
+from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, NODES, PODS, SERVICES, TRAINING_RUNTIMES, TRAINJOBS
 from gangctl.config import ControllerSettings
 from gangctl.kube.access_review import AccessReviewer
 from gangctl.kube.client import ApiError, Kube
@@ -26,6 +26,7 @@ from gangctl.policy.status import phase, waiting_for_gang
 from gangctl.runtime.quota_gate import QuotaGate, policy_informer
 from gangctl.runtime.reconciler import Caches, Reconciler
 from gangctl.runtime.volcano_preemptor import VolcanoPreemptor
+from gangctl.runtime.lost_pods import LostPodReaper
 from gangctl.runtime.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,16 @@ class Controller:
                               on_change=self.queue.add)
         # Volcano v1.10 will not preempt for priority into a full queue: gangctl does, per the policy
         # that `gangctl policy apply --backend volcano` stores next to the Queues.
+        # Opt-in (GANGCTL_LOST_POD_SECONDS): gangctl's pods stuck Terminating on a node NotReady that
+        # long are marked Failed (a disruption) and force-deleted, as PodGC does for an out-of-service
+        # node, so a lost node cannot block a restart or an elastic regrow forever.
+        self.nodes: Informer | None = None
+        self.reaper: LostPodReaper | None = None
+        if settings.lost_pod_seconds:
+            self.nodes = Informer(kube, NODES)
+            self.reaper = LostPodReaper(kube, lambda: self.caches.pods.cache.values(),
+                                        lambda: self.nodes.cache.values(), after_seconds=settings.lost_pod_seconds,
+                                        field_manager=settings.field_manager)
         if "volcano" in self.caches.groups:
             self.volcano_preemptor = VolcanoPreemptor(kube, self.caches.groups["volcano"], self.caches.jobs,
                                                       self.caches.trainjobs, self.gate, self.metrics, events)
@@ -159,7 +170,7 @@ class Controller:
 
     # --- running -------------------------------------------------------------------------------
     def informers(self) -> list[Informer]:
-        return [*self.caches.all(), self.policy_configmaps]
+        return [*self.caches.all(), self.policy_configmaps, *([self.nodes] if self.nodes else [])]
 
     def problems(self) -> list[str]:
         """Why this replica's caches cannot be trusted now (empty: ready)."""
@@ -176,7 +187,8 @@ class Controller:
         workers = [asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.settings.workers)]
         housekeeping = [asyncio.create_task(self._resync()), asyncio.create_task(self._gauges()),
                         asyncio.create_task(self._retry_waiting()),
-                        asyncio.create_task(self.gate.run(), name="quota-gate")]
+                        asyncio.create_task(self.gate.run(), name="quota-gate"),
+                        *([asyncio.create_task(self.reaper.run(), name="lost-pod-reaper")] if self.reaper else [])]
         try:
             await asyncio.gather(*informers, *workers, *housekeeping)
         finally:

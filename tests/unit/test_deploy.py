@@ -261,7 +261,7 @@ def informer_permissions() -> set[tuple[str, str, str, str]]:
         conf.host = "https://127.0.0.1:9"  # never contacted: only the informers' resources are read
         kube = Kube(conf)
         try:
-            return [(inf.resource, inf.namespace) for inf in Controller(kube, ControllerSettings()).informers()]
+            return [(inf.resource, inf.namespace) for inf in Controller(kube, ControllerSettings(lost_pod_seconds=60)).informers()]
         finally:
             await kube.close()
 
