@@ -28,6 +28,10 @@ from gangctl.api.quantity import QUANTITY_PATTERN, ResourceList, parse_quantity
 # The most nodes a gang may have: an Indexed Job's completions and parallelism stop at 100,000.
 MAX_NODES = 100_000
 MAX_INT32 = 2**31 - 1  # counters and seconds that land in int32 fields of the child objects
+DNS_LABEL_MAX = 63  # a DNS label: replicated job and rule names, managedBy
+MAX_REPLICATED_JOBS = 32  # bounds for the API server's CEL cost estimate of the cross-reference rules
+MAX_RULES = 32
+MAX_RESOURCES = 64  # resource names in one requests or limits map (bounds the CEL cost of their rules)
 
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
@@ -134,6 +138,31 @@ Quantity = Annotated[
 ]
 """A Kubernetes quantity as written ("500m", "4Gi" or an integer); parse with parse_quantity."""
 
+RESOURCE_QUANTITY_PATTERN = QUANTITY_PATTERN.replace(r"^(\+|-)?", r"^\+?", 1)
+"""A container's requests and limits: no sign (the Pod API refuses a negative one)."""
+
+
+def _check_resource_quantity(value: Any) -> int | str:
+    value = _check_quantity(value)
+    if parse_quantity(value) < 0:
+        raise ValueError(f"must be greater than or equal to 0, got {value!r}")
+    return value
+
+
+ResourceQuantity = Annotated[
+    int | str,
+    PlainValidator(_check_resource_quantity),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": RESOURCE_QUANTITY_PATTERN,
+            "minimum": 0,  # applies to the integer form
+            "x-kubernetes-int-or-string": True,
+        }
+    ),
+]
+"""A container resource quantity: a Quantity that is not negative."""
+
 
 def _check_num_proc(value: Any) -> int | str:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
@@ -197,8 +226,8 @@ class EnvVar(OpenModel):
 class ResourceRequirements(OpenModel):
     """core/v1 ResourceRequirements; limits and requests are validated quantities."""
 
-    limits: dict[str, Quantity] | None = None
-    requests: dict[str, Quantity] | None = None
+    limits: dict[str, ResourceQuantity] | None = Field(None, max_length=MAX_RESOURCES)
+    requests: dict[str, ResourceQuantity] | None = Field(None, max_length=MAX_RESOURCES)
 
     def effective_requests(self) -> ResourceList:
         """Requests, with a limit standing in for a missing request (as the API server defaults)."""
@@ -320,8 +349,8 @@ class PodGroupPolicy(K8sModel):
 class ReplicatedJob(OpenModel):
     """A JobSet replicatedJob; its batch/v1 JobTemplateSpec is kept as is."""
 
-    name: str = Field(min_length=1)
-    replicas: int | None = Field(None, ge=0)
+    name: str = Field(min_length=1, max_length=DNS_LABEL_MAX)
+    replicas: int | None = Field(None, ge=0, le=MAX_INT32)
     template: FreeForm = Field(default_factory=dict)
 
     @property
@@ -344,14 +373,24 @@ JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexe
                        "PodFailurePolicy")
 
 
+RULE_NAMES_UNIQUE_MESSAGE = "failurePolicy.rules: rule names must be unique"
+FAILURE_TARGETS_MESSAGE = ("failurePolicy.rules[].targetReplicatedJobs must name jobs in "
+                           "spec.template.spec.replicatedJobs")
+SUCCESS_TARGETS_MESSAGE = "successPolicy.targetReplicatedJobs must name jobs in spec.template.spec.replicatedJobs"
+TargetJobNames = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=DNS_LABEL_MAX)]] | None,
+    Field(max_length=MAX_REPLICATED_JOBS),
+]
+
+
 class FailurePolicyRule(K8sModel):
     """JobSet failurePolicy rule: the first rule matching a failed child Job decides the action."""
 
-    name: str | None = None
+    name: str | None = Field(None, min_length=1, max_length=DNS_LABEL_MAX)
     action: Literal["FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts"]
     on_job_failure_reasons: list[Literal["BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes",
                                          "MaxFailedIndexesExceeded", "PodFailurePolicy"]] | None = None
-    target_replicated_jobs: list[str] | None = None
+    target_replicated_jobs: TargetJobNames = None
 
 
 class FailurePolicy(K8sModel):
@@ -359,24 +398,73 @@ class FailurePolicy(K8sModel):
 
     max_restarts: int | None = Field(None, ge=0, le=MAX_INT32)
     restart_strategy: Literal["Recreate", "BlockingRecreate"] | None = None
-    rules: list[FailurePolicyRule] | None = None
+    rules: list[FailurePolicyRule] | None = Field(
+        None,
+        max_length=MAX_RULES,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.all(r, !has(r.name) || self.filter(s, has(s.name) && s.name == r.name).size() == 1)",
+                    "message": RULE_NAMES_UNIQUE_MESSAGE,
+                }
+            ]
+        },
+    )
+
+    @model_validator(mode="after")
+    def _unique_rule_names(self) -> FailurePolicy:
+        names = [r.name for r in self.rules or [] if r.name is not None]
+        if len(names) != len(set(names)):
+            raise ValueError(RULE_NAMES_UNIQUE_MESSAGE)
+        return self
 
 
 class SuccessPolicy(K8sModel):
     """JobSet successPolicy: the TrainJob completes when All (or Any) of the target jobs complete."""
 
     operator: Literal["All", "Any"] = "All"
-    target_replicated_jobs: list[str] | None = None
+    target_replicated_jobs: TargetJobNames = None
 
 
 class JobSetSpec(OpenModel):
     """A JobSet spec: replicatedJobs, failurePolicy and successPolicy are modelled, the rest is kept."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.failurePolicy) || !has(self.failurePolicy.rules) || "
+                    "self.failurePolicy.rules.all(r, !has(r.targetReplicatedJobs) || r.targetReplicatedJobs.all("
+                    "n, has(self.replicatedJobs) && self.replicatedJobs.exists(j, j.name == n)))",
+                    "message": FAILURE_TARGETS_MESSAGE,
+                },
+                {
+                    "rule": "!has(self.successPolicy) || !has(self.successPolicy.targetReplicatedJobs) || "
+                    "self.successPolicy.targetReplicatedJobs.all("
+                    "n, has(self.replicatedJobs) && self.replicatedJobs.exists(j, j.name == n))",
+                    "message": SUCCESS_TARGETS_MESSAGE,
+                },
+            ]
+        }
+    )
+
     failure_policy: FailurePolicy | None = None
     success_policy: SuccessPolicy | None = None
     replicated_jobs: list[ReplicatedJob] | None = Field(
-        None, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+        None,
+        max_length=MAX_REPLICATED_JOBS,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
+
+    @model_validator(mode="after")
+    def _targets_exist(self) -> JobSetSpec:
+        names = {j.name for j in self.replicated_jobs or []}
+        for rule in (self.failure_policy.rules if self.failure_policy else None) or []:
+            if any(n not in names for n in rule.target_replicated_jobs or []):
+                raise ValueError(FAILURE_TARGETS_MESSAGE)
+        if self.success_policy and any(n not in names for n in self.success_policy.target_replicated_jobs or []):
+            raise ValueError(SUCCESS_TARGETS_MESSAGE)
+        return self
 
     def replicated_job(self, name: str) -> ReplicatedJob | None:
         """The replicated job with this name."""

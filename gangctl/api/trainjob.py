@@ -7,13 +7,14 @@ Status carries the upstream fields (conditions, jobsStatus, trainerStatus) plus 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gangctl.api.runtime import (
     API_VERSION,
     CLUSTER_TRAINING_RUNTIME_KIND,
+    DNS_LABEL_MAX,
     GROUP,
     MAX_NODES,
     TRAINING_RUNTIME_KIND,
@@ -26,6 +27,7 @@ from gangctl.api.runtime import (
     OpenModel,
     Quantity,
     ResourceRequirements,
+    TemplateMetadata,
     validation_message,
 )
 
@@ -47,6 +49,35 @@ NAME_RULE = {
 }
 MANAGED_BY_MESSAGE = "spec.managedBy is immutable"
 
+# Kubernetes label keys (an optional DNS-subdomain prefix, then a name of at most 63 characters) and
+# values (at most 63): spec.labels and spec.annotations are checked here, since nothing else would.
+QUALIFIED_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                  r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+MAX_METADATA_ENTRIES = 128
+KEY_MESSAGE = ("keys must be qualified names: an optional DNS subdomain prefix and '/', then at most 63 "
+               "characters of letters, digits, '-', '_', '.', starting and ending with a letter or digit")
+VALUE_MESSAGE = ("values must be at most 63 characters of letters, digits, '-', '_', '.', starting and ending "
+                 "with a letter or digit")
+
+
+def _metadata_map(values: bool) -> Any:
+    rules = [{"rule": f"self.all(k, k.size() <= 317 && k.matches('{QUALIFIED_NAME}'))", "message": KEY_MESSAGE}]
+    if values:
+        rules.append({"rule": f"self.all(k, self[k].matches('{LABEL_VALUE}'))", "message": VALUE_MESSAGE})
+    return Field(None, json_schema_extra={"maxProperties": MAX_METADATA_ENTRIES, "x-kubernetes-validations": rules})
+
+
+def _check_metadata_map(value: dict[str, str] | None, values: bool) -> dict[str, str] | None:
+    for key, val in (value or {}).items():
+        if len(key) > 317 or not re.fullmatch(QUALIFIED_NAME, key):
+            raise ValueError(f"{KEY_MESSAGE}, got {key!r}")
+        if values and not re.fullmatch(LABEL_VALUE, val):
+            raise ValueError(f"{VALUE_MESSAGE}, got {val!r} for {key!r}")
+    if len(value or {}) > MAX_METADATA_ENTRIES:
+        raise ValueError(f"at most {MAX_METADATA_ENTRIES} entries")
+    return value
+
 
 class ConditionType:
     """status.conditions[].type values."""
@@ -63,7 +94,7 @@ class RuntimeRef(K8sModel):
     """The runtime a TrainJob is built from."""
 
     name: str = Field(min_length=1)
-    api_group: str = GROUP
+    api_group: Literal["trainer.kubeflow.org"] = GROUP
     kind: Literal["TrainingRuntime", "ClusterTrainingRuntime"] = CLUSTER_TRAINING_RUNTIME_KIND
 
     @property
@@ -82,7 +113,7 @@ class Initializer(OpenModel):
 class Trainer(K8sModel):
     """Per-job overrides of the runtime's trainer ("node") container."""
 
-    image: str | None = None
+    image: str | None = Field(None, min_length=1)
     command: list[str] | None = None
     args: list[str] | None = None
     env: list[EnvVar] | None = Field(
@@ -93,6 +124,36 @@ class Trainer(K8sModel):
     num_proc_per_node: NumProcPerNode | None = None
     elastic_policy: ElasticPolicy | None = Field(
         None, description="gangctl extension: overrides the runtime's mlPolicy.torch.elasticPolicy for this job")
+
+
+class PodTemplateOverrideTargetJob(K8sModel):
+    """A replicated job of the runtime an override applies to."""
+
+    name: str = Field(min_length=1, max_length=DNS_LABEL_MAX)
+
+
+class PodTemplateOverrideSpec(OpenModel):
+    """The pod spec fields an override sets or extends (Kubeflow Trainer's PodTemplateOverrideSpec)."""
+
+    service_account_name: str | None = Field(None, min_length=1)
+    node_selector: dict[str, str] | None = None
+    affinity: FreeForm | None = None
+    tolerations: list[FreeForm] | None = None
+    volumes: list[FreeForm] | None = None
+    init_containers: list[FreeForm] | None = None
+    containers: list[FreeForm] | None = None
+    scheduling_gates: list[FreeForm] | None = None
+    image_pull_secrets: list[FreeForm] | None = None
+    priority_class_name: str | None = Field(None, min_length=1)
+    security_context: FreeForm | None = None
+
+
+class PodTemplateOverride(OpenModel):
+    """podTemplateOverrides[]: labels, annotations and pod spec fields for the pods of the target jobs."""
+
+    target_jobs: list[PodTemplateOverrideTargetJob] = Field(min_length=1)
+    metadata: TemplateMetadata | None = None
+    spec: PodTemplateOverrideSpec | None = None
 
 
 class TrainJobSpec(K8sModel):
@@ -109,16 +170,27 @@ class TrainJobSpec(K8sModel):
     runtime_ref: RuntimeRef
     initializer: Initializer | None = None
     trainer: Trainer | None = None
-    labels: dict[str, str] | None = None
-    annotations: dict[str, str] | None = None
-    pod_template_overrides: list[FreeForm] | None = None
+    labels: dict[str, Annotated[str, Field(max_length=63)]] | None = _metadata_map(values=True)
+    annotations: dict[str, str] | None = _metadata_map(values=False)
+    pod_template_overrides: list[PodTemplateOverride] | None = None
     runtime_patches: list[FreeForm] | None = None
     suspend: bool | None = None
     managed_by: str | None = Field(
         None,
+        max_length=DNS_LABEL_MAX,
         json_schema_extra={"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": MANAGED_BY_MESSAGE}]},
     )
     active_deadline_seconds: int | None = Field(None, ge=1)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return _check_metadata_map(value, values=True)
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return _check_metadata_map(value, values=False)
 
 
 class Condition(K8sModel):

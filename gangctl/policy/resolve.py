@@ -59,10 +59,12 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
 
     js = (rspec.get("template") or {}).get("spec") or {}
     node_job = _node_job(rspec)
-    job_template = copy.deepcopy(node_job.get("template") or {})
-    job_spec = dict(job_template.get("spec") or {})
-    pod_template = job_spec.pop("template", None) or {}
-    pod_spec = pod_template.setdefault("spec", {})
+    where = f"runtime spec.template.spec.replicatedJobs[{_node_index(rspec)}].template"
+    job_template = _object(copy.deepcopy(node_job.get("template") or {}), where)
+    job_spec = dict(_object(job_template.get("spec") or {}, f"{where}.spec"))
+    pod_template = _object(job_spec.pop("template", None) or {}, f"{where}.spec.template")
+    pod_spec = _object(pod_template.setdefault("spec", {}), f"{where}.spec.template.spec")
+    _check_pod_template(pod_template, f"{where}.spec.template")
     container = _node_container(pod_spec)
 
     for key in ("image", "command", "args"):
@@ -73,8 +75,15 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
     if trainer.get("resourcesPerNode"):
         container["resources"] = copy.deepcopy(trainer["resourcesPerNode"])
 
-    for override in spec.get("podTemplateOverrides") or []:
+    job_names = [j.get("name") for j in js.get("replicatedJobs") or []]
+    for i, override in enumerate(spec.get("podTemplateOverrides") or []):
         targets = {t.get("name") for t in override.get("targetJobs") or []}
+        for j, target in enumerate(override.get("targetJobs") or []):
+            if target.get("name") not in job_names:
+                raise ResolveError(
+                    f"spec.podTemplateOverrides[{i}].targetJobs[{j}].name: the runtime "
+                    f"{(spec.get('runtimeRef') or {}).get('name', '')!r} has no replicated job "
+                    f"{target.get('name')!r} (it has: {', '.join(map(str, job_names))})")
         if NODE_JOB in targets:
             _apply_override(pod_template, override)
 
@@ -88,7 +97,11 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
                                f"maxNodes ({num_nodes}) (spec.trainer.elasticPolicy over the runtime's "
                                "mlPolicy.torch.elasticPolicy)")
 
-    requests = pod_requests(pod_spec)
+    try:
+        requests = pod_requests(pod_spec)
+    except ValueError as err:
+        raise ResolveError(f"{where}.spec.template.spec.containers[].resources (with spec.trainer.resourcesPerNode "
+                           f"over the node container's): {err}") from None
     nproc = trainer.get("numProcPerNode", torch.get("numProcPerNode", "auto"))
     backend, settings = _gang_policy(rspec.get("podGroupPolicy"))
     return ResolvedJob(
@@ -103,6 +116,44 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
         failure_policy=js.get("failurePolicy"), success_policy=js.get("successPolicy"),
         elastic=elastic or None,
     )
+
+
+def _object(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise ResolveError(f"{where} must be an object, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def _list(value: Any, where: str) -> list:
+    if not isinstance(value, list):
+        raise ResolveError(f"{where} must be a list, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def _check_pod_template(pod_template: dict, where: str) -> None:
+    """The shapes of the runtime's pod template fields gangctl reads or merges into (the rest is the
+    Job API's to judge): a wrong shape is the runtime's error, named, instead of a crash."""
+    meta = _object(pod_template.get("metadata") or {}, f"{where}.metadata")
+    for key in ("labels", "annotations"):
+        _object(meta.get(key) or {}, f"{where}.metadata.{key}")
+    spec = pod_template["spec"]
+    for key in ("nodeSelector", "affinity", "securityContext"):
+        _object(spec.get(key) or {}, f"{where}.spec.{key}")
+    for key in ("containers", "tolerations", "volumes", "initContainers", "imagePullSecrets"):
+        for i, item in enumerate(_list(spec.get(key) or [], f"{where}.spec.{key}")):
+            _object(item, f"{where}.spec.{key}[{i}]")
+    for i, c in enumerate(spec.get("containers") or []):
+        _object(c.get("resources") or {}, f"{where}.spec.containers[{i}].resources")
+        for part in ("limits", "requests"):
+            _object((c.get("resources") or {}).get(part) or {}, f"{where}.spec.containers[{i}].resources.{part}")
+        for j, env in enumerate(_list(c.get("env") or [], f"{where}.spec.containers[{i}].env")):
+            if not isinstance(_object(env, f"{where}.spec.containers[{i}].env[{j}]").get("name"), str):
+                raise ResolveError(f"{where}.spec.containers[{i}].env[{j}].name must be a string")
+
+
+def _node_index(rspec: dict) -> int:
+    jobs = ((rspec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
+    return next(i for i, job in enumerate(jobs) if job.get("name") == NODE_JOB)
 
 
 def _node_job(rspec: dict) -> dict:

@@ -33,7 +33,7 @@ RUNTIME = yaml.safe_load((Path(__file__).parents[2] / "deploy/runtimes/torch-dis
 NODE = "spec.template.spec.replicatedJobs.0.template.spec.template.spec"  # the node job's pod spec
 CONTAINER = f"{NODE}.containers.0"
 DELETE = object()  # as a change's value: remove the field
-WAIT = 12  # seconds for a condition gangctl writes in its first passes
+WAIT = 30  # seconds for a condition gangctl writes in its first passes
 
 
 @dataclass(frozen=True)
@@ -145,8 +145,10 @@ CASES: dict[str, Case] = {
                               R((f"{TR}.resourcesPerNode.limits.cpu",))),
     "quantity negative": tj({f"{TR}.resourcesPerNode": {"limits": {"cpu": "-1"}}},
                             R((f"{TR}.resourcesPerNode.limits.cpu",))),
+    "quantity negative integer": tj({f"{TR}.resourcesPerNode": {"requests": {"cpu": -2}}},
+                                    R((f"{TR}.resourcesPerNode.requests.cpu",))),
     "quantity overflow": tj({f"{TR}.resourcesPerNode": {"limits": {"nvidia.com/gpu": "1e400"}}},
-                            R((f"{TR}.resourcesPerNode.limits",))),
+                            Fails("JobRejected", ("nvidia.com/gpu",))),
     "resources not an object": tj({f"{TR}.resourcesPerNode": "8 GPUs"}, R((f"{TR}.resourcesPerNode",))),
     "requests above limits": tj({f"{TR}.resourcesPerNode": {"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}},
                                 Fails("JobRejected", ("resources.requests", "less than or equal to cpu limit"))),
@@ -172,6 +174,9 @@ CASES: dict[str, Case] = {
     "activeDeadlineSeconds negative": tj({"spec.activeDeadlineSeconds": -5}, R(("spec.activeDeadlineSeconds",))),
     "activeDeadlineSeconds 2**63": tj({"spec.activeDeadlineSeconds": 2**63}, R(("spec.activeDeadlineSeconds",))),
     "labels values not strings": tj({"spec.labels": {"team": 1}}, R(("spec.labels.team",))),
+    "labels key invalid": tj({"spec.labels": {"bad key!": "v"}}, R(("spec.labels",), ("qualified names",))),
+    "labels value over 63 chars": tj({"spec.labels": {"team": "x" * 64}}, R(("spec.labels.team",), ("Too long",))),
+    "annotations key invalid": tj({"spec.annotations": {"/x": "v"}}, R(("spec.annotations",), ("qualified names",))),
     "annotations not an object": tj({"spec.annotations": ["a"]}, R(("spec.annotations",))),
     "initializer not an object": tj({"spec.initializer": "s3://x"}, R(("spec.initializer",))),
     "runtimePatches not a list": tj({"spec.runtimePatches": {"a": 1}}, R(("spec.runtimePatches",))),
@@ -187,6 +192,11 @@ CASES: dict[str, Case] = {
                                           R(("spec.podTemplateOverrides",))),
     "podTemplateOverride without targetJobs": tj({"spec.podTemplateOverrides": [{"spec": {"nodeSelector": {"a": "b"}}}]},
                                                  R(("spec.podTemplateOverrides[0].targetJobs",))),
+    "podTemplateOverride targetJobs empty": tj({"spec.podTemplateOverrides": [{"targetJobs": []}]},
+                                               R(("spec.podTemplateOverrides[0].targetJobs",))),
+    "podTemplateOverride serviceAccountName empty": tj(
+        {"spec.podTemplateOverrides": [{"targetJobs": [{"name": "node"}], "spec": {"serviceAccountName": ""}}]},
+        R(("spec.podTemplateOverrides[0].spec.serviceAccountName",))),
     "podTemplateOverride targetJobs name empty": tj(
         {"spec.podTemplateOverrides": [{"targetJobs": [{"name": ""}]}]},
         R(("spec.podTemplateOverrides[0].targetJobs[0].name",))),
@@ -235,6 +245,10 @@ CASES: dict[str, Case] = {
         R(("spec.template.spec.replicatedJobs[1]",), ("Duplicate",))),
     "replicatedJob name empty": rt({"spec.template.spec.replicatedJobs.0.name": ""},
                                    R(("spec.template.spec.replicatedJobs[0].name",))),
+    "replicatedJob name over 63 chars": rt({"spec.template.spec.replicatedJobs.0.name": "n" * 64},
+                                           R(("spec.template.spec.replicatedJobs[0].name",))),
+    "replicatedJob replicas 2**31": rt({"spec.template.spec.replicatedJobs.0.replicas": 2**31},
+                                       R(("spec.template.spec.replicatedJobs[0].replicas",))),
     "replicatedJob replicas negative": rt({"spec.template.spec.replicatedJobs.0.replicas": -1},
                                           R(("spec.template.spec.replicatedJobs[0].replicas",))),
     "replicatedJobs not a list": rt({"spec.template.spec.replicatedJobs": {"name": "node"}},
@@ -251,6 +265,12 @@ CASES: dict[str, Case] = {
     "node container resources malformed": tj(
         {f"{TR}.resourcesPerNode": DELETE}, Fails("InvalidRuntime", ("resources",)),
         runtime={f"{CONTAINER}.resources": {"limits": {"cpu": "lots"}}}),
+    "node pod tolerations not a list": tj({}, Fails("InvalidRuntime", ("spec.template.spec.tolerations",)),
+                                          runtime={f"{NODE}.tolerations": "all"}),
+    "node container env not a list": tj({}, Fails("InvalidRuntime", ("containers[0].env",)),
+                                        runtime={f"{CONTAINER}.env": "LR=1"}),
+    "node container env entry without name": tj({}, Fails("InvalidRuntime", ("containers[0].env[0].name",)),
+                                                runtime={f"{CONTAINER}.env": [{"value": "1"}]}),
     "node pod restartPolicy Always": tj({}, Fails("JobRejected", ("restartPolicy",)),
                                         runtime={f"{NODE}.restartPolicy": "Always"}),
     "runtime backoffLimit negative": tj({}, Fails("JobRejected", ("backoffLimit",)),
@@ -270,12 +290,12 @@ CASES: dict[str, Case] = {
         R((f"{FP}.rules",), ("unique",))),
     "failurePolicy rule targets a job the runtime lacks": rt(
         {f"{FP}.rules": [{"action": "FailJobSet", "targetReplicatedJobs": ["launcher"]}]},
-        R(("spec.template.spec",), ("targetReplicatedJobs", "launcher"))),
+        R(("spec.template.spec",), ("failurePolicy.rules[].targetReplicatedJobs must name jobs",))),
     "successPolicy operator unknown": rt({"spec.template.spec.successPolicy": {"operator": "Most"}},
                                          R(("spec.template.spec.successPolicy.operator",))),
     "successPolicy targets a job the runtime lacks": rt(
         {"spec.template.spec.successPolicy": {"operator": "All", "targetReplicatedJobs": ["launcher"]}},
-        R(("spec.template.spec",), ("targetReplicatedJobs", "launcher"))),
+        R(("spec.template.spec",), ("successPolicy.targetReplicatedJobs must name jobs",))),
 }
 
 
@@ -351,7 +371,15 @@ async def corpus(kube, controller):
     canary = trainjob("canary", namespace, nodes=2, run_for="2s")
     results = await asyncio.gather(kube.create(TRAINJOBS.path(namespace), canary),
                                    *(_create_case(kube, namespace, names[c], CASES[c]) for c in CASES))
+    longest = trainjob("a" * 51, namespace, nodes=1, run_for=None, suspend=True)
+    results.append(await kube.create(TRAINJOBS.path(namespace), longest))
     yield namespace, dict(zip(CASES, results[1:]))
+    # TrainJobs first, then their namespace: a reconcile racing the namespace's termination gets 403.
+    await kube.request("DELETE", TRAINJOBS.path(namespace))
+
+    async def trainjobs_gone() -> bool:
+        return not (await kube.get(TRAINJOBS.path(namespace)))["items"]
+    await eventually(trainjobs_gone, 30, "the corpus's TrainJobs deleted")
     for case, created in zip(CASES, results[1:]):  # a cluster-scoped runtime the API should have refused
         if CASES[case].kind == "ClusterTrainingRuntime" and created.error is None:
             await kube.delete(CLUSTER_TRAINING_RUNTIMES.path(name=created.obj["metadata"]["name"]))
@@ -394,7 +422,9 @@ async def test_canary_beside_the_corpus_is_served(kube, corpus, controller):
     assert controller.alive(), "the controller process exited"
 
 
-async def test_longest_allowed_name_is_accepted(kube, corpus):
+async def test_longest_allowed_name_is_accepted_and_served(kube, corpus):
     namespace, _ = corpus
-    body = trainjob("a" * 51, namespace, nodes=1, run_for=None, suspend=True)
-    await kube.create(TRAINJOBS.path(namespace), body)
+
+    async def suspended() -> bool:
+        return is_true(await get_trainjob(kube, namespace, "a" * 51), "Suspended")
+    await eventually(suspended, WAIT, "the TrainJob with a 51-character name served (Suspended)")

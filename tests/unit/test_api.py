@@ -13,6 +13,7 @@ from gangctl.api.runtime import (
     ANCESTOR_LABEL,
     FRAMEWORK_LABEL,
     NODE_JOB,
+    RESOURCE_QUANTITY_PATTERN,
     ClusterTrainingRuntime,
     TrainingRuntime,
     parse_runtime,
@@ -440,7 +441,9 @@ def test_trainjob_crd_validations():
     trainer = spec["properties"]["trainer"]["properties"]
     assert trainer["numNodes"] == {"type": "integer", "minimum": 1, "maximum": 100000}  # an Indexed Job's limit
     for part in ("limits", "requests"):
-        assert trainer["resourcesPerNode"]["properties"][part]["additionalProperties"]["pattern"] == QUANTITY_PATTERN
+        quantity = trainer["resourcesPerNode"]["properties"][part]["additionalProperties"]
+        assert quantity["pattern"] == RESOURCE_QUANTITY_PATTERN == QUANTITY_PATTERN.replace(r"^(\+|-)?", r"^\+?")
+        assert quantity["minimum"] == 0  # the integer form; the pattern has no sign for the string form
     assert trainer["numProcPerNode"]["x-kubernetes-int-or-string"] is True
     assert rules(spec["properties"]["managedBy"]) == {"spec.managedBy is immutable": "self == oldSelf"}
     assert "spec.managedBy is immutable" in rules(spec)
