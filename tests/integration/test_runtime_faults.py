@@ -376,3 +376,63 @@ async def test_controller_sigkilled_every_few_seconds_while_gangs_queue(kube, co
     assert audit.ok, audit
     assert audit.restarts == {"user": 0, "infrastructure": 0, "ignored": 0}, "no restart charged"
     run.check(names)
+
+
+async def test_the_lost_pod_reaper_lets_a_lost_index_be_replaced_while_its_node_is_down(
+        kube, controller, controller_kubeconfig, namespace, tmp_path):
+    """A pod evicted from a lost node never becomes terminal (nothing finishes it), and with a
+    podFailurePolicy the Job controller replaces an index only once its pod is terminal: without help
+    the index waits for the node. The controller started with GANGCTL_LOST_POD_SECONDS marks such a pod
+    Failed (a disruption) and deletes it, as PodGC does for an out-of-service node."""
+    import uuid
+
+    from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, PODS
+    from gangctl.cluster import chaos
+    from gangctl.processes import ControllerProcess
+    from tests.integration.test_policies import finish_terminating_pods
+
+    runtime = f"lost-{uuid.uuid4().hex[:6]}"
+    rt = chaos.elastic_runtime(runtime, max_restarts=1)
+    rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"] = {
+        "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    await kube.create(CLUSTER_TRAINING_RUNTIMES.path(), rt)
+    driver = chaos.NodeChaos(kube)
+    reaping = ControllerProcess(controller_kubeconfig, tmp_path / "reaper.log", env={"GANGCTL_LOST_POD_SECONDS": "3"})
+    controller.stop()  # one controller at a time: this one reaps, under the same least-privilege RBAC
+    try:
+        reaping.start()
+        await asyncio.to_thread(reaping.wait_ready)
+        await submit(kube, chaos.trainjob(chaos.ChaosJob("lost", min_nodes=2, max_nodes=2, run_for=3600),
+                                          namespace, runtime))
+
+        async def workers() -> list[dict]:
+            return (await kube.get(PODS.path(namespace), labelSelector="jobset.sigs.k8s.io/replicatedjob-name=node"))["items"]
+
+        def index(p: dict) -> int:
+            return int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
+
+        async def running() -> bool:
+            return len([p for p in await workers() if p["status"].get("phase") == "Running"
+                        and not p["metadata"].get("deletionTimestamp")]) == 2
+        await eventually(running, 60, "2 workers running")
+        victim = next(p for p in await workers() if index(p) == 1)
+        await driver.fail(victim["spec"]["nodeName"])
+
+        async def replaced() -> bool:
+            ps = [p for p in await workers() if index(p) == 1]
+            return (len(ps) == 1 and ps[0]["metadata"]["uid"] != victim["metadata"]["uid"]
+                    and ps[0]["status"].get("phase") == "Running"
+                    and ps[0]["spec"]["nodeName"] != victim["spec"]["nodeName"])
+        await eventually(replaced, 90, "index 1 replaced on another node")
+        assert victim["spec"]["nodeName"] in await chaos.not_ready_nodes(kube), "the lost node is still down"
+        log = reaping.log_path.read_text()
+        assert f"force-deleted pod {namespace}/{victim['metadata']['name']}" in log, "the reaper finished it"
+        tj = await get_trainjob(kube, namespace, "lost")
+        assert not ((tj.get("status") or {}).get("restarts") or {}).get("user"), "a reaped pod is not the user's failure"
+    finally:
+        await driver.restore_all()
+        reaping.stop()
+        controller.start()
+        await wait_ready(controller)
+        await finish_terminating_pods(kube, namespace)
+        await kube.delete(CLUSTER_TRAINING_RUNTIMES.path(name=runtime))
