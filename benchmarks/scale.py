@@ -115,12 +115,19 @@ class ScaleCluster(LocalCluster):
 
 
 class BenchKube(Kube):
-    """The API session of this script: its own user agent, so the audit log tells it from gangctl."""
+    """The API session of this script: its own user agent, so the audit log tells it from gangctl;
+    `accept` asks for another representation (metadata only, to count objects cheaply)."""
+    accept: str | None = None
 
     async def _headers(self, content_type: str = "application/json") -> dict[str, str]:
         headers = await super()._headers(content_type)
         headers["User-Agent"] = BENCH_AGENT
+        if self.accept:
+            headers["Accept"] = self.accept
         return headers
+
+
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
 
 
 def make_cluster(args: argparse.Namespace, side: str) -> Callable[[ClusterSettings], LocalCluster]:
@@ -501,35 +508,41 @@ async def p2(kubeconfig: Path, side: str, ns: str, jobs: int, nodes: int, concur
 # ---------- P3: cold start ---------------------------------------------------------------------
 
 async def count_pods(kubeconfig: Path) -> dict[str, int]:
+    """Objects in the cluster (metadata-only lists: cheap even at 50,000 pods)."""
     kube = await BenchKube.connect(kubeconfig)
+    kube.accept = METADATA_ONLY
     try:
         total = managed = 0
-        async for page in kube.list_pages(PODS.path(), limit=2000):
-            for pod in page.get("items", []):
+        async for page in kube.list_pages(PODS.path(), limit=5000):
+            for pod in page.get("items") or []:
                 total += 1
                 managed += (pod["metadata"].get("labels") or {}).get(MANAGED_BY) == MANAGER
         counts = {"pods": total, "pods_managed_label": managed}
         for res in (TRAINJOBS, JOBS, POD_GROUPS, SERVICES):
             n = 0
-            async for page in kube.list_pages(res.path(), limit=2000):
-                n += len(page.get("items", []))
+            try:
+                async for page in kube.list_pages(res.path(), limit=5000):
+                    n += len(page.get("items") or [])
+            except ApiError as err:
+                if not err.not_found:
+                    raise
             counts[res.plural] = n
         return counts
     finally:
         await kube.close()
 
 
-async def pod_list_cost(kubeconfig: Path, page_size: int = 500) -> dict:
+async def pod_list_cost(kubeconfig: Path, page_size: int = 500, pages: int = 10) -> dict:
     """What gangctl's pod informer pays per pod at its first list, measured in this process: the
     paginated LIST as gangctl asks for it (its label selector, pages of 500), the JSON bytes, the
     time to fetch them (apiserver + loopback) and to decode them (json.loads + gangctl's strip), and
     the deep size of the decoded, stripped objects (sys.getsizeof over every dict, list and str:
-    no allocator overhead), per pod."""
+    no allocator overhead), per pod; over the first `pages` pages (a sample)."""
     from gangctl.kube.informer import strip
 
     kube = await BenchKube.connect(kubeconfig)
     try:
-        token, pods, raw_bytes, fetch_s, decode_s, size = None, 0, 0, 0.0, 0.0, 0
+        token, pods, raw_bytes, fetch_s, decode_s, size, slim_size = None, 0, 0, 0.0, 0.0, 0, 0
         while True:
             t = time.perf_counter()
             text = await kube._send("GET", PODS.path(), {"labelSelector": f"{MANAGED_BY}={MANAGER}", "limit": page_size,
@@ -542,14 +555,33 @@ async def pod_list_cost(kubeconfig: Path, page_size: int = 500) -> dict:
             raw_bytes += len(text)
             pods += len(items)
             size += sum(deep_size(o) for o in items)
+            slim_size += sum(deep_size(slim_pod(o)) for o in items)
             token = (page.get("metadata") or {}).get("continue")
-            if not token:
+            pages -= 1
+            if not token or pages <= 0:
                 break
         n = max(pods, 1)
         return {"pods": pods, "json_bytes_per_pod": round(raw_bytes / n), "fetch_ms_per_pod": round(fetch_s * 1000 / n, 3),
-                "decode_ms_per_pod": round(decode_s * 1000 / n, 3), "deep_size_bytes_per_pod": round(size / n)}
+                "decode_ms_per_pod": round(decode_s * 1000 / n, 3), "deep_size_bytes_per_pod": round(size / n),
+                "slim_deep_size_bytes_per_pod": round(slim_size / n)}
     finally:
         await kube.close()
+
+
+def slim_pod(pod: dict) -> dict:
+    """What gangctl's decisions read of a pod (reconciler, failure policy, elastic, lost-pod reaper):
+    the size a client-go-style transform would keep, for the proposal in the report."""
+    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    keep_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences",
+                                      "deletionTimestamp", "creationTimestamp") if k in meta}
+    ann = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("batch.kubernetes.io/")}
+    if ann:
+        keep_meta["annotations"] = ann
+    return {"metadata": keep_meta, "spec": {"nodeName": spec.get("nodeName")},
+            "status": {"phase": status.get("phase"), "reason": status.get("reason"),
+                       "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "DisruptionTarget"],
+                       "containerStatuses": [{k: c.get(k) for k in ("name", "state", "lastState")}
+                                             for c in status.get("containerStatuses") or []]}}
 
 
 def deep_size(obj: Any, seen: set[int] | None = None) -> int:
@@ -629,7 +661,7 @@ async def seed_fillers(kubeconfig: Path, settings: ClusterSettings, count: int, 
             now = await cp.apiserver_requests(kube) or {}
             rate = sum(now.get(k, 0) - prev.get(k, 0) for k in now if k.endswith("pods/status")) / 3
             prev = now
-            if rate < 20 or time.monotonic() - started > 900:
+            if rate < 20 or time.monotonic() - started > 600:
                 break
         return {"fillers": made, "fillers_created_s": round(created_s, 1),
                 "fillers_quiet_s": round(time.monotonic() - started, 1), "filler_template_bytes": len(json.dumps(template))}
@@ -961,11 +993,46 @@ def report(data: dict) -> str:
         if _get(d, "p3", "per_pod"):
             lines.append(f"{who} per pod: {_get(d, 'p3', 'per_pod')}")
     for who, d in (("gangctl", g), ("peer", p)):
+        for pt in _get(d, "p3", "points") or []:
+            lines.append(f"{who} P3 {pt['step']}: gangctl's pod LIST, per pod: {pt.get('pod_list_cost')}")
+    lines += ["", "Goals"] + goals(data)
+    for who, d in (("gangctl", g), ("peer", p)):
         if d.get("idle"):
             lines.append(f"{who} idle cluster: {d['idle']['apiserver_requests_per_s']} req/s, CPU in 10 s {d['idle']['cpu_s']}")
         if d.get("baseline"):
             lines.append(f"{who} RSS on the empty cluster: {d['baseline']}")
     return "\n".join(lines)
+
+
+def goals(data: dict) -> list[str]:
+    g, p = data.get("gangctl", {}), data.get("peer", {})
+    out = []
+
+    def check(name: str, value: Any, limit: float, fmt: str = "{:.2f}", le: bool = True) -> None:
+        if value is None:
+            out.append(f"- {name}: not measured")
+            return
+        met = value <= limit if le else value >= limit
+        out.append(f"- {name}: {fmt.format(value)} ({'<=' if le else '>='} {limit}) -> {'met' if met else 'MISSED'}")
+
+    fb, gb, pb = _get(g, "p1_floor", "bound_s"), _get(g, "p1", "bound_s"), _get(p, "p1", "bound_s")
+    check("P1 gangctl / floor, create -> all bound", gb / fb if gb and fb else None, 1.1)
+    check("P1 gangctl / peer, create -> all bound", gb / pb if gb and pb else None, 0.5)
+    check("P1 gangctl writes for the job while it waits", _get(g, "p1", "window", "audit", "job_writes"), 10, "{}")
+    gt, pt = _get(g, "p2", "trainjobs_per_s"), _get(p, "p2", "trainjobs_per_s")
+    check("P2 gangctl TrainJobs/s (all child Jobs created)", gt, 50, "{:.1f}", le=False)
+    check("P2 gangctl / peer TrainJobs/s", gt / pt if gt and pt else None, 3, le=False)
+    for label, key in (("to all child Jobs", "apiserver_requests_per_trainjob"),
+                       ("to every pod Ready", "apiserver_requests_per_trainjob_until_ready")):
+        a, b = _get(g, "p2", key), _get(p, "p2", key)
+        check(f"P2 apiserver requests per TrainJob gangctl / peer ({label})", a / b if a and b else None, 0.5)
+    pts = _get(g, "p3", "points") or []
+    last = pts[-1] if pts else {}
+    pods = _get(last, "objects", "pods")
+    check(f"P3 gangctl process start -> /readyz at {pods} pods (s)", last.get("ready_s"), 30, "{:.1f}")
+    check(f"P3 gangctl RSS once settled at {pods} pods (MiB)", last.get("rss_settled_mib"), 512, "{:.0f}")
+    check(f"P3 gangctl peak RSS at {pods} pods (MiB)", last.get("peak_rss_mib"), 512, "{:.0f}")
+    return out
 
 
 def main() -> int:
@@ -1026,6 +1093,8 @@ def main() -> int:
             run_side(args, side, save)
         except Exception as err:  # keep what was measured; the other side still runs
             failed = True
+            import traceback
+            traceback.print_exc()
             say(f"{side} side failed: {type(err).__name__}: {err}")
             save("error", {"error": f"{type(err).__name__}: {err}"})
     print(report(data))
