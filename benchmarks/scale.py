@@ -248,7 +248,15 @@ def summarize_audit(events: list[dict], agents: set[str], namespace: str | None 
         a = agent_of(e.get("userAgent", ""))
         by_agent[a] = by_agent.get(a, 0) + 1
     writes = [e for e in mine if e.get("verb") in WRITE_VERBS]
-    out: dict[str, Any] = {"requests": len(mine), "writes": len(writes), "writes_by_what": _count(what(e) for e in writes),
+    latency: dict[str, list[float]] = {}
+    for e in writes:
+        try:
+            latency.setdefault(what(e), []).append(_ts(e["stageTimestamp"]) - _ts(e["requestReceivedTimestamp"]))
+        except (KeyError, ValueError):
+            continue
+    out: dict[str, Any] = {"write_latency_ms_p50_p90": {k: [round(1000 * statistics.median(v), 1),
+                                                            round(1000 * sorted(v)[int(0.9 * (len(v) - 1))], 1)]
+                                                        for k, v in latency.items()},"requests": len(mine), "writes": len(writes), "writes_by_what": _count(what(e) for e in writes),
                            "requests_by_what": dict(list(_count(what(e) for e in mine).items())[:12]),
                            "all_agents": dict(sorted(by_agent.items(), key=lambda kv: -kv[1]))}
     if namespace is not None:
@@ -257,6 +265,10 @@ def summarize_audit(events: list[dict], agents: set[str], namespace: str | None 
         out["job_writes_by_what"] = _count(f"{what(e)} {(e.get('objectRef') or {}).get('name', '')}" for e in job_writes)
         out["job_writes_conflicts"] = sum(1 for e in job_writes if (e.get("responseStatus") or {}).get("code") == 409)
     return out
+
+
+def _ts(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def _count(items) -> dict[str, int]:  # noqa: ANN001
