@@ -430,6 +430,14 @@ async def drop_floor(kubeconfig: Path, ns: str, timeout: float = 300) -> float:
                 break
             await asyncio.sleep(1)
         await kube.delete(NAMESPACES.path(name=ns))
+        while time.monotonic() - started < timeout:  # gone before gangctl starts: it would see the TrainJob
+            try:
+                await kube.get(NAMESPACES.path(name=ns))
+            except ApiError as err:
+                if err.not_found:
+                    break
+                raise
+            await asyncio.sleep(0.5)
         return time.monotonic() - started
     finally:
         await kube.close()
