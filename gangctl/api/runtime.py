@@ -10,6 +10,7 @@ turns these models into the CRDs.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -142,10 +143,19 @@ RESOURCE_QUANTITY_PATTERN = QUANTITY_PATTERN.replace(r"^(\+|-)?", r"^\+?", 1)
 """A container's requests and limits: no sign (the Pod API refuses a negative one)."""
 
 
+MAX_RESOURCE_QUANTITY = Fraction(2**63 - 1, 1000)
+"""The most a container resource may be: the scheduler counts in int64 milli-units, and a larger quantity
+(valid to the API, e.g. "1e400") could never be placed: gangctl fails such a TrainJob (InvalidSpec)."""
+
+
 def _check_resource_quantity(value: Any) -> int | str:
     value = _check_quantity(value)
-    if parse_quantity(value) < 0:
+    amount = parse_quantity(value)
+    if amount < 0:
         raise ValueError(f"must be greater than or equal to 0, got {value!r}")
+    if amount > MAX_RESOURCE_QUANTITY:
+        raise ValueError(f"must be at most {float(MAX_RESOURCE_QUANTITY):.4g} (the scheduler counts in int64 "
+                         f"milli-units), got {value!r}")
     return value
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,7 @@ class Case:
     outcome: Rejected | Fails | NotCreated
     runtime: dict[str, Any] | None = None
     update: dict[str, Any] | None = None
-    tags: tuple[str, ...] = field(default=())
+    known_gap: str | None = None  # why this case does not end as it should yet (strict xfail)
 
 
 def tj(changes: dict, outcome, **kw) -> Case:
@@ -132,6 +132,10 @@ CASES: dict[str, Case] = {
     "env name missing": tj({f"{TR}.env": [{"value": "x"}]}, R((f"{TR}.env[0].name",))),
     "env name duplicated": tj({f"{TR}.env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]},
                               R((f"{TR}.env[1]",), ("Duplicate",))),
+    "env value not a string": tj({f"{TR}.env": [{"name": "LR", "value": 0.1}]}, R((f"{TR}.env[0].value",))),
+    "env valueFrom field path unknown": tj(
+        {f"{TR}.env": [{"name": "LR", "valueFrom": {"fieldRef": {"fieldPath": "spec.bogus"}}}]},
+        Fails("JobRejected", ("env[0].valueFrom.fieldRef.fieldPath",))),
     "env name invalid": tj({f"{TR}.env": [{"name": "LR=0.1", "value": "x"}]},
                            Fails("JobRejected", ("env[0].name", "LR=0.1"))),
     # --- TrainJob: trainer.resourcesPerNode ---------------------------------------------------
@@ -148,7 +152,7 @@ CASES: dict[str, Case] = {
     "quantity negative integer": tj({f"{TR}.resourcesPerNode": {"requests": {"cpu": -2}}},
                                     R((f"{TR}.resourcesPerNode.requests.cpu",))),
     "quantity overflow": tj({f"{TR}.resourcesPerNode": {"limits": {"nvidia.com/gpu": "1e400"}}},
-                            Fails("JobRejected", ("nvidia.com/gpu",))),
+                            Fails("InvalidSpec", (f"{TR}.resourcesPerNode.limits.nvidia.com/gpu", "at most"))),
     "resources not an object": tj({f"{TR}.resourcesPerNode": "8 GPUs"}, R((f"{TR}.resourcesPerNode",))),
     "requests above limits": tj({f"{TR}.resourcesPerNode": {"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}},
                                 Fails("JobRejected", ("resources.requests", "less than or equal to cpu limit"))),
@@ -210,6 +214,18 @@ CASES: dict[str, Case] = {
         {"spec.podTemplateOverrides": [{"targetJobs": [{"name": "launcher"}],
                                         "spec": {"nodeSelector": {"a": "b"}}}]},
         Fails("InvalidRuntime", ("spec.podTemplateOverrides[0].targetJobs[0].name", "launcher"))),
+    "podTemplateOverride toleration operator unknown": tj(
+        {"spec.podTemplateOverrides": [{"targetJobs": [{"name": "node"}], "spec": {"tolerations": [{"operator": "Maybe"}]}}]},
+        Fails("JobRejected", ("tolerations[0].operator",))),
+    "podTemplateOverride serviceAccountName invalid": tj(
+        {"spec.podTemplateOverrides": [{"targetJobs": [{"name": "node"}], "spec": {"serviceAccountName": "Bad_SA"}}]},
+        Fails("JobRejected", ("serviceAccountName",))),
+    "podTemplateOverride priorityClassName absent": tj(
+        {"spec.podTemplateOverrides": [{"targetJobs": [{"name": "node"}], "spec": {"priorityClassName": "nope"}}]},
+        Fails("JobRejected", ("nope",)),
+        known_gap="the child Job is created, then the Job controller's pod creates are refused by admission "
+                  "(no PriorityClass 'nope'): only a FailedCreate event says so; the TrainJob waits forever "
+                  "(needs the reconciler: see the report of issue 12 item 8)"),
     "podTemplateOverride invalid label": tj(
         {"spec.podTemplateOverrides": [{"targetJobs": [{"name": "node"}], "metadata": {"labels": {"bad key!": "v"}}}]},
         Fails("JobRejected", ("bad key!",))),
@@ -236,6 +252,8 @@ CASES: dict[str, Case] = {
                                         R(("spec.podGroupPolicy.coscheduling.scheduleTimeoutSeconds",))),
     "scheduleTimeoutSeconds string": rt({"spec.podGroupPolicy.coscheduling.scheduleTimeoutSeconds": "2m"},
                                         R(("spec.podGroupPolicy.coscheduling.scheduleTimeoutSeconds",))),
+    "kueue on a cluster without it": tj({}, NotCreated("BackendNotInstalled", ("kueue",)),
+                                        runtime={"spec.podGroupPolicy": {"kueue": {"queueName": "q"}}}),
     "volcano on a cluster without it": tj({}, NotCreated("BackendNotInstalled", ("volcano",)),
                                           runtime={"spec.podGroupPolicy": {"volcano": {}}}),
     # --- runtimes: template -------------------------------------------------------------------
@@ -386,7 +404,13 @@ async def corpus(kube, controller):
     await delete_namespace(kube, namespace)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+KNOWN_GAP_WAIT = 10  # a fix fails the TrainJob within seconds of the first refused pod create
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(name, marks=pytest.mark.xfail(reason=c.known_gap, strict=True)) if c.known_gap else name
+    for name, c in CASES.items()
+])
 async def test_bad_input(kube, corpus, case):
     namespace, results = corpus
     spec, created = CASES[case], results[case]
@@ -405,7 +429,10 @@ async def test_bad_input(kube, corpus, case):
         obj = await get_trainjob(kube, namespace, name)
         cond = condition(obj, ctype)
         return cond is not None and cond["status"] == status or is_true(obj, "Failed")
-    await eventually(decided, WAIT, f"{case}: {ctype}={status} on the TrainJob")
+    try:
+        await eventually(decided, KNOWN_GAP_WAIT if spec.known_gap else WAIT, f"{case}: {ctype}={status}")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; status: {(await get_trainjob(kube, namespace, name)).get('status')}") from None
     obj = await get_trainjob(kube, namespace, name)
     cond = condition(obj, ctype)
     assert cond["status"] == status and cond["reason"] == outcome.reason, f"{case}: {obj.get('status')}"

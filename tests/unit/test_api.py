@@ -466,3 +466,36 @@ def test_runtime_crd_validations():
             "type": "object",
             "x-kubernetes-preserve-unknown-fields": True,
         }
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"runtimeRef": {"name": "x", "apiGroup": "example.com"}}, "spec.runtimeRef.apiGroup"),
+    ({"trainer": {"image": ""}}, "spec.trainer.image: must not be empty"),
+    ({"trainer": {"resourcesPerNode": {"limits": {"cpu": "-1"}}}}, "limits.cpu: must be greater than or equal to 0"),
+    ({"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "1e400"}}}}, "nvidia.com/gpu: must be at most"),
+    ({"managedBy": "example.com/" + "x" * 60}, "spec.managedBy: must be at most 63"),
+    ({"labels": {"bad key!": "v"}}, "spec.labels: keys must be qualified names"),
+    ({"labels": {"team": "bad value!"}}, "spec.labels: values must be"),
+    ({"annotations": {"/x": "v"}}, "spec.annotations: keys must be qualified names"),
+    ({"podTemplateOverrides": [{"spec": {}}]}, r"spec.podTemplateOverrides\[0\].targetJobs: required"),
+    ({"podTemplateOverrides": [{"targetJobs": [{"name": "node"}], "spec": {"tolerations": "all"}}]},
+     r"spec.podTemplateOverrides\[0\].spec.tolerations: must be a list"),
+])
+def test_bad_trainjob_fields_are_errors_naming_the_field(change, named):
+    obj = {"metadata": {"name": "a", "namespace": "n"}, "spec": {"runtimeRef": {"name": "x"}, **change}}
+    with pytest.raises(ValueError, match=named):
+        parse_trainjob(obj)
+
+
+@pytest.mark.parametrize(("template_spec", "named"), [
+    ({"failurePolicy": {"rules": [{"name": "r", "action": "FailJobSet"}, {"name": "r", "action": "FailJobSet"}]}},
+     "rule names must be unique"),
+    ({"failurePolicy": {"rules": [{"action": "FailJobSet", "targetReplicatedJobs": ["launcher"]}]}},
+     r"failurePolicy.rules\[\].targetReplicatedJobs must name jobs"),
+    ({"successPolicy": {"targetReplicatedJobs": ["launcher"]}}, "successPolicy.targetReplicatedJobs must name jobs"),
+])
+def test_runtime_references_to_absent_jobs_are_errors(template_spec, named):
+    obj = {"kind": "TrainingRuntime", "metadata": {"name": "r"},
+           "spec": {"template": {"spec": {"replicatedJobs": [{"name": "node"}], **template_spec}}}}
+    with pytest.raises(ValueError, match=named):
+        parse_runtime(obj)

@@ -73,6 +73,30 @@ def test_runtime_without_node_job_is_an_error_naming_it():
         resolve(trainjob(numNodes=1), broken)
 
 
+def test_override_targeting_a_job_the_runtime_lacks_is_an_error_naming_the_field():
+    tj = trainjob(numNodes=1)
+    tj["spec"]["podTemplateOverrides"] = [{"targetJobs": [{"name": "node"}, {"name": "launcher"}]}]
+    with pytest.raises(ResolveError, match=r"spec.podTemplateOverrides\[0\].targetJobs\[1\].name: .*'launcher' "
+                                           r"\(it has: node\)"):
+        resolve(tj, RUNTIME)
+
+
+@pytest.mark.parametrize(("where", "value", "named"), [
+    ("containers", "node", "spec.template.spec.containers must be a list"),
+    ("tolerations", "all", "spec.template.spec.tolerations must be a list"),
+    ("nodeSelector", ["a"], "spec.template.spec.nodeSelector must be an object"),
+    ("containers", [{"name": "node", "env": "LR=1"}], r"containers\[0\].env must be a list"),
+    ("containers", [{"name": "node", "env": [{"value": "1"}]}], r"containers\[0\].env\[0\].name must be a string"),
+    ("containers", [{"name": "node", "resources": {"limits": ["cpu"]}}], r"containers\[0\].resources.limits must be"),
+    ("containers", [{"name": "node", "resources": {"limits": {"cpu": "lots"}}}], "resources .*invalid quantity 'lots'"),
+])
+def test_runtime_pod_template_of_the_wrong_shape_is_an_error_naming_the_field(where, value, named):
+    broken = yaml.safe_load(yaml.safe_dump(RUNTIME))
+    broken["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][where] = value
+    with pytest.raises(ResolveError, match=named):
+        resolve(trainjob(numNodes=1), broken)
+
+
 def test_elastic_policy_sets_the_gang_floor():
     elastic = yaml.safe_load(yaml.safe_dump(RUNTIME))
     elastic["spec"]["mlPolicy"]["torch"]["elasticPolicy"] = {"minNodes": 2, "maxNodes": 4}
