@@ -19,7 +19,7 @@ from gangctl.cluster.lifecycle import UpOptions, down, process_node_state, start
 from gangctl.config import ClusterSettings
 from gangctl.kube.client import Kube
 from gangctl.processes import ControllerProcess
-from tests.integration.helpers import delete_namespace
+from tests.integration.helpers import delete_namespace, token_for, user_kubeconfig
 
 pytestmark = pytest.mark.integration
 
@@ -108,15 +108,7 @@ async def least_privilege_kubeconfig(kube: Kube, admin: Path, path: Path) -> Pat
                              input=yaml.safe_dump_all(objects), capture_output=True, text=True,
                              env={**os.environ, "KUBECONFIG": str(admin)})
     assert applied.returncode == 0, applied.stderr
-    review = await kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{SUITE_SA}/token", {
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}})
-    cluster = yaml.safe_load(admin.read_text())["clusters"][0]["cluster"]
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "suite",
-        "clusters": [{"name": "local", "cluster": cluster}],
-        "users": [{"name": "suite", "user": {"token": review["status"]["token"]}}],
-        "contexts": [{"name": "suite", "context": {"cluster": "local", "user": "suite"}}]}))
-    return path
+    return user_kubeconfig(admin, path, {"token": await token_for(kube, namespace, SUITE_SA, seconds=86400)})
 
 
 async def wait_ready(ctl: ControllerProcess) -> None:

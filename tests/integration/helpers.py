@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 import aiohttp
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gangctl.api.resources import JOBS, PODS, POD_GROUPS, TRAINJOBS
@@ -183,3 +184,36 @@ async def delete_namespace(kube: Kube, name: str, timeout: float = 60) -> None:
         except ApiError as err:
             return err.not_found
     await eventually(gone, timeout, f"namespace {name} to be deleted", interval=0.5)
+
+
+# --- ServiceAccounts, tokens and kubeconfigs (controllers run with a user's credentials) ------------------
+async def service_account(kube: Kube, namespace: str, name: str, cluster_role: str | None) -> str:
+    """A ServiceAccount, bound to `cluster_role` cluster-wide when given; returns the binding's name."""
+    await kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                      {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}})
+    binding = f"{namespace}-{name}"
+    if cluster_role:
+        await kube.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": binding},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]})
+    return binding
+
+
+async def token_for(kube: Kube, namespace: str, name: str, seconds: int = 600) -> str:
+    """A token from the TokenRequest API (what `kubectl create token` calls)."""
+    review = await kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": seconds}})
+    return review["status"]["token"]
+
+
+def user_kubeconfig(admin: Path, path: Path, user: dict) -> Path:
+    """A kubeconfig for the admin's cluster (server, CA) with only `user`'s credentials."""
+    cluster = yaml.safe_load(admin.read_text())["clusters"][0]["cluster"]
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": "sa", "user": user}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa"}}]}))
+    return path

@@ -20,45 +20,13 @@ from gangctl.kube.leader import LeaderElector
 from gangctl.policy.leader import LeaseTimings
 from gangctl.processes import ControllerProcess
 from tests.integration.conftest import wait_ready
-from tests.integration.helpers import eventually, get_trainjob, is_true, submit, trainjob
+from tests.integration.helpers import (eventually, get_trainjob, is_true, service_account, submit, token_for, trainjob,
+                                       user_kubeconfig)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
 PLUGIN = Path(__file__).parent / "data" / "exec_credential_plugin.py"
 LEASE = "gangctl-test-leader"
-
-
-# --- ServiceAccounts, tokens and kubeconfigs ------------------------------------------------------------
-async def service_account(kube: Kube, namespace: str, name: str, cluster_role: str | None) -> str:
-    """A ServiceAccount, bound to `cluster_role` cluster-wide when given; returns the binding's name."""
-    await kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts",
-                      {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}})
-    binding = f"{namespace}-{name}"
-    if cluster_role:
-        await kube.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": binding},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]})
-    return binding
-
-
-async def token_for(kube: Kube, namespace: str, name: str, seconds: int = 600) -> str:
-    """A token from the TokenRequest API (what `kubectl create token` calls)."""
-    review = await kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", {
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": seconds}})
-    return review["status"]["token"]
-
-
-def user_kubeconfig(admin: Path, path: Path, user: dict) -> Path:
-    """A kubeconfig for the admin's cluster (server, CA) with only `user`'s credentials."""
-    cluster = yaml.safe_load(admin.read_text())["clusters"][0]["cluster"]
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "local", "cluster": cluster}],
-        "users": [{"name": "sa", "user": user}],
-        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa"}}]}))
-    return path
 
 
 async def delete_quietly(kube: Kube, path: str) -> None:

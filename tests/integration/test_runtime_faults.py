@@ -131,7 +131,7 @@ async def test_throttled_by_priority_and_fairness_it_backs_off_and_converges(kub
                                                                            namespace, tmp_path):
     from gangctl.kube.client import Kube
     from gangctl.processes import ControllerProcess
-    from tests.integration.test_auth_leader import service_account, token_for, user_kubeconfig
+    from tests.integration.helpers import service_account, token_for, user_kubeconfig
 
     bindings = [await service_account(kube, namespace, sa, "cluster-admin") for sa in ("throttled", "noisy")]
     # Three seats (one share of the server's 600), and a request that finds them taken is refused at
@@ -224,7 +224,7 @@ def _http(url: str) -> tuple[int, str]:
 
 async def test_readyz_names_the_cache_it_cannot_fill_until_access_is_granted(kube, kubeconfig, namespace, tmp_path):
     from gangctl.processes import ControllerProcess
-    from tests.integration.test_auth_leader import service_account, token_for, user_kubeconfig
+    from tests.integration.helpers import service_account, token_for, user_kubeconfig
 
     # The built-in `view` role reads pods and Jobs but not TrainJobs (a CRD nobody aggregated into it).
     view = await service_account(kube, namespace, "reader", "view")
