@@ -20,7 +20,12 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 
 class ResolveError(ValueError):
-    """The TrainJob and its runtime cannot be combined; the message names the field."""
+    """The TrainJob and its runtime cannot be combined; the message names the field, `reason` says
+    whose fault it is (the runtime's, or the TrainJob's own: InvalidSpec)."""
+
+    def __init__(self, message: str, reason: str = "InvalidRuntime"):
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,7 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
                 raise ResolveError(
                     f"spec.podTemplateOverrides[{i}].targetJobs[{j}].name: the runtime "
                     f"{(spec.get('runtimeRef') or {}).get('name', '')!r} has no replicated job "
-                    f"{target.get('name')!r} (it has: {', '.join(map(str, job_names))})")
+                    f"{target.get('name')!r} (it has: {', '.join(map(str, job_names))})", reason="InvalidSpec")
         if NODE_JOB in targets:
             _apply_override(pod_template, override)
 
@@ -95,7 +100,7 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
         if min_nodes is not None and int(min_nodes) > num_nodes:
             raise ResolveError(f"elasticPolicy: minNodes ({min_nodes}) must be less than or equal to "
                                f"maxNodes ({num_nodes}) (spec.trainer.elasticPolicy over the runtime's "
-                               "mlPolicy.torch.elasticPolicy)")
+                               "mlPolicy.torch.elasticPolicy)", reason="InvalidSpec")
 
     try:
         requests = pod_requests(pod_spec)

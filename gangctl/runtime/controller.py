@@ -211,15 +211,17 @@ class Controller:
                 log.info("reconcile %s: %s; retry in %.1fs", key, err, delay)
                 if self.queue.failures(key) == STUCK_AFTER_FAILURES and err.status in PERMANENT_STATUSES:
                     await self._report_stuck(key, err)
-            except Exception:  # a bug for one job must not stop the others
+            except Exception as err:  # a bug for one job must not stop the others
                 self.metrics.reconcile_errors.labels("Exception").inc()
                 delay = self.queue.add_rate_limited(key)
                 log.exception("reconcile %s failed; retry in %.1fs", key, delay)
+                if self.queue.failures(key) == STUCK_AFTER_FAILURES:
+                    await self._report_stuck(key, err)
             finally:
                 self.queue.done(key)
                 self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
 
-    async def _report_stuck(self, key: str, err: ApiError) -> None:
+    async def _report_stuck(self, key: str, err: Exception) -> None:
         try:
             await self.reconciler.report_stuck(key, err)
         except ApiError as again:

@@ -136,7 +136,7 @@ class Reconciler:
                              schedule_timeout_seconds=job.gang_settings.get("scheduleTimeoutSeconds"))
         except (ResolveError, KeyError, ValueError) as err:
             message = err.args[0] if err.args else str(err)
-            await self._fail(trainjob, "InvalidRuntime", str(message))
+            await self._fail(trainjob, getattr(err, "reason", "InvalidRuntime"), str(message))
             return
         if backend is not None and backend.name not in self.caches.groups:
             message = (f"the runtime's podGroupPolicy asks for {backend.name}, but this cluster does not serve "
@@ -558,18 +558,25 @@ class Reconciler:
             return
         self.caches.trainjobs.write_through(written)
 
-    async def report_stuck(self, key: str, err: ApiError) -> None:
-        """A key that keeps failing on an API answer a retry will not change (422, 403, 400): say so
-        on the TrainJob, with the API's own message, while the retries go on (capped backoff)."""
+    async def report_stuck(self, key: str, err: Exception) -> None:
+        """A key that keeps failing for a reason a retry will not change (the API's 422, 403, 400, or a
+        bug of gangctl's on this job's input): say so on the TrainJob, with the API's own message or
+        the error, while the retries go on (capped backoff)."""
         trainjob = self.caches.trainjobs.get(key)
         if trainjob is None or trainjob["metadata"].get("deletionTimestamp"):
             return
         previous = trainjob.get("status") or {}
         if st.finished(previous):
             return
-        message = f"the API server refused gangctl's change: {err.message}. {st.stuck_hint(err.reason, err.message)}"
+        if isinstance(err, ApiError):
+            reason = err.reason or str(err.status)
+            message = f"the API server refused gangctl's change: {err.message}. {st.stuck_hint(err.reason, err.message)}"
+        else:
+            reason = "InternalError"
+            message = (f"gangctl failed on this TrainJob: {type(err).__name__}: {err}. It keeps retrying; please "
+                       "report it with the TrainJob and its runtime")
         conditions = st.set_condition(list(previous.get("conditions") or []), st.SYNCED, False,
-                                      err.reason or str(err.status), message, self.clock())
+                                      reason, message, self.clock())
         if conditions != previous.get("conditions"):
             await self._write_status(trainjob, {**previous, "conditions": conditions})
             await self.events.warning(trainjob, "ReconcileError", message)

@@ -169,7 +169,7 @@ CASES: dict[str, Case] = {
                                     R((f"{TR}.elasticPolicy.maxRestarts",))),
     "elastic minNodes above the runtime's maxNodes": tj(
         {f"{TR}.elasticPolicy": {"minNodes": 3}, f"{TR}.numNodes": DELETE},
-        Fails("InvalidRuntime", ("minNodes (3)", "maxNodes (2)")), runtime=ELASTIC),
+        Fails("InvalidSpec", ("minNodes (3)", "maxNodes (2)")), runtime=ELASTIC),
     # --- TrainJob: other spec fields ----------------------------------------------------------
     "spec missing": tj({"spec": DELETE}, R(("spec",), ("Required",))),
     "trainer not an object": tj({TR: ["x"]}, R((TR,))),
@@ -213,7 +213,7 @@ CASES: dict[str, Case] = {
     "podTemplateOverride targets a job the runtime lacks": tj(
         {"spec.podTemplateOverrides": [{"targetJobs": [{"name": "launcher"}],
                                         "spec": {"nodeSelector": {"a": "b"}}}]},
-        Fails("InvalidRuntime", ("spec.podTemplateOverrides[0].targetJobs[0].name", "launcher"))),
+        Fails("InvalidSpec", ("spec.podTemplateOverrides[0].targetJobs[0].name", "launcher"))),
     "podTemplateOverride toleration operator unknown": tj(
         {"spec.podTemplateOverrides": [{"targetJobs": [{"name": "node"}], "spec": {"tolerations": [{"operator": "Maybe"}]}}]},
         Fails("JobRejected", ("tolerations[0].operator",))),
