@@ -497,7 +497,8 @@ async def p2(kubeconfig: Path, side: str, ns: str, jobs: int, nodes: int, concur
             "scenario": "P2", "side": side, "jobs": jobs, "pods_per_job": nodes, "concurrency": concurrency,
             "submit_s": round(submitted, 2), "create_errors": errors, "timed_out": not ok,
             "jobs_created_s": round(max(job_created.values()) - t0, 2) if len(job_created) >= jobs else None,
-            "pods_ready_at_jobs_created": sum(ready.values()), "window_jobs": jobs_win}
+            "pods_ready_at_jobs_created": sum(ready.values()), "child_jobs_created": len(job_created),
+            "window_jobs": jobs_win}
         if result["jobs_created_s"]:
             result["trainjobs_per_s"] = round(jobs / result["jobs_created_s"], 2)
             lat = sorted(job_created[n] - t0 for n in job_created)
