@@ -218,6 +218,10 @@ class Kube:
 
 MAX_THROTTLE_RETRIES = 10  # client-go's maxRetries for 429 with Retry-After
 
+# No answer from the API server (refused, reset, timed out): a retry may well succeed; never a fault
+# of the object being reconciled.
+UNREACHABLE = (OSError, asyncio.TimeoutError, aiohttp.ClientError)
+
 
 def retry_after(header: str | None, default: float = 1.0, cap: float = 30.0) -> float:
     """Seconds to wait from a Retry-After header (seconds only, as the apiserver sends it)."""

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, NODES, PODS, SERVICES, TRAINING_RUNTIMES, TRAINJOBS
 from gangctl.config import ControllerSettings
 from gangctl.kube.access_review import AccessReviewer
-from gangctl.kube.client import ApiError, Kube
+from gangctl.kube.client import UNREACHABLE, ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer, object_key
 from gangctl.kube.leader import LeaderElector, identity
@@ -215,7 +215,7 @@ class Controller:
                 self.metrics.reconcile_errors.labels("Exception").inc()
                 delay = self.queue.add_rate_limited(key)
                 log.exception("reconcile %s failed; retry in %.1fs", key, delay)
-                if self.queue.failures(key) == STUCK_AFTER_FAILURES:
+                if self.queue.failures(key) == STUCK_AFTER_FAILURES and not isinstance(err, UNREACHABLE):
                     await self._report_stuck(key, err)
             finally:
                 self.queue.done(key)
@@ -224,7 +224,7 @@ class Controller:
     async def _report_stuck(self, key: str, err: Exception) -> None:
         try:
             await self.reconciler.report_stuck(key, err)
-        except ApiError as again:
+        except Exception as again:  # noqa: BLE001 - reporting must never take a worker down
             log.info("could not record the error on %s: %s", key, again)
 
     async def _resync(self) -> None:

@@ -65,10 +65,25 @@ async def controller(controller_kubeconfig: Path, tmp_path_factory: pytest.TempP
     ctl.stop()
     print(f"[controller] log: {ctl.log_path}")
     # RBAC's refusal names the user ("... is forbidden: User ... cannot ..."); a namespace being
-    # deleted also answers 403 (NamespaceLifecycle), which is not a missing permission.
+    # deleted also answers 403 (NamespaceLifecycle), which is not a missing permission, and so does
+    # an apiserver in its first seconds after a restart, before its RBAC caches are filled.
     forbidden = [line for line in ctl.log_path.read_text().splitlines()
-                 if "403 Forbidden" in line and "is forbidden: User" in line]
+                 if "403 Forbidden" in line and "is forbidden: User" in line and not _excused(line)]
     assert not forbidden, f"the controller was refused under deploy/'s RBAC: {forbidden[:3]}"
+
+
+# (start, end) of times when the apiserver was restarted on purpose (test_runtime_faults adds them).
+APISERVER_RESTARTS: list[tuple[float, float]] = []
+
+
+def _excused(line: str) -> bool:
+    from datetime import datetime
+
+    try:  # the controller's log lines start with "YYYY-mm-dd HH:MM:SS,mmm" in local time
+        at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except ValueError:
+        return False
+    return any(start <= at <= end + 30 for start, end in APISERVER_RESTARTS)
 
 
 SUITE_SA = "gangctl-suite"
