@@ -59,7 +59,7 @@ class ControllerSettings(BaseSettings):
     renew_deadline_seconds: float = 10.0
     retry_period_seconds: float = 2.0
     shutdown_grace_seconds: float = Field(10.0, description="on SIGTERM, how long in-flight reconciles may finish")
-    workers: int = 4
+    workers: int = Field(16, description="concurrent reconciles (each waits on the apiserver, not the CPU)")
     field_manager: str = "gangctl"
     scheduler_name: str = Field("scheduler-plugins-scheduler", description="scheduler profile with Coscheduling")
     resync_seconds: float = 300.0

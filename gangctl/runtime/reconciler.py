@@ -22,7 +22,7 @@ from gangctl.plugins.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, T
 from gangctl.plugins import base
 from gangctl.plugins.kueue import JOB_UID_LABEL, QUEUE_LABEL
 from gangctl.plugins.registry import BACKENDS, backend_for
-from gangctl.plugins.workload import headless_service, node_job, owner_reference
+from gangctl.plugins.workload import headless_service, node_job, owner_reference, with_spec_hash
 from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store, store_name
 from gangctl.policy import elastic
@@ -232,7 +232,7 @@ class Reconciler:
             await self._ensure(SERVICES, self.caches.services, headless_service(job, owner))
             if base.wants_group(backend) and not job.suspend:
                 await self._ensure(backend.group_resource, self.caches.groups[backend.name],
-                                   backend.group(job, gang, owner))
+                                   with_spec_hash(backend.group(job, gang, owner)))
             desired = node_job(job, owner, backend, self.scheduler_name, size, gang)
             if not kueue_owned:
                 await self._ensure(JOBS, self.caches.jobs, desired)
