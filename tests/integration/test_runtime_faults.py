@@ -187,7 +187,8 @@ async def test_throttled_by_priority_and_fairness_it_backs_off_and_converges(kub
         await eventually(all_complete, 180, "every TrainJob Complete under throttling", interval=1)
         elapsed = time.monotonic() - started
         after = await kube.text("/metrics")
-        ours = await asyncio.to_thread(_read, throttled.url + "/metrics")
+        scraped, ours = await asyncio.to_thread(_http, throttled.url + "/metrics")
+        assert scraped == 200, ours
     finally:
         done.set()
         await load
@@ -211,11 +212,6 @@ async def test_throttled_by_priority_and_fairness_it_backs_off_and_converges(kub
     print(f"[throttle] {len(jobs)} TrainJobs Complete in {elapsed:.1f}s; gangctl's requests dispatched "
           f"{dispatched:.0f}, rejected {rejected:.0f} ({rate:.1f}/s)")
     assert rate < 40, f"no hot loop: {rate:.1f} requests/s from a controller answered 429"
-
-
-def _read(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
-        return resp.read().decode()
 
 
 def _http(url: str) -> tuple[int, str]:
