@@ -40,7 +40,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, NAMESPACES, PODS, TRAINJOBS  # noqa: E402
-from gangctl.cluster import lifecycle, peer, setup  # noqa: E402
+from gangctl.cluster import lifecycle, setup  # noqa: E402
+from gangctl.harness import peer  # noqa: E402
 from gangctl.cluster.build import pinned_version  # noqa: E402
 from gangctl.config import ClusterSettings  # noqa: E402
 from gangctl.kube.client import ApiError, Kube  # noqa: E402

@@ -8,8 +8,8 @@ go NotReady and some jobs' workers exit non-zero; reports the invariants and wha
 Brings up its own cluster (`gangctl-bench-chaos` unless --cluster), its own controller, submits every
 job at once (min 1-2 / max 2-4 nodes, workers finish 30-90 s after they run; --failing of them have
 workers that exit 1, 3 or 137 against a restart budget of --max-restarts), plays a seeded outage plan
-(gangctl.cluster.chaos: --outages nodes NotReady for 20-60 s within --window s, at most --max-down at
-once), watches every pod (gangctl.cluster.audit) and, once every job is finished, checks the end
+(gangctl.harness.chaos: --outages nodes NotReady for 20-60 s within --window s, at most --max-down at
+once), watches every pod (gangctl.harness.audit) and, once every job is finished, checks the end
 state. Reports: two-live-pods-per-index violations, outcomes by reason, leaked PodGroups, pods left
 running or stuck Terminating, resizes and restarts by cause (the controller's metrics), time to
 finish. The cluster is deleted at the end (--keep leaves it).
@@ -30,8 +30,8 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, NAMESPACES, TRAINJOBS  # noqa: E402
-from gangctl.cluster import chaos  # noqa: E402
-from gangctl.cluster.audit import PodAuditor, finished, settled_audit  # noqa: E402
+from gangctl.harness import chaos  # noqa: E402
+from gangctl.harness.audit import PodAuditor, finished, settled_audit  # noqa: E402
 from gangctl.cluster.lifecycle import UpOptions  # noqa: E402
 from gangctl.kube.client import Kube  # noqa: E402
 from benchmarks.local import cluster_with_controller  # noqa: E402

@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import yaml  # noqa: E402
 
 from gangctl.api.resources import JOBS, NODES, TRAINJOBS  # noqa: E402
-from gangctl.cluster import incluster  # noqa: E402
+from gangctl.harness import incluster  # noqa: E402
 from gangctl.cluster.build import ensure_built  # noqa: E402
 from gangctl.cluster.lifecycle import UpOptions, down, prepare, process_node_state, start_process_nodes  # noqa: E402
 from gangctl.cluster.local import LocalCluster, Ports  # noqa: E402

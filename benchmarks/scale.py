@@ -62,7 +62,8 @@ from benchmarks import controller_peer as cp  # noqa: E402
 from benchmarks.local import controller, own_cluster  # noqa: E402
 from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, JOBS, NAMESPACES, NODES, POD_GROUPS, PODS,  # noqa: E402
                                    SERVICES, TRAINJOBS)
-from gangctl.cluster import lifecycle, peer, setup  # noqa: E402
+from gangctl.cluster import lifecycle, setup  # noqa: E402
+from gangctl.harness import peer  # noqa: E402
 from gangctl.cluster.local import LocalCluster, coscheduling_crd  # noqa: E402
 from gangctl.config import ClusterSettings  # noqa: E402
 from gangctl.kube.client import ApiError, Kube  # noqa: E402

@@ -290,7 +290,7 @@ def policy_apply(
     import asyncio
 
     from gangctl.kube.client import ApiError, Kube
-    from gangctl.policy_apply import apply_policy
+    from gangctl.commands.policy_apply import apply_policy
 
     policy, problems = _read_policy(file)
     if policy is None:
@@ -349,7 +349,7 @@ def explain_command(
     """Why a TrainJob waits (or runs, or ended): its gang's requests against what the nodes have free."""
     import asyncio
 
-    from gangctl.explain import ExplainError, as_json, explain
+    from gangctl.commands.explain import ExplainError, as_json, explain
     from gangctl.kube.client import ApiError
 
     namespace, _, name = target.partition("/")
@@ -381,7 +381,7 @@ def explain_command(
 @app.command("demo")
 def demo(gpu_nodes: int = typer.Option(64), gpus_per_node: int = typer.Option(8)) -> None:
     """A 64 x 8-GPU KWOK cluster plus 3 process nodes: two KWOK gangs and a real 3-node DDP job, live."""
-    from gangctl.demo import run_demo
+    from gangctl.commands.demo import run_demo
 
     raise typer.Exit(run_demo(out, gpu_nodes, gpus_per_node))
 

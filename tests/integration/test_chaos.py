@@ -6,7 +6,7 @@ the jobs have workers that exit non-zero (KWOK's pod-container-running-failed st
 restart budget of 1. Checked as a user would: never two live pods for one (job, index) during the
 whole run; every job ends Complete or Failed with a reason; no PodGroup and no running pod left for
 a finished job; the restart budget is charged only for exit codes, never for node loss. The plans
-are deterministic for SEED (gangctl.cluster.chaos); the larger run is benchmarks/elastic_chaos.py.
+are deterministic for SEED (gangctl.harness.chaos); the larger run is benchmarks/elastic_chaos.py.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import uuid
 import pytest
 
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, PODS
-from gangctl.cluster import chaos
-from gangctl.cluster.audit import PodAuditor, finished, settled_audit
+from gangctl.harness import chaos
+from gangctl.harness.audit import PodAuditor, finished, settled_audit
 from gangctl.kube.client import ApiError
 from tests.integration.helpers import eventually, scrape, submit
 

@@ -11,7 +11,7 @@ what the controller really does.
 
 The session's own controller (admin kubeconfig) is stopped meanwhile, so exactly one controller
 serves TrainJobs, and restarted after; the install is removed afterwards except the CRDs and what
-was there before (gangctl.cluster.incluster.uninstall).
+was there before (gangctl.harness.incluster.uninstall).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gangctl.cluster import incluster
+from gangctl.harness import incluster
 from tests.integration.conftest import wait_ready
 from tests.integration.helpers import eventually, get_trainjob, is_true, submit, trainjob
 

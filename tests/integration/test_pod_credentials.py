@@ -228,7 +228,8 @@ def _sign(tmp: Path, name: str, ca: tuple[Path, Path] | None) -> tuple[Path, Pat
 
 async def test_kubelet_api_answers_only_the_apiserver(kube, namespace, kubeconfig, cluster_settings, process_nodes,
                                                       tmp_path):
-    await kube.create(PODS.path(namespace), pod("talker", "print('RESULT {\"hello\": 1}')"))
+    # pinned: the module's rotating node keeps its serving certificate elsewhere
+    await kube.create(PODS.path(namespace), pod("talker", "print('RESULT {\"hello\": 1}')", node=process_nodes[0]))
     p = await finished(kube, namespace, "talker")
     assert result(kubeconfig, namespace, "talker") == {"hello": 1}  # kubectl logs: the apiserver's cert works
     node = await kube.get(NODES.path(name=p["spec"]["nodeName"]))

@@ -32,7 +32,7 @@ from gangctl.policy.admission import GPU
 from gangctl.policy.quota import QuotaPolicy
 from gangctl.api.resources import TRAINING_RUNTIMES
 from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, policy_configmap
-from gangctl.policy_apply import apply_policy
+from gangctl.commands.policy_apply import apply_policy
 from gangctl.runtime.quota_gate import FIELD_MANAGER, QuotaGate, policy_informer
 from tests.integration.helpers import (bound, condition, eventually, get_trainjob, pods_of, running, submit,
                                        trainjob)

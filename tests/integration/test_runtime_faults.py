@@ -260,7 +260,7 @@ class RunAudit:
 
     def __init__(self, kube, namespace: str):
         from gangctl.api.resources import JOBS as JOB_RESOURCE
-        from gangctl.cluster.audit import PodAuditor
+        from gangctl.harness.audit import PodAuditor
         from gangctl.kube.informer import Informer
         from gangctl.plugins.names import TRAINJOB_NAME
 
@@ -356,7 +356,7 @@ async def _child_jobs(kube, namespace: str, name: str) -> list[dict]:
 async def test_controller_sigkilled_every_few_seconds_while_gangs_queue(kube, controller, namespace):
     import random
 
-    from gangctl.cluster.audit import settled_audit
+    from gangctl.harness.audit import settled_audit
 
     # 40 gangs of 2 x 8 GPUs want 640 GPUs of the cluster's 512: they queue behind each other.
     names = [f"q{i}" for i in range(40)]
@@ -396,7 +396,7 @@ async def test_the_lost_pod_reaper_lets_a_lost_index_be_replaced_while_its_node_
     import uuid
 
     from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, PODS
-    from gangctl.cluster import chaos
+    from gangctl.harness import chaos
     from gangctl.processes import ControllerProcess
     from tests.integration.test_policies import finish_terminating_pods
 

@@ -9,7 +9,7 @@ import pytest
 from gangctl.api.resources import JOBS, TRAINJOBS
 from gangctl.kube.client import Kube
 from gangctl.plugins.kueue import WORKLOADS, Kueue
-from gangctl.policy_apply import apply_policy
+from gangctl.commands.policy_apply import apply_policy
 from gangctl.policy.quota import QuotaPolicy
 from tests.integration.helpers import (bound, condition, eventually, get_trainjob, pods_of, running, submit,
                                        trainjob)

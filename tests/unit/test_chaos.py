@@ -1,8 +1,8 @@
 """The chaos plans (deterministic, bounded) and the auditor's bookkeeping of live pods per (job, index)."""
 from __future__ import annotations
 
-from gangctl.cluster.audit import PodAuditor
-from gangctl.cluster.chaos import FAIL_EXIT_CODE, FAIL_LABEL, plan_jobs, plan_outages, trainjob
+from gangctl.harness.audit import PodAuditor
+from gangctl.harness.chaos import FAIL_EXIT_CODE, FAIL_LABEL, plan_jobs, plan_outages, trainjob
 
 NODES = [f"gpu-node-{i:03d}" for i in range(10)]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from gangctl.runtime.lost_pods import failed_status, lost_pods
+from gangctl.policy.lost_pods import failed_status, lost_pods
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 AFTER = timedelta(seconds=30)

@@ -12,7 +12,7 @@ from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
 from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, Growable, NodeRange,
                                                Pending, admission_record, admitted_workload, coscheduling_objects,
                                                grow, grown_record, plan, priority_value, timestamp)
-from gangctl.policy_apply import objects_for, policy_text
+from gangctl.commands.policy_apply import objects_for, policy_text
 
 EXAMPLE_TEXT = (Path(__file__).parents[2] / "policies/example-teams.yaml").read_text()
 EXAMPLE = QuotaPolicy.model_validate(yaml.safe_load(EXAMPLE_TEXT))

@@ -7,7 +7,7 @@ import yaml
 
 from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
 from gangctl.policy.volcano_preemption import Group, preemptions
-from gangctl.policy_apply import objects_for
+from gangctl.commands.policy_apply import objects_for
 
 TWO_TEAMS = QuotaPolicy.model_validate(yaml.safe_load(
     (Path(__file__).parents[1] / "integration/data/two-teams.yaml").read_text()))
