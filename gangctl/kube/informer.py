@@ -6,7 +6,10 @@
   of etcd's window) costs a new LIST; any other failure (connection reset, apiserver restart,
   429, 5xx) waits a capped, jittered backoff and watches again from where it was.
 - Cached objects are stripped of what gangctl never reads (`managedFields`, kubectl's
-  last-applied annotation): that is most of an object's bytes.
+  last-applied annotation): that is most of an object's bytes. A `transform` (the controller passes
+  `gangctl.policy.cached.pod_view` for pods) keeps only the fields decisions read.
+- A re-list updates the cache in place, page by page, and drops what the list did not show at its
+  end: never two whole caches side by side.
 - An optional label index answers "the objects with this label value in this namespace" without a
   scan of the whole cache.
 - `problem()` says why the cache cannot be trusted (never listed, or failing for a while): the
@@ -70,8 +73,10 @@ def backoff_delay(failures: int, rng: random.Random, cap: float = BACKOFF_CAP) -
 class Informer:
     def __init__(self, kube: Kube, resource: Resource, *, namespace: str | None = None,
                  label_selector: str | None = None, handlers: Iterable[Handler] = (),
-                 index_label: str | None = None, page_size: int = 500):
+                 index_label: str | None = None, page_size: int = 500,
+                 transform: Callable[[dict], dict] | None = None):
         self.kube = kube
+        self.transform = transform
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
@@ -132,9 +137,13 @@ class Informer:
                 return
         elif cached["metadata"].get("uid") != obj["metadata"].get("uid") or not _newer(obj, cached):
             return
-        obj = strip(_with_kind(obj, self.resource))
+        obj = self._cached_form(obj)
         self.cache[key] = obj
         self._reindex(key, cached, obj)
+
+    def _cached_form(self, obj: dict) -> dict:
+        obj = strip(_with_kind(obj, self.resource))
+        return self.transform(obj) if self.transform is not None else obj
 
     # --- running -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -173,26 +182,36 @@ class Informer:
         self._last_error = ""
 
     async def _relist(self) -> None:
-        fresh: dict[str, dict] = {}
+        """LIST in pages into the cache itself: each page's objects replace their cached versions as it
+        arrives (a 150,000-pod list never holds two caches at once), and what the list did not show is
+        dropped at the end. Handlers hear of every change once the list is complete."""
+        seen: set[str] = set()
+        changed: list[str] = []
         rv = ""
         async for page in self.kube.list_pages(self.resource.path(self.namespace),
                                                label_selector=self.label_selector, limit=self.page_size):
             for obj in page.get("items", []):
-                obj = strip(_with_kind(obj, self.resource))
-                fresh[object_key(obj)] = obj
+                obj = self._cached_form(obj)
+                key = object_key(obj)
+                seen.add(key)
+                old = self.cache.get(key)
+                if _rv_of(old) != _rv_of(obj):
+                    changed.append(key)
+                self.cache[key] = obj
+                self._reindex(key, old, obj)
             rv = (page.get("metadata") or {}).get("resourceVersion") or rv
             await asyncio.sleep(0)  # let the rest of the controller run between pages
-        gone = [self.cache[k] for k in self.cache.keys() - fresh.keys()]
-        changed = [o for k, o in fresh.items() if _rv_of(self.cache.get(k)) != _rv_of(o)]
-        self.cache = fresh
-        self._rebuild_index()
+        gone = [self.cache.pop(k) for k in list(self.cache.keys() - seen)]
+        for obj in gone:
+            self._reindex(object_key(obj), obj, None)
         self._rv = rv
         self.relists += 1
         self._healthy()
         for obj in gone:
             self._notify("DELETED", obj)
-        for obj in changed:
-            self._notify("ADDED", obj)
+        for key in changed:
+            if key in self.cache:
+                self._notify("ADDED", self.cache[key])
         self.synced.set()
 
     async def _watch(self) -> None:
@@ -207,7 +226,7 @@ class Informer:
             self._rv = obj["metadata"]["resourceVersion"]
             if kind == "BOOKMARK":
                 continue
-            obj = strip(_with_kind(obj, self.resource))
+            obj = self._cached_form(obj)
             key = object_key(obj)
             old = self.cache.get(key)
             if kind == "DELETED":
@@ -241,11 +260,6 @@ class Informer:
                     del self._index[before]
         if after is not None:
             self._index.setdefault(after, set()).add(key)
-
-    def _rebuild_index(self) -> None:
-        self._index = {}
-        for key, obj in self.cache.items():
-            self._reindex(key, None, obj)
 
     def _notify(self, kind: str, obj: dict) -> None:
         for handler in self.handlers:

@@ -21,6 +21,7 @@ from gangctl.obs.server import make_app, serve
 from gangctl.plugins.kueue import JOB_UID_LABEL
 from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
 from gangctl.plugins.registry import BACKENDS
+from gangctl.policy.cached import node_view, pod_view
 from gangctl.policy.leader import LeaseTimings
 from gangctl.policy.status import phase, waiting_for_gang
 from gangctl.runtime.quota_gate import QuotaGate, policy_informer
@@ -74,7 +75,7 @@ class Controller:
             jobs=Informer(kube, JOBS, namespace=ns, label_selector=managed, handlers=[self._on_child],
                           index_label=TRAINJOB_NAME),
             pods=Informer(kube, PODS, namespace=ns, label_selector=managed, handlers=[self._on_child],
-                          index_label=TRAINJOB_NAME),
+                          index_label=TRAINJOB_NAME, transform=pod_view),
             services=Informer(kube, SERVICES, namespace=ns, label_selector=managed, handlers=[self._on_child],
                               index_label=TRAINJOB_NAME),
             groups={name: Informer(kube, resource, namespace=ns,
@@ -97,7 +98,7 @@ class Controller:
         self.nodes: Informer | None = None
         self.reaper: LostPodReaper | None = None
         if settings.lost_pod_seconds:
-            self.nodes = Informer(kube, NODES)
+            self.nodes = Informer(kube, NODES, transform=node_view)
             self.reaper = LostPodReaper(kube, lambda: self.caches.pods.cache.values(),
                                         lambda: self.nodes.cache.values(), after_seconds=settings.lost_pod_seconds,
                                         field_manager=settings.field_manager)

@@ -1,0 +1,71 @@
+"""What the controller keeps of each Pod and Node it caches: only the fields its decisions read.
+
+A Pod as the API serves it is 5-25 KB of JSON (the whole container spec, volumes, env, tolerations,
+every container status); decoded, a 1,024-pod gang's pods are tens of MB and 150,000 pods are
+gigabytes. The reconcile, the elastic sizing, the failure classification and the lost-pod reaper
+read only identity, labels and annotations, owner references, deletion, the node, the phase, the
+conditions and each container's termination. The informers apply these projections before caching
+(and before handlers see the object), so memory scales with what is decided on, not with pod specs.
+
+Adding a decision that reads another field means adding it here; `tests/unit/test_cached.py` runs
+the decisions on full and projected pods and requires the same answers.
+"""
+from __future__ import annotations
+
+_META = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
+         "deletionGracePeriodSeconds", "labels", "annotations", "finalizers")
+_OWNER = ("apiVersion", "kind", "name", "uid", "controller")
+_CONDITION = ("type", "status", "reason", "message", "lastTransitionTime")
+_TERMINATED = ("exitCode", "reason", "message", "finishedAt", "startedAt")
+
+
+def _pick(d: dict | None, keys: tuple[str, ...]) -> dict:
+    return {k: d[k] for k in keys if d and k in d}
+
+
+def _metadata(meta: dict) -> dict:
+    out = _pick(meta, _META)
+    if meta.get("ownerReferences"):
+        out["ownerReferences"] = [_pick(ref, _OWNER) for ref in meta["ownerReferences"]]
+    return out
+
+
+def _conditions(status: dict) -> list[dict]:
+    return [_pick(c, _CONDITION) for c in status.get("conditions") or []]
+
+
+def _container_status(cs: dict) -> dict:
+    out: dict = {"name": cs.get("name")}
+    for which in ("state", "lastState"):
+        terminated = (cs.get(which) or {}).get("terminated")
+        if terminated:
+            out[which] = {"terminated": _pick(terminated, _TERMINATED)}
+        elif cs.get(which):
+            out[which] = {k: {} for k in cs[which]}  # running / waiting: only which one
+    return out
+
+
+def pod_view(pod: dict) -> dict:
+    """The cached form of a Pod."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    out: dict = {"metadata": _metadata(pod.get("metadata") or {}),
+                 "spec": _pick(spec, ("nodeName", "schedulerName")),
+                 "status": _pick(status, ("phase", "reason", "message"))}
+    for key in ("apiVersion", "kind"):
+        if key in pod:
+            out[key] = pod[key]
+    if status.get("conditions"):
+        out["status"]["conditions"] = _conditions(status)
+    if status.get("containerStatuses"):
+        out["status"]["containerStatuses"] = [_container_status(cs) for cs in status["containerStatuses"]]
+    return out
+
+
+def node_view(node: dict) -> dict:
+    """The cached form of a Node (the lost-pod reaper reads only whether and since when it is Ready)."""
+    out: dict = {"metadata": _pick(node.get("metadata") or {}, ("name", "uid", "resourceVersion", "labels")),
+                 "status": {"conditions": _conditions(node.get("status") or {})}}
+    for key in ("apiVersion", "kind"):
+        if key in node:
+            out[key] = node[key]
+    return out
