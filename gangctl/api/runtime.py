@@ -10,6 +10,7 @@ turns these models into the CRDs.
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
@@ -20,6 +21,7 @@ from pydantic import (
     PlainValidator,
     ValidationError,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -274,22 +276,68 @@ class ElasticPolicy(OpenModel):
         return self
 
 
+ENV_INJECTION_NODE_MESSAGE = ("mlPolicy.torch.envInjection.targets[].containerNames must not include 'node': "
+                              "the PET_* variables always go to the node container")
+ML_POLICY_ONE_MESSAGE = "mlPolicy: set at most one of torch, mpi, jax, xgboost, flux"
+
+
+class EnvInjectionTarget(K8sModel):
+    """Which containers of one replicated job also get the PET_* variables (Trainer v2.3)."""
+
+    job_name: str = Field(min_length=1, max_length=253)
+    container_names: list[Annotated[str, Field(min_length=1, max_length=DNS_LABEL_MAX)]] = Field(
+        min_length=1,
+        max_length=8,
+        json_schema_extra={"x-kubernetes-list-type": "set", "x-kubernetes-validations": [
+            {"rule": "!self.exists(c, c == 'node')", "message": ENV_INJECTION_NODE_MESSAGE}]},
+    )
+
+    @model_validator(mode="after")
+    def _not_node(self) -> EnvInjectionTarget:
+        if NODE_JOB in self.container_names:
+            raise ValueError(ENV_INJECTION_NODE_MESSAGE)
+        return self
+
+
+class EnvInjection(K8sModel):
+    """mlPolicy.torch.envInjection (Trainer v2.3)."""
+
+    targets: list[EnvInjectionTarget] | None = Field(None, max_length=16)
+
+
 class TorchPolicy(OpenModel):
     """mlPolicy.torch: torchrun settings."""
 
     num_proc_per_node: NumProcPerNode | None = None
     elastic_policy: ElasticPolicy | None = None
+    env_injection: EnvInjection | None = None
+
+
+class MPIPolicy(OpenModel):
+    """mlPolicy.mpi (Trainer's MPI runtime; gangctl runs torch only)."""
+
+    num_proc_per_node: int | None = Field(None, ge=1, le=MAX_INT32)
+    mpi_implementation: Literal["OpenMPI", ""] | None = None
+    ssh_auth_mount_path: str | None = Field(None, max_length=4096)
+    run_launcher_as_node: bool | None = None
+
+
+class FluxPolicy(K8sModel):
+    """mlPolicy.flux (Trainer's Flux runtime; gangctl runs torch only)."""
+
+    num_proc_per_node: int | None = Field(None, ge=1, le=MAX_INT32)
 
 
 class MLPolicy(OpenModel):
-    """mlPolicy: node count and framework; other frameworks (jax, xgboost...) are kept as is."""
+    """mlPolicy: node count and framework (at most one)."""
 
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "!(has(self.torch) && has(self.mpi))",
-                    "message": "mlPolicy: set at most one of torch, mpi",
+                    "rule": "[has(self.torch), has(self.mpi), has(self.jax), has(self.xgboost), has(self.flux)]"
+                    ".filter(x, x).size() <= 1",
+                    "message": ML_POLICY_ONE_MESSAGE,
                 }
             ]
         }
@@ -297,7 +345,16 @@ class MLPolicy(OpenModel):
 
     num_nodes: int | None = Field(None, ge=1, le=MAX_NODES)
     torch: TorchPolicy | None = None
-    mpi: FreeForm | None = None
+    mpi: MPIPolicy | None = None
+    jax: FreeForm | None = None
+    xgboost: FreeForm | None = None
+    flux: FluxPolicy | None = None
+
+    @model_validator(mode="after")
+    def _one_framework(self) -> MLPolicy:
+        if sum(x is not None for x in (self.torch, self.mpi, self.jax, self.xgboost, self.flux)) > 1:
+            raise ValueError(ML_POLICY_ONE_MESSAGE)
+        return self
 
 
 class CoschedulingPolicy(K8sModel):
@@ -400,7 +457,20 @@ class FailurePolicyRule(K8sModel):
     action: Literal["FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts"]
     on_job_failure_reasons: list[Literal["BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes",
                                          "MaxFailedIndexesExceeded", "PodFailurePolicy"]] | None = None
+    on_job_failure_message_patterns: list[Annotated[str, Field(min_length=1, max_length=1024)]] | None = Field(
+        None, max_length=MAX_RULES, description="regular expressions; the rule matches when one of them is found in "
+        "the child Job's failure message")
     target_replicated_jobs: TargetJobNames = None
+
+    @field_validator("on_job_failure_message_patterns")
+    @classmethod
+    def _patterns_compile(cls, value: list[str] | None) -> list[str] | None:
+        for pattern in value or []:
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ValueError(f"{pattern!r} is not a regular expression: {err}") from None
+        return value
 
 
 class FailurePolicy(K8sModel):

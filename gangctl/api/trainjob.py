@@ -103,11 +103,38 @@ class RuntimeRef(K8sModel):
         return self.kind == TRAINING_RUNTIME_KIND
 
 
-class Initializer(OpenModel):
-    """Dataset and model initializers, kept as is."""
+STORAGE_URI_MESSAGE = "storageUri must be empty or a URI (scheme://...)"
+STORAGE_URI = r"^[A-Za-z][A-Za-z0-9+.-]*://.+$"
+ENV_LIST = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
 
-    dataset: FreeForm | None = None
-    model: FreeForm | None = None
+
+class LocalObjectReference(OpenModel):
+    """core/v1 LocalObjectReference."""
+
+    name: str = Field(min_length=1, max_length=253)
+
+
+class AssetInitializer(K8sModel):
+    """initializer.dataset / initializer.model: where the asset comes from (Trainer v2 fields)."""
+
+    storage_uri: str | None = Field(None, max_length=2048, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": f"self == '' || self.matches('{STORAGE_URI}')", "message": STORAGE_URI_MESSAGE}]})
+    env: list[EnvVar] | None = Field(None, max_length=128, json_schema_extra=ENV_LIST)
+    secret_ref: LocalObjectReference | None = None
+
+    @field_validator("storage_uri")
+    @classmethod
+    def _uri(cls, value: str | None) -> str | None:
+        if value and not re.fullmatch(STORAGE_URI, value):
+            raise ValueError(f"{STORAGE_URI_MESSAGE}, got {value!r}")
+        return value
+
+
+class Initializer(K8sModel):
+    """Dataset and model initializers: the runtime's dataset-initializer / model-initializer jobs."""
+
+    dataset: AssetInitializer | None = None
+    model: AssetInitializer | None = None
 
 
 class Trainer(K8sModel):
@@ -156,6 +183,136 @@ class PodTemplateOverride(OpenModel):
     spec: PodTemplateOverrideSpec | None = None
 
 
+# --- runtimePatches (Trainer v2.2+) ------------------------------------------------------------
+
+MANAGER_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[-A-Za-z0-9/._~%!$&'()*+,;=:]+$"
+MANAGER_MESSAGE = ("spec.runtimePatches[].manager must be a domain-prefixed path such as "
+                   "'example.com/my-controller' (the SDK writes 'trainer.kubeflow.org/kubeflow-sdk', "
+                   "Kueue 'kueue.x-k8s.io/manager')")
+RESERVED_ENV_CONTAINERS = ("node", "dataset-initializer", "model-initializer")
+PATCH_ENV_MESSAGE = ("runtimePatches: containers named node, dataset-initializer or model-initializer take env "
+                     "from spec.trainer.env and spec.initializer, not from a patch")
+PatchName = Annotated[str, Field(min_length=1, max_length=253)]
+
+
+def _map_list(key: str, max_items: int) -> Any:
+    return Field(None, max_length=max_items,
+                 json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]})
+
+
+class ContainerPatch(K8sModel):
+    """A container (or init container) of the runtime's pod template, by name: env, mounts, securityContext."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": "!has(self.env) || !(self.name in ['node', 'dataset-initializer', 'model-initializer'])",
+        "message": PATCH_ENV_MESSAGE}]})
+
+    name: PatchName
+    env: list[EnvVar] | None = _map_list("name", 128)
+    volume_mounts: list[FreeForm] | None = Field(None, max_length=128)
+    security_context: FreeForm | None = None
+
+    @model_validator(mode="after")
+    def _env_not_reserved(self) -> ContainerPatch:
+        if self.env and self.name in RESERVED_ENV_CONTAINERS:
+            raise ValueError(f"{PATCH_ENV_MESSAGE} (container {self.name!r})")
+        return self
+
+
+class Volume(OpenModel):
+    """core/v1 Volume: a name and its source, kept as is."""
+
+    name: str = Field(min_length=1, max_length=DNS_LABEL_MAX)
+
+
+class PodSpecPatch(K8sModel):
+    """The pod spec fields a runtime patch may set (Trainer v2.3's PodSpecPatch)."""
+
+    service_account_name: str | None = Field(None, min_length=1, max_length=253)
+    volumes: list[Volume] | None = _map_list("name", 128)
+    init_containers: list[ContainerPatch] | None = _map_list("name", 64)
+    containers: list[ContainerPatch] | None = _map_list("name", 64)
+    image_pull_secrets: list[LocalObjectReference] | None = _map_list("name", 64)
+    security_context: FreeForm | None = None
+    node_selector: dict[str, str] | None = None
+    affinity: FreeForm | None = None
+    tolerations: list[FreeForm] | None = Field(None, max_length=128)
+    scheduling_gates: list[LocalObjectReference] | None = _map_list("name", 16)
+    termination_grace_period_seconds: int | None = Field(None, ge=0)
+
+
+class PodTemplatePatch(K8sModel):
+    """Labels, annotations and pod spec fields of a replicated job's pods."""
+
+    metadata: TemplateMetadata | None = None
+    spec: PodSpecPatch | None = None
+
+
+class JobSpecPatch(K8sModel):
+    """The Job spec part of a replicated job patch: its pod template only."""
+
+    template: PodTemplatePatch | None = None
+
+
+class JobTemplatePatch(K8sModel):
+    """Labels and annotations of a replicated job's Job, and its pod template."""
+
+    metadata: TemplateMetadata | None = None
+    spec: JobSpecPatch | None = None
+
+
+class ReplicatedJobPatch(K8sModel):
+    """A patch of one replicated job of the runtime, by name."""
+
+    name: PatchName
+    template: JobTemplatePatch | None = None
+
+
+class JobSetSpecPatch(K8sModel):
+    """Per replicated job patches, keyed by name."""
+
+    replicated_jobs: list[ReplicatedJobPatch] | None = _map_list("name", 100)
+
+
+class JobSetTemplatePatch(K8sModel):
+    """Labels and annotations of the whole workload, and per replicated job patches."""
+
+    metadata: TemplateMetadata | None = None
+    spec: JobSetSpecPatch | None = None
+
+
+class TrainingRuntimeSpecPatch(K8sModel):
+    """What a runtime patch may change in the runtime: its template."""
+
+    template: JobSetTemplatePatch | None = None
+
+
+class RuntimePatch(K8sModel):
+    """spec.runtimePatches[]: one manager's patch of the runtime template, applied in list order."""
+
+    manager: str = Field(min_length=1, max_length=253, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": f"self.matches(\"{MANAGER_PATTERN}\")", "message": MANAGER_MESSAGE},
+        {"rule": "self == oldSelf", "message": "spec.runtimePatches[].manager is immutable"}]})
+    time: str | None = Field(None, json_schema_extra={"format": "date-time"})
+    training_runtime_spec: TrainingRuntimeSpecPatch | None = None
+
+    @field_validator("manager")
+    @classmethod
+    def _manager(cls, value: str) -> str:
+        if not re.fullmatch(MANAGER_PATTERN, value):
+            raise ValueError(f"{MANAGER_MESSAGE}, got {value!r}")
+        return value
+
+
+def _unique_managers(patches: list[RuntimePatch] | None) -> list[RuntimePatch] | None:
+    seen: set[str] = set()
+    for i, patch in enumerate(patches or []):
+        if patch.manager in seen:
+            raise ValueError(f"[{i}].manager: duplicate manager {patch.manager!r}: one entry per manager")
+        seen.add(patch.manager)
+    return patches
+
+
 class TrainJobSpec(K8sModel):
     """What to train and with which runtime."""
 
@@ -173,14 +330,20 @@ class TrainJobSpec(K8sModel):
     labels: dict[str, Annotated[str, Field(max_length=63)]] | None = _metadata_map(values=True)
     annotations: dict[str, str] | None = _metadata_map(values=False)
     pod_template_overrides: list[PodTemplateOverride] | None = None
-    runtime_patches: list[FreeForm] | None = None
+    runtime_patches: list[RuntimePatch] | None = _map_list("manager", 16)
     suspend: bool | None = None
     managed_by: str | None = Field(
         None,
         max_length=DNS_LABEL_MAX,
         json_schema_extra={"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": MANAGED_BY_MESSAGE}]},
     )
-    active_deadline_seconds: int | None = Field(None, ge=1)
+    active_deadline_seconds: int | None = Field(None, ge=1, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "self == oldSelf", "message": "spec.activeDeadlineSeconds is immutable"}]})
+
+    @field_validator("runtime_patches")
+    @classmethod
+    def _runtime_patches(cls, value: list[RuntimePatch] | None) -> list[RuntimePatch] | None:
+        return _unique_managers(value)
 
     @field_validator("labels")
     @classmethod
@@ -274,6 +437,28 @@ class AdmissionStatus(K8sModel):
     nodes: int | None = Field(None, ge=1, description="an elastic gang: the nodes it was admitted with, the most it runs")
 
 
+class Metric(K8sModel):
+    """trainerStatus.metrics[]: a named value, as a string."""
+
+    name: str = Field(min_length=1, max_length=64)
+    value: str = Field(min_length=1, max_length=64)
+
+
+TRAINER_STATUS_TIME_MESSAGE = "status.trainerStatus.lastUpdatedTime is required when trainerStatus is present"
+
+
+class TrainerStatus(K8sModel):
+    """status.trainerStatus (Trainer v2.2+): training progress as the trainer reports it."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "has(self.lastUpdatedTime)", "message": TRAINER_STATUS_TIME_MESSAGE}]})
+
+    progress_percentage: int | None = Field(None, ge=0, le=100)
+    estimated_remaining_seconds: int | None = Field(None, ge=0)
+    metrics: list[Metric] | None = Field(None, max_length=256)
+    last_updated_time: str = Field(json_schema_extra={"format": "date-time"})
+
+
 class TrainJobStatus(K8sModel):
     """Observed state."""
 
@@ -283,7 +468,7 @@ class TrainJobStatus(K8sModel):
     jobs_status: list[JobStatus] | None = Field(
         None, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
     )
-    trainer_status: FreeForm | None = None
+    trainer_status: TrainerStatus | None = None
     restart_count: int | None = Field(None, ge=0, description="gangctl extension: restarts charged to the job")
     gang: GangStatus | None = Field(None, description="gangctl extension: gang scheduling times")
     restarts: RestartsStatus | None = Field(None, description="gangctl extension: restarts by cause")

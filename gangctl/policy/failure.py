@@ -9,7 +9,7 @@ Two layers, as in Kubeflow Trainer on JobSet:
   through to the child Job, so kube-controller-manager's Job controller decides *whether the Job
   fails* (a `FailJob` rule on an exit code gives reason `PodFailurePolicy`; an `Ignore` rule on
   `DisruptionTarget` replaces the pod and the Job never fails).
-- JobSet's `failurePolicy {maxRestarts, rules[{name, action, onJobFailureReasons,
+- JobSet's `failurePolicy {maxRestarts, rules[{name, action, onJobFailureReasons, onJobFailureMessagePatterns,
   targetReplicatedJobs}]}` decides *what a failed Job means for the TrainJob*: fail it, or restart
   it (recreate the child Job) charged to `maxRestarts` or not. As in JobSet, the first matching rule
   wins and with no match the action is `RestartJobSet`; with no failurePolicy `maxRestarts` is 0.
@@ -20,6 +20,7 @@ and is never charged to the user's budget; it is counted apart (`status.restarts
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -40,9 +41,14 @@ class FailureRule:
     name: str | None = None
     on_job_failure_reasons: tuple[str, ...] = ()
     target_replicated_jobs: tuple[str, ...] = ()
+    on_job_failure_message_patterns: tuple[str, ...] = ()
 
-    def matches(self, job_reason: str, replicated_job: str) -> bool:
+    def matches(self, job_reason: str, replicated_job: str, job_message: str = "") -> bool:
         if self.on_job_failure_reasons and job_reason not in self.on_job_failure_reasons:
+            return False
+        # JobSet: at least one pattern must match (search, not full match) the Job's failure message.
+        if self.on_job_failure_message_patterns and not any(
+                re.search(p, job_message) for p in self.on_job_failure_message_patterns):
             return False
         return not self.target_replicated_jobs or replicated_job in self.target_replicated_jobs
 
@@ -59,7 +65,8 @@ def parse_failure_policy(obj: dict | None) -> FailurePolicy:
     rules = tuple(
         FailureRule(action=r.get("action", RESTART_JOBSET), name=r.get("name"),
                     on_job_failure_reasons=tuple(r.get("onJobFailureReasons") or ()),
-                    target_replicated_jobs=tuple(r.get("targetReplicatedJobs") or ()))
+                    target_replicated_jobs=tuple(r.get("targetReplicatedJobs") or ()),
+                    on_job_failure_message_patterns=tuple(r.get("onJobFailureMessagePatterns") or ()))
         for r in obj.get("rules") or [])
     return FailurePolicy(max_restarts=int(obj.get("maxRestarts") or 0), rules=rules)
 
@@ -200,7 +207,7 @@ def decide(policy: FailurePolicy | None, failure: Failure, restarts: Restarts,
     if policy is None:
         # No failurePolicy: the child Job's own failure is the TrainJob's (JobSet: maxRestarts 0).
         return Decision("Fail", False, USER, failure.job_reason, what)
-    rule = next((r for r in policy.rules if r.matches(failure.job_reason, replicated_job)), None)
+    rule = next((r for r in policy.rules if r.matches(failure.job_reason, replicated_job, failure.job_message)), None)
     action = rule.action if rule else RESTART_JOBSET
     named = f"rule {rule.name or policy.rules.index(rule)} ({action})" if rule else None
     if action == FAIL_JOBSET:

@@ -91,7 +91,7 @@ def stored_trainjob() -> dict:
                 },
             ],
             "jobsStatus": [{"name": "node", "ready": 1, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}],
-            "trainerStatus": {"progressPercentage": 40},
+            "trainerStatus": {"progressPercentage": 40, "lastUpdatedTime": "2025-06-01T10:05:00Z"},
             "restartCount": 1,
             "gang": {"waitSeconds": 29.5, "boundAt": "2025-06-01T10:00:30Z", "createdAt": "2025-06-01T10:00:01Z"},
         },
@@ -319,7 +319,7 @@ def test_namespaced_runtime_and_pass_through_jobset_fields():
     obj["spec"]["template"]["spec"]["failurePolicy"] = {"maxRestarts": 3}
     obj["spec"]["template"]["spec"]["successPolicy"] = {"operator": "All", "targetReplicatedJobs": ["node"]}
     obj["spec"]["mlPolicy"]["torch"]["elasticPolicy"] = {"minNodes": 2, "maxNodes": 4, "maxRestarts": 5}
-    obj["spec"]["mlPolicy"]["torch"]["envInjection"] = {"targets": [{"jobName": "node"}]}
+    obj["spec"]["mlPolicy"]["torch"]["envInjection"] = {"targets": [{"jobName": "node", "containerNames": ["sidecar"]}]}
     runtime = parse_runtime(obj)
     assert type(runtime) is TrainingRuntime
     assert runtime.to_dict() == obj

@@ -63,6 +63,16 @@ def test_rules_budget_and_infrastructure():
     assert f.decide(None, f.Failure("infrastructure", "BackoffLimitExceeded", ""), r0).action == "Restart"
 
 
+def test_message_patterns_narrow_a_rule_to_the_failure_messages_they_find():
+    policy = f.parse_failure_policy({"maxRestarts": 3, "rules": [
+        {"name": "oom", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"],
+         "onJobFailureMessagePatterns": ["exit code 137", "^OOM"]}]})
+    oom = f.Failure("user", "PodFailurePolicy", "Container node for pod ns/p failed with exit code 137", "p", 137)
+    assert f.decide(policy, oom, f.Restarts()).action == "Fail"
+    other = f.Failure("user", "PodFailurePolicy", "Container node for pod ns/p failed with exit code 1", "p", 1)
+    assert f.decide(policy, other, f.Restarts()).action == "Restart", "no pattern found: the rule does not match"
+
+
 def test_restart_counters_are_monotonic_and_newest_wins():
     user = f.Failure("user", "BackoffLimitExceeded", "", "p", 1)
     d = f.decide(POLICY, user, f.Restarts())
