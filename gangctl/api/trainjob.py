@@ -305,11 +305,12 @@ class RuntimePatch(K8sModel):
 
 
 def _unique_managers(patches: list[RuntimePatch] | None) -> list[RuntimePatch] | None:
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
     for i, patch in enumerate(patches or []):
         if patch.manager in seen:
-            raise ValueError(f"[{i}].manager: duplicate manager {patch.manager!r}: one entry per manager")
-        seen.add(patch.manager)
+            raise ValueError(f"entries {seen[patch.manager]} and {i} have the same manager {patch.manager!r}: "
+                             "one entry per manager")
+        seen[patch.manager] = i
     return patches
 
 

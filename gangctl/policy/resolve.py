@@ -1,8 +1,18 @@
 """Merge a TrainJob over its runtime into the one description every builder works from.
 
 Kubeflow Trainer's rules: the TrainJob's `trainer` overrides the runtime's `node` container (image,
-command, args, env, resources) and `mlPolicy.numNodes`; `podTemplateOverrides` patch the pod
-templates of the jobs they target. Works on the raw JSON of objects already validated by the API.
+command, args, env, resources) and `mlPolicy.numNodes`; `spec.initializer.dataset` / `.model` set
+STORAGE_URI, env and a secret's envFrom in the runtime's `dataset-initializer` / `model-initializer`
+containers; `podTemplateOverrides` (Trainer v2.1) and then `runtimePatches` (v2.2+, in list order)
+patch the templates of the replicated jobs they name. Works on the raw JSON of objects already
+validated by the API (gangctl.api.trainjob), so only what needs the runtime is checked here.
+
+How a runtime patch merges (Trainer merges with Kubernetes' strategic merge patch; the same outcome):
+labels, annotations and nodeSelector merge by key; affinity and securityContext merge field by field
+(a list inside them is replaced); tolerations are replaced as a whole; volumes, imagePullSecrets and
+schedulingGates merge by name, containers' env by name and volumeMounts by mountPath, an entry of the
+patch replacing the runtime's entry of the same key; serviceAccountName and
+terminationGracePeriodSeconds are set. A later patch wins over an earlier one.
 """
 from __future__ import annotations
 
@@ -17,6 +27,10 @@ from gangctl.api.quantity import parse_quantity
 NODE_JOB = "node"  # the replicated job whose pods run torchrun (the SDK looks for this name)
 NODE_CONTAINER = "node"
 GPU_RESOURCE = "nvidia.com/gpu"
+INITIALIZERS = {"dataset": "dataset-initializer", "model": "model-initializer"}
+"""spec.initializer.<key> -> the runtime's replicated job (and container) it configures."""
+INITIALIZER_VOLUME = "initializer"  # the volume an initializer container must mount (Trainer's rule)
+STORAGE_URI_ENV = "STORAGE_URI"
 
 
 class ResolveError(ValueError):
@@ -26,6 +40,18 @@ class ResolveError(ValueError):
     def __init__(self, message: str, reason: str = "InvalidRuntime"):
         super().__init__(message)
         self.reason = reason
+
+
+@dataclass(frozen=True)
+class ResolvedStep:
+    """A replicated job of the runtime other than `node` (dataset-initializer, model-initializer, ...),
+    with the TrainJob's initializer settings and patches merged in."""
+    name: str
+    replicas: int
+    depends_on: tuple[dict, ...]       # JobSet dependsOn of the runtime's replicated job ({name, status})
+    job_metadata: dict[str, Any]       # labels and annotations for its Job
+    job_spec: dict[str, Any]           # its batch/v1 spec fields other than the template
+    pod_template: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -47,6 +73,11 @@ class ResolvedJob:
     failure_policy: dict | None = None  # JobSet spec.failurePolicy of the runtime template
     success_policy: dict | None = None  # JobSet spec.successPolicy of the runtime template
     elastic: dict | None = None         # mlPolicy.torch.elasticPolicy, with spec.trainer.elasticPolicy over it
+    job_metadata: dict = field(default_factory=dict)  # labels/annotations for the node Job: the runtime's
+    # template.metadata, then its node job's template.metadata, then runtimePatches' (same order)
+    steps: tuple[ResolvedStep, ...] = ()  # the runtime's other replicated jobs, in its order
+    initializer: dict | None = None     # spec.initializer as given ({dataset: {...}, model: {...}})
+    active_deadline_seconds: int | None = None  # spec.activeDeadlineSeconds
 
     @property
     def max_nodes(self) -> int:
@@ -61,36 +92,37 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
     ml = rspec.get("mlPolicy") or {}
     torch = ml.get("torch") or {}
     trainer = spec.get("trainer") or {}
+    runtime_name = (spec.get("runtimeRef") or {}).get("name", "")
 
-    js = (rspec.get("template") or {}).get("spec") or {}
-    node_job = _node_job(rspec)
-    where = f"runtime spec.template.spec.replicatedJobs[{_node_index(rspec)}].template"
-    job_template = _object(copy.deepcopy(node_job.get("template") or {}), where)
-    job_spec = dict(_object(job_template.get("spec") or {}, f"{where}.spec"))
-    pod_template = _object(job_spec.pop("template", None) or {}, f"{where}.spec.template")
-    pod_spec = _object(pod_template.setdefault("spec", {}), f"{where}.spec.template.spec")
-    _check_pod_template(pod_template, f"{where}.spec.template")
+    template = rspec.get("template") or {}
+    js = template.get("spec") or {}
+    _node_job(rspec)
+    jobs = {job.get("name"): _JobParts.of(job, i) for i, job in enumerate(js.get("replicatedJobs") or [])}
+    node = jobs[NODE_JOB]
+    pod_template, pod_spec = node.pod_template, node.pod_template["spec"]
     container = _node_container(pod_spec)
 
     for key in ("image", "command", "args"):
         if trainer.get(key) is not None:
             container[key] = list(trainer[key]) if isinstance(trainer[key], list) else trainer[key]
     if trainer.get("env"):
-        container["env"] = _merge_env(container.get("env") or [], trainer["env"])
+        container["env"] = _merge_by(container.get("env") or [], trainer["env"], "name")
     if trainer.get("resourcesPerNode"):
         container["resources"] = copy.deepcopy(trainer["resourcesPerNode"])
+    _apply_initializers(spec.get("initializer") or {}, jobs, runtime_name)
 
-    job_names = [j.get("name") for j in js.get("replicatedJobs") or []]
+    job_names = list(jobs)
     for i, override in enumerate(spec.get("podTemplateOverrides") or []):
         targets = {t.get("name") for t in override.get("targetJobs") or []}
         for j, target in enumerate(override.get("targetJobs") or []):
             if target.get("name") not in job_names:
-                raise ResolveError(
-                    f"spec.podTemplateOverrides[{i}].targetJobs[{j}].name: the runtime "
-                    f"{(spec.get('runtimeRef') or {}).get('name', '')!r} has no replicated job "
-                    f"{target.get('name')!r} (it has: {', '.join(map(str, job_names))})", reason="InvalidSpec")
-        if NODE_JOB in targets:
-            _apply_override(pod_template, override)
+                raise _no_job(f"spec.podTemplateOverrides[{i}].targetJobs[{j}].name", runtime_name,
+                              target.get("name"), job_names)
+        for name in targets:
+            _apply_override(jobs[name].pod_template, override)
+    job_metadata = _merge_metadata({}, template.get("metadata"))
+    _apply_runtime_patches(spec.get("runtimePatches") or [], jobs, job_metadata, runtime_name)
+    job_metadata = _merge_metadata(job_metadata, node.job_metadata)
 
     num_nodes = int(trainer.get("numNodes") or ml.get("numNodes") or 1)
     elastic = {**(torch.get("elasticPolicy") or {}), **(trainer.get("elasticPolicy") or {})}
@@ -105,22 +137,179 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
     try:
         requests = pod_requests(pod_spec)
     except ValueError as err:
-        raise ResolveError(f"{where}.spec.template.spec.containers[].resources (with spec.trainer.resourcesPerNode "
+        raise ResolveError(f"{node.where}.spec.template.spec.containers[].resources (with spec.trainer.resourcesPerNode "
                            f"over the node container's): {err}") from None
     nproc = trainer.get("numProcPerNode", torch.get("numProcPerNode", "auto"))
     backend, settings = _gang_policy(rspec.get("podGroupPolicy"))
     return ResolvedJob(
         name=meta["name"], namespace=meta["namespace"], uid=meta.get("uid", ""),
         runtime_kind=(spec.get("runtimeRef") or {}).get("kind", "ClusterTrainingRuntime"),
-        runtime_name=(spec.get("runtimeRef") or {}).get("name", ""),
+        runtime_name=runtime_name,
         num_nodes=num_nodes, min_nodes=min_nodes,
         num_proc_per_node=procs_per_node(nproc, container),
         suspend=bool(spec.get("suspend")),
         gang_backend=backend, gang_settings=settings,
-        pod_template=pod_template, job_spec=job_spec, requests=requests,
+        pod_template=pod_template, job_spec=node.job_spec, requests=requests,
         failure_policy=js.get("failurePolicy"), success_policy=js.get("successPolicy"),
         elastic=elastic or None,
+        job_metadata=job_metadata,
+        steps=tuple(part.step() for name, part in jobs.items() if name != NODE_JOB),
+        initializer=copy.deepcopy(spec["initializer"]) if spec.get("initializer") else None,
+        active_deadline_seconds=spec.get("activeDeadlineSeconds"),
     )
+
+
+@dataclass
+class _JobParts:
+    """One replicated job of the runtime, copied apart so the TrainJob's settings can be merged in."""
+    name: str
+    where: str
+    replicas: int
+    depends_on: tuple[dict, ...]
+    job_metadata: dict
+    job_spec: dict
+    pod_template: dict
+
+    @classmethod
+    def of(cls, job: dict, index: int) -> _JobParts:
+        where = f"runtime spec.template.spec.replicatedJobs[{index}].template"
+        job_template = _object(copy.deepcopy(job.get("template") or {}), where)
+        job_meta = _object(job_template.get("metadata") or {}, f"{where}.metadata")
+        job_spec = dict(_object(job_template.get("spec") or {}, f"{where}.spec"))
+        pod_template = _object(job_spec.pop("template", None) or {}, f"{where}.spec.template")
+        _object(pod_template.setdefault("spec", {}), f"{where}.spec.template.spec")
+        _check_pod_template(pod_template, f"{where}.spec.template")
+        return cls(name=job.get("name", ""), where=where, replicas=int(job.get("replicas", 1)),
+                   depends_on=tuple(job.get("dependsOn") or ()), job_metadata=_merge_metadata({}, job_meta),
+                   job_spec=job_spec, pod_template=pod_template)
+
+    def names(self, key: str) -> list[str]:
+        """Names of its pod template's containers or initContainers."""
+        return [c.get("name") for c in self.pod_template["spec"].get(key) or []]
+
+    def step(self) -> ResolvedStep:
+        return ResolvedStep(self.name, self.replicas, self.depends_on, self.job_metadata, self.job_spec,
+                            self.pod_template)
+
+
+def _no_job(where: str, runtime_name: str, name: Any, names: list[str]) -> ResolveError:
+    return ResolveError(f"{where}: the runtime {runtime_name!r} has no replicated job {name!r} "
+                        f"(it has: {', '.join(map(str, names))})", reason="InvalidSpec")
+
+
+def _merge_metadata(base: dict, extra: dict | None) -> dict:
+    """labels and annotations of `extra` over `base`'s (other metadata is not patchable)."""
+    out = {key: dict(base.get(key) or {}) for key in ("labels", "annotations") if base.get(key)}
+    for key in ("labels", "annotations"):
+        if (extra or {}).get(key):
+            out[key] = {**out.get(key, {}), **extra[key]}
+    return out
+
+
+def _apply_initializers(initializer: dict, jobs: dict[str, _JobParts], runtime_name: str) -> None:
+    """spec.initializer.dataset / .model into the runtime's initializer job, as Trainer does: the job,
+    its container (both named dataset-initializer / model-initializer) and its mount of the
+    `initializer` volume must exist."""
+    for key, job_name in INITIALIZERS.items():
+        settings = initializer.get(key)
+        if settings is None:
+            continue
+        where = f"spec.initializer.{key}"
+        part = jobs.get(job_name)
+        if part is None:
+            raise ResolveError(f"{where}: the runtime {runtime_name!r} has no {job_name!r} replicated job to run it "
+                               f"(it has: {', '.join(map(str, jobs))})", reason="InvalidSpec")
+        container = next((c for c in part.pod_template["spec"].get("containers") or []
+                          if c.get("name") == job_name), None)
+        if container is None or not any(isinstance(m, dict) and m.get("name") == INITIALIZER_VOLUME
+                                         for m in container.get("volumeMounts") or []):
+            raise ResolveError(f"{where}: the runtime {runtime_name!r} job {job_name!r} needs a container named "
+                               f"{job_name!r} mounting the volume {INITIALIZER_VOLUME!r}", reason="InvalidSpec")
+        extra = list(settings.get("env") or [])
+        if settings.get("storageUri") is not None:
+            extra.insert(0, {"name": STORAGE_URI_ENV, "value": settings["storageUri"]})
+        if extra:
+            container["env"] = _merge_by(container.get("env") or [], extra, "name")
+        if (settings.get("secretRef") or {}).get("name"):
+            container["envFrom"] = list(container.get("envFrom") or []) + [
+                {"secretRef": {"name": settings["secretRef"]["name"]}}]
+
+
+def _apply_runtime_patches(patches: list[dict], jobs: dict[str, _JobParts], job_metadata: dict,
+                           runtime_name: str) -> None:
+    """spec.runtimePatches in list order: the workload's metadata into `job_metadata`, each replicated
+    job patch into the job it names (which must exist, as must the containers it names)."""
+    for i, patch in enumerate(patches):
+        at = f"spec.runtimePatches[{i}].trainingRuntimeSpec.template"
+        template = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
+        job_metadata.update(_merge_metadata(job_metadata, template.get("metadata")))
+        for j, job_patch in enumerate((template.get("spec") or {}).get("replicatedJobs") or []):
+            where = f"{at}.spec.replicatedJobs[{j}]"
+            part = jobs.get(job_patch.get("name"))
+            if part is None:
+                raise _no_job(f"{where}.name", runtime_name, job_patch.get("name"), list(jobs))
+            job_template = job_patch.get("template") or {}
+            part.job_metadata = _merge_metadata(part.job_metadata, job_template.get("metadata"))
+            pod_patch = (job_template.get("spec") or {}).get("template") or {}
+            meta = pod_patch.get("metadata") or {}
+            if meta.get("labels") or meta.get("annotations"):
+                pod_meta = part.pod_template.setdefault("metadata", {})
+                pod_meta.update(_merge_metadata(pod_meta, meta))
+            _patch_pod_spec(part, pod_patch.get("spec") or {}, f"{where}.template.spec.template.spec")
+
+
+def _patch_pod_spec(part: _JobParts, patch: dict, where: str) -> None:
+    pod_spec = part.pod_template["spec"]
+    for key in ("initContainers", "containers"):
+        known = part.names(key)
+        for k, container_patch in enumerate(patch.get(key) or []):
+            if container_patch.get("name") not in known:
+                raise ResolveError(f"{where}.{key}[{k}].name: the runtime's {part.name!r} job has no "
+                                   f"{'init container' if key == 'initContainers' else 'container'} "
+                                   f"{container_patch.get('name')!r} (it has: {', '.join(map(str, known)) or 'none'})",
+                                   reason="InvalidSpec")
+            container = next(c for c in pod_spec[key] if c.get("name") == container_patch["name"])
+            for field_name, merge_key in (("env", "name"), ("volumeMounts", "mountPath")):
+                if container_patch.get(field_name):
+                    container[field_name] = _merge_by(container.get(field_name) or [], container_patch[field_name],
+                                                      merge_key)
+            if container_patch.get("securityContext") is not None:
+                container["securityContext"] = _merge_fields(container.get("securityContext") or {},
+                                                             container_patch["securityContext"])
+    for key in ("serviceAccountName", "terminationGracePeriodSeconds"):
+        if patch.get(key) is not None:
+            pod_spec[key] = patch[key]
+    if patch.get("nodeSelector"):
+        pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **patch["nodeSelector"]}
+    for key in ("affinity", "securityContext"):
+        if patch.get(key) is not None:
+            pod_spec[key] = _merge_fields(pod_spec.get(key) or {}, patch[key])
+    if patch.get("tolerations"):
+        pod_spec["tolerations"] = copy.deepcopy(patch["tolerations"])
+    for key in ("volumes", "imagePullSecrets", "schedulingGates"):
+        if patch.get(key):
+            pod_spec[key] = _merge_by(pod_spec.get(key) or [], patch[key], "name")
+    volumes = {v.get("name") for v in pod_spec.get("volumes") or []}
+    for key in ("initContainers", "containers"):
+        for k, container_patch in enumerate(patch.get(key) or []):
+            for m, mount in enumerate(container_patch.get("volumeMounts") or []):
+                if mount.get("name") not in volumes:
+                    raise ResolveError(f"{where}.{key}[{k}].volumeMounts[{m}].name: the {part.name!r} pods have no "
+                                       f"volume {mount.get('name')!r} (volumes: {', '.join(sorted(map(str, volumes))) or 'none'}); "
+                                       "add it to the patch's volumes", reason="InvalidSpec")
+
+
+def _merge_fields(base: dict, patch: dict) -> dict:
+    """Field by field, recursively into objects; a list or a scalar of the patch replaces, null removes."""
+    out = copy.deepcopy(base) if isinstance(base, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge_fields(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
 
 
 def _object(value: Any, where: str) -> dict:
@@ -156,11 +345,6 @@ def _check_pod_template(pod_template: dict, where: str) -> None:
                 raise ResolveError(f"{where}.spec.containers[{i}].env[{j}].name must be a string")
 
 
-def _node_index(rspec: dict) -> int:
-    jobs = ((rspec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
-    return next(i for i, job in enumerate(jobs) if job.get("name") == NODE_JOB)
-
-
 def _node_job(rspec: dict) -> dict:
     jobs = ((rspec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
     for job in jobs:
@@ -179,9 +363,10 @@ def _node_container(pod_spec: dict) -> dict:
     raise ResolveError(f"runtime node job has no container named {NODE_CONTAINER!r}")
 
 
-def _merge_env(base: list[dict], extra: list[dict]) -> list[dict]:
-    merged = {e["name"]: e for e in base}
-    merged.update({e["name"]: e for e in extra})
+def _merge_by(base: list[dict], extra: list[dict], key: str) -> list[dict]:
+    """`extra`'s entries over `base`'s with the same `key` (in place), the new ones appended."""
+    merged = {e.get(key): e for e in base}
+    merged.update({e.get(key): copy.deepcopy(e) for e in extra})
     return list(merged.values())
 
 
