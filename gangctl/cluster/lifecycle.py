@@ -92,6 +92,9 @@ async def prepare(cluster: LocalCluster, options: UpOptions, say: Say) -> None:
         crds = setup.load_manifests(settings.deploy_dir / "crds") + [coscheduling_crd(settings.integrations_dir)]
         names = await setup.install_crds(kube, crds)
         say(f"installed {len(names)} CRDs: {', '.join(names)}")
+        # The version ConfigMap the kubeflow SDK reads (TrainerClient warns on every call without it),
+        # readable by every authenticated user, as `kubectl apply -k deploy/` installs it.
+        await setup.apply_manifests(kube, setup.load_manifests(settings.deploy_dir / "base" / "kubeflow"))
         runtimes = setup.load_manifests(settings.deploy_dir / "runtimes")
         say(f"applied ClusterTrainingRuntimes: {', '.join(await setup.apply_cluster_runtimes(kube, runtimes))}")
         if options.gpu_nodes:

@@ -2,6 +2,7 @@
 real torchrun workers on the session's process nodes (conftest.py), read back through the SDK (get_job, get_job_logs, wait_for_job_status)."""
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -16,11 +17,14 @@ def report_rank():
           flush=True)
 
 
-def test_sdk_trains_a_function_on_three_process_nodes(kubeconfig, namespace, controller, process_runtime):
+def test_sdk_trains_a_function_on_three_process_nodes(kubeconfig, namespace, controller, process_runtime, caplog):
     from kubeflow.common.types import KubernetesBackendConfig
     from kubeflow.trainer import CustomTrainer, TrainerClient
 
-    client = TrainerClient(KubernetesBackendConfig(namespace=namespace, config_file=str(kubeconfig)))
+    with caplog.at_level(logging.WARNING):
+        client = TrainerClient(KubernetesBackendConfig(namespace=namespace, config_file=str(kubeconfig)))
+    # The SDK reads the control plane's version from kubeflow-system/kubeflow-trainer-public.
+    assert "version info is not available" not in caplog.text, caplog.text
     assert process_runtime in {r.name for r in client.list_runtimes()}
     runtime = client.get_runtime(process_runtime)
     started = time.monotonic()
