@@ -48,6 +48,8 @@ NAME_RULE = {
     "message": NAME_MESSAGE,
 }
 MANAGED_BY_MESSAGE = "spec.managedBy is immutable"
+PATCHES_FROZEN_MESSAGE = ("spec.runtimePatches can change only while the TrainJob is suspended (before or after "
+                          "the update): the pods already made from them would not change")
 
 # Kubernetes label keys (an optional DNS-subdomain prefix, then a name of at most 63 characters) and
 # values (at most 63): spec.labels and spec.annotations are checked here, since nothing else would.
@@ -320,7 +322,11 @@ class TrainJobSpec(K8sModel):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                {"rule": "has(oldSelf.managedBy) == has(self.managedBy)", "message": MANAGED_BY_MESSAGE}
+                {"rule": "has(oldSelf.managedBy) == has(self.managedBy)", "message": MANAGED_BY_MESSAGE},
+                {"rule": "(has(self.suspend) && self.suspend) || (has(oldSelf.suspend) && oldSelf.suspend) || "
+                         "(has(self.runtimePatches) ? has(oldSelf.runtimePatches) && "
+                         "self.runtimePatches == oldSelf.runtimePatches : !has(oldSelf.runtimePatches))",
+                 "message": PATCHES_FROZEN_MESSAGE},
             ]
         }
     )

@@ -31,6 +31,7 @@ INITIALIZERS = {"dataset": "dataset-initializer", "model": "model-initializer"}
 """spec.initializer.<key> -> the runtime's replicated job (and container) it configures."""
 INITIALIZER_VOLUME = "initializer"  # the volume an initializer container must mount (Trainer's rule)
 STORAGE_URI_ENV = "STORAGE_URI"
+OTHER_FRAMEWORKS = ("mpi", "jax", "xgboost", "flux")  # mlPolicy sources of Trainer that gangctl does not run
 
 
 class ResolveError(ValueError):
@@ -94,6 +95,10 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
     trainer = spec.get("trainer") or {}
     runtime_name = (spec.get("runtimeRef") or {}).get("name", "")
 
+    others = [key for key in OTHER_FRAMEWORKS if ml.get(key) is not None]
+    if others:
+        raise ResolveError(f"runtime spec.mlPolicy.{others[0]}: gangctl runs PyTorch (mlPolicy.torch) only; "
+                           f"use Kubeflow Trainer for {others[0]} runtimes")
     template = rspec.get("template") or {}
     js = template.get("spec") or {}
     _node_job(rspec)

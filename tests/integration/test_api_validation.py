@@ -88,6 +88,14 @@ TR = "spec.trainer"
 ML = "spec.mlPolicy"
 FP = "spec.template.spec.failurePolicy"
 ELASTIC = {"spec.mlPolicy.torch.elasticPolicy": {"minNodes": 1, "maxNodes": 2}}
+SDK = "trainer.kubeflow.org/kubeflow-sdk"  # the manager the kubeflow SDK writes
+PATCH_POD = "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec"
+
+
+def node_patch(**pod_spec) -> dict:
+    """The SDK's runtime patch of the node job's pod spec."""
+    return {"manager": SDK, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {"spec": pod_spec}}}}]}}}}
 
 CASES: dict[str, Case] = {
     # --- TrainJob: metadata -------------------------------------------------------------------
@@ -184,6 +192,29 @@ CASES: dict[str, Case] = {
     "annotations not an object": tj({"spec.annotations": ["a"]}, R(("spec.annotations",))),
     "initializer not an object": tj({"spec.initializer": "s3://x"}, R(("spec.initializer",))),
     "runtimePatches not a list": tj({"spec.runtimePatches": {"a": 1}}, R(("spec.runtimePatches",))),
+    "runtimePatches same manager twice": tj({"spec.runtimePatches": [{"manager": SDK}, {"manager": SDK}]},
+                                            R(("spec.runtimePatches[1]",), ("Duplicate",))),
+    "runtimePatch manager not a domain path": tj({"spec.runtimePatches": [{"manager": "me"}]},
+                                                 R(("spec.runtimePatches[0].manager",), ("domain-prefixed",))),
+    "runtimePatch env for the node container": tj(
+        {"spec.runtimePatches": [node_patch(containers=[{"name": "node", "env": [{"name": "A", "value": "1"}]}])]},
+        R((f"{PATCH_POD}.containers[0]",), ("take env from spec.trainer.env",))),
+    "runtimePatch names a job the runtime lacks": tj(
+        {"spec.runtimePatches": [{"manager": SDK, "trainingRuntimeSpec": {"template": {"spec": {
+            "replicatedJobs": [{"name": "launcher"}]}}}}]},
+        Fails("InvalidSpec", ("spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].name",
+                              "'launcher'"))),
+    "runtimePatch names a container the runtime lacks": tj(
+        {"spec.runtimePatches": [node_patch(containers=[{"name": "trainer", "securityContext": {"privileged": False}}])]},
+        Fails("InvalidSpec", (f"{PATCH_POD}.containers[0].name", "no container 'trainer'"))),
+    "runtimePatches changed while running": tj(
+        {"spec.runtimePatches": [node_patch(nodeSelector={"a": "b"})]}, R(("spec",), ("suspended",)),
+        update={"spec": {"runtimePatches": [node_patch(nodeSelector={"a": "c"})]}}),
+    "initializer storageUri not a URI": tj({"spec.initializer": {"dataset": {"storageUri": "bucket/path"}}},
+                                           R(("spec.initializer.dataset.storageUri",), ("URI",))),
+    "initializer without its job in the runtime": tj(
+        {"spec.initializer": {"model": {"storageUri": "hf://org/model"}}},
+        Fails("InvalidSpec", ("spec.initializer.model", "'model-initializer'"))),
     "managedBy over 63 chars": tj({"spec.managedBy": "example.com/" + "x" * 60}, R(("spec.managedBy",))),
     "managedBy changed": tj({"spec.managedBy": "example.com/other", "spec.suspend": True},
                             R(("spec.managedBy",), ("immutable",)), update={"spec": {"managedBy": "example.com/b"}}),
@@ -234,6 +265,12 @@ CASES: dict[str, Case] = {
     "runtime numNodes 2**31": crt({f"{ML}.numNodes": 2**31}, R((f"{ML}.numNodes",))),
     "runtime numNodes string": rt({f"{ML}.numNodes": "1"}, R((f"{ML}.numNodes",))),
     "runtime torch and mpi": rt({f"{ML}.mpi": {"numProcPerNode": 1}}, R((ML,), ("at most one of torch, mpi",))),
+    "runtime envInjection into node": rt(
+        {f"{ML}.torch.envInjection": {"targets": [{"jobName": "node", "containerNames": ["node"]}]}},
+        R((f"{ML}.torch.envInjection.targets[0].containerNames",), ("must not include 'node'",))),
+    "runtime failurePolicy message pattern empty": rt(
+        {FP: {"rules": [{"action": "FailJobSet", "onJobFailureMessagePatterns": [""]}]}},
+        R((f"{FP}.rules[0].onJobFailureMessagePatterns[0]",))),
     "runtime numProcPerNode garbage": rt({f"{ML}.torch.numProcPerNode": "lots"}, R((f"{ML}.torch.numProcPerNode",))),
     "runtime numProcPerNode 0": crt({f"{ML}.torch.numProcPerNode": 0}, R((f"{ML}.torch.numProcPerNode",))),
     "runtime elastic minNodes > maxNodes": rt({f"{ML}.torch.elasticPolicy": {"minNodes": 4, "maxNodes": 2}},

@@ -28,7 +28,7 @@ def _crd_root(kind: str) -> dict[str, Any]:
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
-def _unwrap(annotation: Any) -> Any:
+def unwrap(annotation: Any) -> Any:
     """Optional[X] / Annotated[X, ...] -> X."""
     while True:
         origin = typing.get_origin(annotation)
@@ -48,7 +48,7 @@ def _preserves(node: dict) -> bool:
 
 def _check_type(annotation: Any, node: dict, path: str, problems: list[str]) -> None:
     """Compare one upstream field type with its CRD schema node; recurse into models, lists and maps."""
-    annotation = _unwrap(annotation)
+    annotation = unwrap(annotation)
     origin = typing.get_origin(annotation)
     if node.get("x-kubernetes-int-or-string"):
         if annotation not in (int, str) and not _is_int_or_string(annotation):

@@ -194,3 +194,13 @@ def test_patches_trainer_refuses_are_refused_before_resolve(patches, message):
            "spec": {"runtimeRef": {"name": "torch-distributed"}, "runtimePatches": patches}}
     with pytest.raises(ValueError, match=message):
         parse_trainjob(obj)
+
+
+@pytest.mark.parametrize("framework", ["mpi", "jax", "xgboost", "flux"])
+def test_a_runtime_of_another_framework_fails_naming_it(framework):
+    runtime = copy.deepcopy(RUNTIME)
+    del runtime["spec"]["mlPolicy"]["torch"]
+    runtime["spec"]["mlPolicy"][framework] = {}
+    with pytest.raises(ResolveError, match=rf"runtime spec\.mlPolicy\.{framework}: gangctl runs PyTorch") as err:
+        resolve(trainjob(), runtime)
+    assert err.value.reason == "InvalidRuntime"
