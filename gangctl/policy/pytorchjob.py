@@ -1,0 +1,601 @@
+"""A PyTorchJob (kubeflow.org/v1) as gangctl's gang: replica groups, names, labels, env, failure
+mapping and v1 status. Pure: callers pass the parsed job, observed pod counts and `now`.
+
+How a PyTorchJob runs under gangctl (the facts are Training Operator v1.9.4's, see
+gangctl.api.pytorchjob):
+
+- **One Indexed Job per replica type**, `<job>-master` and `<job>-worker`, in one gang. An Indexed
+  Job gives pod `i` the hostname `<job-name>-<i>`, so pods are `<job>-master-0` and
+  `<job>-worker-<i>` to themselves, as under v1 (which named the pods so).
+- **One headless Service per pod**, named `<job>-<type>-<i>` as v1 did, selecting the pod by its
+  replica type and `batch.kubernetes.io/job-completion-index`. v1 tooling and user code reach the
+  master as the bare name `MASTER_ADDR=<job>-master-0` (v1 never set hostname/subdomain; the
+  per-pod Service is what resolves), so the per-pod Service, not a subdomain, is what must exist.
+  `publishNotReadyAddresses` lets workers resolve the master before it is ready.
+- **Pod names differ**: the Job controller names pods `<job>-worker-<i>-<suffix>`. The v1 SDK
+  (kubeflow-training 1.9) finds pods by the `training.kubeflow.org/*` labels, not by name, so it
+  is unaffected; `kubectl logs <job>-master-0` is not (use `-l training.kubeflow.org/job-role=master`).
+- **Labels**: the template carries operator-name, job-name, replica-type (and job-role=master on
+  the Master); the per-pod ones (replica-index, and job-role=master on worker 0 of a job without a
+  Master, as v1's IsMasterRole) are stamped on each pod by the controller (`pod_stamp`).
+- **RANK of a worker is its index + 1** when there is a Master. No downward-API field holds index+1,
+  so those worker pods are created behind a scheduling gate; the controller stamps the annotation
+  `training.kubeflow.org/rank` (read by RANK / PET_NODE_RANK through the downward API) and lifts the
+  gate in the same write (`pod_stamp`). Without a Master v1 sets no RANK and nothing is gated.
+- **Gang floor** (v1's bug #1571: minMember ignored elasticPolicy.minReplicas): minMember =
+  schedulingPolicy.minAvailable when set, else the Master plus elasticPolicy.minReplicas workers
+  (elastic), else every replica.
+- **Elastic rendezvous**: with no `rdzvHost`, v1 pointed PET_RDZV_ENDPOINT at worker 0's torchrun
+  agent, which dies with worker 0's node; gangctl points it at its rendezvous store pod
+  `<job>-rdzv` (kept off the workers' nodes), so losing any worker node is a shrink, not the end.
+  An explicit `rdzvHost` is honoured as written.
+- **Restarts**: v1 restarted failed containers or pods and counted container restarts against
+  `runPolicy.backoffLimit`. gangctl restarts the gang (torch collectives cannot lose a member
+  anyway) and counts gang restarts against the same limit; infrastructure faults are never charged.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+from gangctl.api.pytorchjob import (DEFAULT_CONTAINER, DEFAULT_PORT_NAME, KIND, MASTER, WORKER, PyTorchJob, ReplicaSpec,
+                                    parse)
+from gangctl.api.quantity import parse_quantity
+from gangctl.policy.failure import FAIL_JOBSET, RESTART_JOBSET, FailurePolicy, FailureRule
+from gangctl.policy.gang import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, Gang
+from gangctl.policy.resolve import ResolvedJob, pod_requests
+from gangctl.policy.status import parse_time, timestamp
+
+# v1's label keys (training-operator pkg/apis/kubeflow.org/v1/common_types.go).
+OPERATOR_NAME = "training.kubeflow.org/operator-name"
+JOB_NAME = "training.kubeflow.org/job-name"
+REPLICA_TYPE = "training.kubeflow.org/replica-type"
+REPLICA_INDEX = "training.kubeflow.org/replica-index"
+JOB_ROLE = "training.kubeflow.org/job-role"
+CONTROLLER_NAME = "pytorchjob-controller"   # the operator-name value v1's PyTorchJob controller wrote
+# gangctl's per-pod stamp for RANK (see the module docstring), and the gate held until it is written.
+RANK_ANNOTATION = "training.kubeflow.org/rank"
+RANK_GATE = "gangctl.io/pytorchjob-rank"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# The rendezvous store pod gangctl runs for elastic jobs (gangctl.plugins.torch serves the same port).
+RDZV_STORE_PORT = 29400
+UNLIMITED_RESTARTS = 2147483647
+MAX_NAME = 63
+# Exit codes v1's ExitCode policy treats as permanent (below 128: the program's own error; 128+ are
+# signals, e.g. 137 OOM-kill / SIGKILL, 143 SIGTERM: retried).
+PERMANENT_EXIT_CODES = tuple(range(1, 128))
+
+# Condition types and reasons as v1.9 writes them (reason = Kind + event).
+CREATED, RUNNING, RESTARTING, SUCCEEDED, SUSPENDED, FAILED = (
+    "Created", "Running", "Restarting", "Succeeded", "Suspended", "Failed")
+
+
+def reason(event: str) -> str:
+    return f"{KIND}{event}"
+
+
+class PyTorchJobMappingError(ValueError):
+    """The PyTorchJob is valid for v1 but cannot run as asked; the message names the field."""
+
+
+@dataclass(frozen=True)
+class ReplicaGroup:
+    """One replica type as the core's model (one Indexed Job `<job>-<type>`)."""
+
+    replica_type: str
+    job: ResolvedJob
+    rank_offset: int             # RANK of index 0: 1 for Workers when there is a Master, else 0
+    gated: bool                  # pods start behind RANK_GATE until the controller stamps them
+
+    @property
+    def child_name(self) -> str:
+        return child_job_name(self.job.name, self.replica_type)
+
+
+@dataclass(frozen=True)
+class PyTorchGang:
+    """A PyTorchJob mapped onto the core: its groups, gang floor and policies."""
+
+    name: str
+    namespace: str
+    uid: str
+    groups: tuple[ReplicaGroup, ...]     # Master first
+    min_member: int
+    size: int
+    min_resources: dict[str, Fraction]
+    gang_backend: str | None
+    gang_settings: dict[str, Any]
+    failure_policy: FailurePolicy
+    success_policy: dict
+    suspend: bool
+    rdzv_store: bool                     # run gangctl's rendezvous store pod `<job>-rdzv`
+    services: tuple[dict, ...] = field(default=())   # the per-pod headless Services (no owner yet)
+
+    def gang(self) -> Gang:
+        """The core's Gang. Its per-pod requests are one number per resource, so with a Master and
+        Workers of different sizes minResources is carried by `min_resources`, not by this."""
+        per_pod = self.groups[-1].job.requests
+        timeout = self.gang_settings.get("scheduleTimeoutSeconds", DEFAULT_SCHEDULE_TIMEOUT_SECONDS)
+        return Gang(min_member=self.min_member, size=self.size, per_pod=dict(per_pod),
+                    schedule_timeout_seconds=int(timeout))
+
+
+# --- names and labels -----------------------------------------------------------------------------
+
+def replica_name(job: str, replica_type: str, index: int) -> str:
+    """v1's name of a replica: pod hostname, headless Service, and MASTER_ADDR for the Master."""
+    return f"{job}-{replica_type.lower()}-{index}"
+
+
+def child_job_name(job: str, replica_type: str) -> str:
+    """The Indexed Job of a replica type: its pod i gets hostname `<this>-<i>` = replica_name."""
+    return f"{job}-{replica_type.lower()}"
+
+
+def template_labels(job: str, replica_type: str, has_master: bool) -> dict[str, str]:
+    """The labels every pod of the group carries from creation (worker 0's job-role is stamped)."""
+    labels = {OPERATOR_NAME: CONTROLLER_NAME, JOB_NAME: job, REPLICA_TYPE: replica_type.lower()}
+    if has_master and replica_type == MASTER:
+        labels[JOB_ROLE] = "master"
+    return labels
+
+
+def is_master_role(replica_type: str, index: int, has_master: bool) -> bool:
+    """v1's rule: the Master, or worker 0 when there is no Master."""
+    return replica_type == MASTER if has_master else replica_type == WORKER and index == 0
+
+
+def pod_labels(job: str, replica_type: str, index: int, has_master: bool) -> dict[str, str]:
+    """All v1 labels of one pod (what the SDK selects by)."""
+    labels = {**template_labels(job, replica_type, has_master), REPLICA_INDEX: str(index)}
+    if is_master_role(replica_type, index, has_master):
+        labels[JOB_ROLE] = "master"
+    return labels
+
+
+def label_selector(job: str, replica_type: str) -> str:
+    """status.replicaStatuses[type].selector, keys sorted as Kubernetes formats a selector."""
+    labels = {OPERATOR_NAME: CONTROLLER_NAME, JOB_NAME: job, REPLICA_TYPE: replica_type.lower()}
+    return ",".join(f"{k}={labels[k]}" for k in sorted(labels))
+
+
+def pod_stamp(job: PyTorchJob, pod: dict) -> dict | None:
+    """What the controller must write on a pod of `job` so it looks like v1's: the labels and the RANK
+    annotation it lacks, and its scheduling gates without RANK_GATE. None when nothing is missing.
+
+    The result is a merge of metadata.labels / metadata.annotations and the full new
+    spec.schedulingGates list (present only when the gate must go)."""
+    meta = pod.get("metadata") or {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    rtype = next((t for t in (MASTER, WORKER) if t.lower() == labels.get(REPLICA_TYPE)), None)
+    index = annotations.get(COMPLETION_INDEX, labels.get(COMPLETION_INDEX))
+    if rtype is None or index is None or not str(index).isdigit() or labels.get(JOB_NAME) != job.name:
+        return None
+    i = int(index)
+    want = pod_labels(job.name, rtype, i, job.master is not None)
+    patch: dict = {}
+    missing = {k: v for k, v in want.items() if labels.get(k) != v}
+    if missing:
+        patch.setdefault("metadata", {})["labels"] = missing
+    offset = 1 if rtype == WORKER and job.master is not None else 0
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    if any(g.get("name") == RANK_GATE for g in gates):
+        if annotations.get(RANK_ANNOTATION) != str(i + offset):
+            patch.setdefault("metadata", {})["annotations"] = {RANK_ANNOTATION: str(i + offset)}
+        patch["spec"] = {"schedulingGates": [g for g in gates if g.get("name") != RANK_GATE]}
+    return patch or None
+
+
+# --- env ------------------------------------------------------------------------------------------
+
+def _rank_env(replica_type: str) -> list[dict]:
+    """RANK and PET_NODE_RANK: 0 on the Master; a worker's index + 1, stamped (see pod_stamp)."""
+    if replica_type == MASTER:
+        return [{"name": "RANK", "value": "0"}, {"name": "PET_NODE_RANK", "value": "0"}]
+    ref = {"fieldRef": {"fieldPath": f"metadata.annotations['{RANK_ANNOTATION}']"}}
+    return [{"name": "RANK", "valueFrom": ref}, {"name": "PET_NODE_RANK", "valueFrom": copy.deepcopy(ref)}]
+
+
+def nproc_int(job: PyTorchJob) -> int:
+    """v1's WORLD_SIZE factor: nprocPerNode when it is a number, else 1 ("auto", "gpu", "cpu")."""
+    value = job.nproc_per_node
+    return int(value) if value is not None and value.isdigit() else 1
+
+
+def rdzv_endpoint(job: PyTorchJob) -> str:
+    e = job.elastic
+    assert e is not None
+    if e.rdzv_host is None:
+        return f"{store_name(job.name)}:{RDZV_STORE_PORT}"
+    port = e.rdzv_port if e.rdzv_port is not None else job.worker.port if job.worker else 0
+    return f"{e.rdzv_host}:{port}"
+
+
+def store_name(job: str) -> str:
+    return f"{job}-rdzv"
+
+
+def uses_store(job: PyTorchJob) -> bool:
+    """gangctl's store replaces worker 0's: elastic, c10d, no rdzvHost, not standalone."""
+    e = job.elastic
+    return bool(e and e.rdzv_host is None and (e.rdzv_backend or "c10d") == "c10d" and not e.standalone)
+
+
+def env(job: PyTorchJob, replica_type: str) -> list[dict]:
+    """The environment v1 gave every container of a pod of this replica type (in v1's order)."""
+    out = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
+    master = job.master
+    if master is not None:
+        addr, port = replica_name(job.name, MASTER, 0), str(master.port)
+        out += [{"name": "MASTER_PORT", "value": port}, {"name": "PET_MASTER_PORT", "value": port},
+                {"name": "MASTER_ADDR", "value": addr}, {"name": "PET_MASTER_ADDR", "value": addr},
+                {"name": "WORLD_SIZE", "value": str(job.total_replicas * nproc_int(job))}]
+        out += _rank_env(replica_type)
+    if job.nproc_per_node is not None:
+        out.append({"name": "PET_NPROC_PER_NODE", "value": job.nproc_per_node})
+    e = job.elastic
+    if e is None:
+        out.append({"name": "PET_NNODES", "value": str(job.total_replicas)})
+        return out
+    out += [{"name": "PET_RDZV_ENDPOINT", "value": rdzv_endpoint(job)},
+            {"name": "PET_RDZV_BACKEND", "value": e.rdzv_backend or "c10d"},
+            {"name": "PET_NNODES", "value": f"{e.min_replicas}:{e.max_replicas}"}]
+    if e.max_restarts is not None:
+        out.append({"name": "PET_MAX_RESTARTS", "value": str(e.max_restarts)})
+    if e.nproc_per_node is not None:
+        out.append({"name": "PET_NPROC_PER_NODE", "value": str(e.nproc_per_node)})
+    if e.rdzv_id is not None:
+        out.append({"name": "PET_RDZV_ID", "value": e.rdzv_id})
+    if e.rdzv_conf:
+        out.append({"name": "PET_RDZV_CONF", "value": ",".join(f"{k}={v}" for k, v in e.rdzv_conf)})
+    if e.standalone:
+        out.append({"name": "PET_STANDALONE", "value": ""})
+    return out
+
+
+def _with_env(container: dict, extra: list[dict]) -> None:
+    """v1 appended its variables after the user's; a user variable of the same name lost. Same
+    outcome here, without the duplicate entry."""
+    names = {e["name"] for e in extra}
+    container["env"] = [e for e in container.get("env") or [] if e.get("name") not in names] + copy.deepcopy(extra)
+
+
+# --- the mapping ----------------------------------------------------------------------------------
+
+def to_gang(obj: dict | PyTorchJob, *, default_backend: str | None = None) -> PyTorchGang:
+    """The PyTorchJob as gangctl's gang. `default_backend` is the controller's gang scheduler for jobs
+    that name none (v1's --gang-scheduler-name); a `kueue.x-k8s.io/queue-name` label means Kueue."""
+    job = obj if isinstance(obj, PyTorchJob) else parse(obj)
+    _check_names(job)
+    has_master = job.master is not None
+    backend, settings = _backend(job, default_backend)
+    failure = failure_policy(job)
+    groups = []
+    for rtype, spec in job.replica_specs.items():
+        offset = 1 if rtype == WORKER and has_master else 0
+        gated = offset == 1
+        template = _pod_template(job, spec, gated)
+        pod_spec = template["spec"]
+        elastic = None
+        num = spec.replicas
+        min_nodes = None
+        if rtype == WORKER and job.elastic is not None:
+            e = job.elastic
+            num = max(e.min_replicas, min(spec.replicas, e.max_replicas))
+            min_nodes = e.min_replicas
+            elastic = {"minNodes": e.min_replicas, "maxNodes": e.max_replicas}
+            if e.max_restarts is not None:
+                elastic["maxRestarts"] = e.max_restarts
+        job_spec: dict = {"backoffLimit": 0}
+        if spec.restart_policy == "ExitCode":
+            job_spec["podFailurePolicy"] = {"rules": [{"action": "FailJob", "onExitCodes": {
+                "containerName": DEFAULT_CONTAINER, "operator": "In", "values": list(PERMANENT_EXIT_CODES)}}]}
+        resolved = ResolvedJob(
+            name=job.name, namespace=job.namespace, uid=job.uid, runtime_kind=KIND, runtime_name="",
+            num_nodes=num, min_nodes=min_nodes, num_proc_per_node=job.nproc_per_node or "auto",
+            suspend=job.run_policy.suspend, gang_backend=backend, gang_settings=settings,
+            pod_template=template, job_spec=job_spec, requests=pod_requests(pod_spec),
+            failure_policy=_jobset_failure_policy(failure), success_policy=success_policy(job), elastic=elastic,
+        )
+        groups.append(ReplicaGroup(rtype, resolved, offset, gated))
+    min_member, size = gang_floor(job)
+    return PyTorchGang(
+        name=job.name, namespace=job.namespace, uid=job.uid, groups=tuple(groups),
+        min_member=min_member, size=size, min_resources=min_resources(job, groups, min_member),
+        gang_backend=backend, gang_settings=settings, failure_policy=failure,
+        success_policy=success_policy(job), suspend=job.run_policy.suspend, rdzv_store=uses_store(job),
+        services=tuple(services(job)),
+    )
+
+
+def _check_names(job: PyTorchJob) -> None:
+    longest = max(replica_name(job.name, t, max(s.replicas, job.elastic.max_replicas if job.elastic and t == WORKER
+                                                else 0) - 1)
+                  for t, s in job.replica_specs.items())
+    longest = max([longest, store_name(job.name)] if uses_store(job) else [longest], key=len)
+    if len(longest) > MAX_NAME:
+        raise PyTorchJobMappingError(
+            f"metadata.name: {job.name!r} is too long: its replica name {longest!r} has {len(longest)} characters "
+            f"(Service names and hostnames allow {MAX_NAME}); shorten the name by {len(longest) - MAX_NAME}")
+
+
+def _pod_template(job: PyTorchJob, spec: ReplicaSpec, gated: bool) -> dict:
+    template = copy.deepcopy(spec.template)
+    meta = template.setdefault("metadata", {})
+    meta["labels"] = {**(meta.get("labels") or {}),
+                      **template_labels(job.name, spec.replica_type, job.master is not None)}
+    pod_spec = template["spec"]
+    # gangctl restarts the gang; the pod itself never restarts in place (v1's ExitCode did the same).
+    pod_spec["restartPolicy"] = "Never"
+    if gated:
+        pod_spec["schedulingGates"] = list(pod_spec.get("schedulingGates") or []) + [{"name": RANK_GATE}]
+    extra = env(job, spec.replica_type)
+    for container in pod_spec.get("containers") or []:
+        _with_env(container, extra)
+    return template
+
+
+def gang_floor(job: PyTorchJob) -> tuple[int, int]:
+    """(minMember, size): size is every replica the job runs now; the floor is minAvailable when set,
+    else the Master plus elasticPolicy.minReplicas workers, else every replica (fixes v1 #1571)."""
+    masters = job.master.replicas if job.master else 0
+    workers = job.worker.replicas if job.worker else 0
+    e = job.elastic
+    if e is not None:
+        workers = max(e.min_replicas, min(workers, e.max_replicas))
+    size = masters + workers
+    floor = masters + e.min_replicas if e is not None else size
+    sched = job.run_policy.scheduling
+    if sched is not None and sched.min_available is not None:
+        if sched.min_available > size:
+            raise PyTorchJobMappingError(
+                f"spec.runPolicy.schedulingPolicy.minAvailable: {sched.min_available} is more than the "
+                f"{size} replicas the job runs")
+        floor = sched.min_available
+    return floor, size
+
+
+def min_resources(job: PyTorchJob, groups: list[ReplicaGroup], min_member: int) -> dict[str, Fraction]:
+    """What the gang must hold to start: schedulingPolicy.minResources when set (v1 passed it through);
+    else the Master's requests plus the workers' up to the floor."""
+    sched = job.run_policy.scheduling
+    if sched is not None and sched.min_resources:
+        return {k: parse_quantity(v) for k, v in sched.min_resources.items()}
+    total: dict[str, Fraction] = {}
+    left = min_member
+    for group in groups:
+        count = min(left, group.job.num_nodes)
+        for name, qty in group.job.requests.items():
+            total[name] = total.get(name, Fraction(0)) + qty * count
+        left -= count
+    return total
+
+
+def _backend(job: PyTorchJob, default_backend: str | None) -> tuple[str | None, dict]:
+    sched = job.run_policy.scheduling
+    if job.labels.get(KUEUE_QUEUE_LABEL):
+        settings: dict = {"queueName": job.labels[KUEUE_QUEUE_LABEL]}
+        if sched and sched.priority_class:
+            settings["priorityClassName"] = sched.priority_class
+        return "kueue", settings
+    if default_backend is None:
+        return None, {}
+    settings = {}
+    if sched is not None:
+        if default_backend == "volcano" and sched.queue:
+            settings["queue"] = sched.queue
+        if sched.priority_class:
+            settings["priorityClassName"] = sched.priority_class
+        if default_backend == "coscheduling" and sched.schedule_timeout_seconds is not None:
+            settings["scheduleTimeoutSeconds"] = sched.schedule_timeout_seconds
+    return default_backend, settings
+
+
+def services(job: PyTorchJob) -> list[dict]:
+    """v1's per-replica headless Services, selecting by completion index (the index label exists on
+    Job pods from creation; the stamped replica-index may lag)."""
+    out = []
+    for rtype, spec in job.replica_specs.items():
+        count = max(spec.replicas, job.elastic.max_replicas) if job.elastic and rtype == WORKER else spec.replicas
+        ports = _named_ports(spec)
+        for i in range(count):
+            name = replica_name(job.name, rtype, i)
+            base = {OPERATOR_NAME: CONTROLLER_NAME, JOB_NAME: job.name, REPLICA_TYPE: rtype.lower()}
+            out.append({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": name, "namespace": job.namespace, "labels": {**base, REPLICA_INDEX: str(i)}},
+                "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                         "selector": {**base, COMPLETION_INDEX: str(i)},
+                         "ports": [{"name": n, "port": p} for n, p in ports]},
+            })
+    return out
+
+
+def _named_ports(spec: ReplicaSpec) -> list[tuple[str, int]]:
+    for c in (spec.template.get("spec") or {}).get("containers") or []:
+        if c.get("name") == DEFAULT_CONTAINER:
+            return [(p["name"], int(p["containerPort"])) for p in c.get("ports") or [] if p.get("name")]
+    return [(DEFAULT_PORT_NAME, spec.port)]
+
+
+# --- failures and success -------------------------------------------------------------------------
+
+def failure_policy(job: PyTorchJob) -> FailurePolicy:
+    """v1's restart policies and backoffLimit on gangctl's restart budget.
+
+    Never: a failed pod fails the job. ExitCode: exit codes 1-127 fail the job (the child Job's
+    podFailurePolicy turns them into reason PodFailurePolicy), 128+ (signals) restart the gang.
+    OnFailure / Always: restart the gang. Restarts charged to the user stop at backoffLimit
+    (unlimited when unset, as v1); disruptions are never charged (gangctl's rule)."""
+    rules = []
+    for rtype, spec in job.replica_specs.items():
+        if spec.restart_policy == "Never":
+            rules.append(FailureRule(action=FAIL_JOBSET, name=f"{rtype.lower()}-never",
+                                     target_replicated_jobs=(rtype.lower(),)))
+        elif spec.restart_policy == "ExitCode":
+            rules.append(FailureRule(action=FAIL_JOBSET, name=f"{rtype.lower()}-exit-code",
+                                     on_job_failure_reasons=("PodFailurePolicy",),
+                                     target_replicated_jobs=(rtype.lower(),)))
+    limit = job.run_policy.backoff_limit
+    return FailurePolicy(max_restarts=UNLIMITED_RESTARTS if limit is None else limit, rules=tuple(rules))
+
+
+def _jobset_failure_policy(policy: FailurePolicy) -> dict:
+    """The same policy in JobSet's spelling (ResolvedJob.failure_policy)."""
+    rules = []
+    for r in policy.rules:
+        rule: dict = {"name": r.name, "action": r.action}
+        if r.on_job_failure_reasons:
+            rule["onJobFailureReasons"] = list(r.on_job_failure_reasons)
+        if r.target_replicated_jobs:
+            rule["targetReplicatedJobs"] = list(r.target_replicated_jobs)
+        rules.append(rule)
+    return {"maxRestarts": policy.max_restarts, "rules": rules}
+
+
+def success_policy(job: PyTorchJob) -> dict:
+    """v1's success rule as JobSet's: the Master's Job completes; with no Master, the Worker Job
+    (all indexes; an elastic one completes on its first success, see gangctl.plugins.workload)."""
+    return {"operator": "All", "targetReplicatedJobs": [MASTER.lower() if job.master else WORKER.lower()]}
+
+
+@dataclass(frozen=True)
+class ReplicaCounts:
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+
+def count_pods(job: PyTorchJob, pods: list[dict]) -> dict[str, ReplicaCounts]:
+    """v1's replica counts from the pods of one attempt: Running pods are active (failed when being
+    deleted: a pod on a lost node may never reach Failed), Succeeded and Failed as their phase."""
+    counts = {t: [0, 0, 0] for t in job.replica_specs}
+    for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        rtype = next((t for t in job.replica_specs if t.lower() == labels.get(REPLICA_TYPE)), None)
+        if rtype is None or labels.get(JOB_NAME) != job.name:
+            continue
+        phase = (pod.get("status") or {}).get("phase")
+        if phase == "Running":
+            counts[rtype][2 if (pod.get("metadata") or {}).get("deletionTimestamp") else 0] += 1
+        elif phase == "Succeeded":
+            counts[rtype][1] += 1
+        elif phase == "Failed":
+            counts[rtype][2] += 1
+    return {t: ReplicaCounts(*c) for t, c in counts.items()}
+
+
+def replica_statuses(job: PyTorchJob, counts: dict[str, ReplicaCounts]) -> dict:
+    """status.replicaStatuses: v1 omits zero counts; the Worker selector feeds the scale subresource."""
+    out = {}
+    for rtype in job.replica_specs:
+        c = counts.get(rtype, ReplicaCounts())
+        entry: dict = {k: v for k, v in (("active", c.active), ("succeeded", c.succeeded), ("failed", c.failed)) if v}
+        entry["selector"] = label_selector(job.name, rtype)
+        out[rtype] = entry
+    return out
+
+
+def succeeded(job: PyTorchJob, counts: dict[str, ReplicaCounts]) -> bool:
+    """v1's rule: the Master succeeded; with no Master, every worker, or any worker when elastic."""
+    if job.master is not None:
+        return counts.get(MASTER, ReplicaCounts()).succeeded >= job.master.replicas
+    worker = counts.get(WORKER, ReplicaCounts())
+    assert job.worker is not None
+    return worker.succeeded >= job.worker.replicas or (job.elastic is not None and worker.succeeded > 0)
+
+
+def running(job: PyTorchJob, counts: dict[str, ReplicaCounts]) -> bool:
+    """v1 is Running when the Master runs (no Master: any worker)."""
+    return counts.get(MASTER if job.master else WORKER, ReplicaCounts()).active > 0
+
+
+def deadline_exceeded(job: PyTorchJob, status: dict | None, now: datetime) -> bool:
+    """runPolicy.activeDeadlineSeconds, counted from status.startTime (v1's rule)."""
+    limit, start = job.run_policy.active_deadline_seconds, (status or {}).get("startTime")
+    return limit is not None and start is not None and (now - parse_time(start)).total_seconds() >= limit
+
+
+def ttl_remaining(job: PyTorchJob, status: dict | None, now: datetime) -> float | None:
+    """Seconds until the finished job is deleted (0: delete now); None when it is not to be deleted
+    (no ttlSecondsAfterFinished, suspended, or not finished)."""
+    ttl, done = job.run_policy.ttl_seconds_after_finished, (status or {}).get("completionTime")
+    if ttl is None or job.run_policy.suspend or done is None:
+        return None
+    return max(0.0, ttl - (now - parse_time(done)).total_seconds())
+
+
+def cleanup(job: PyTorchJob) -> str:
+    """What cleanPodPolicy asks of a finished job's children: "keep" (None), "suspend" (Running:
+    suspending a Job deletes its active pods and keeps the finished ones), "delete" (All)."""
+    return {"None": "keep", "Running": "suspend", "All": "delete"}[job.run_policy.clean_pod_policy]
+
+
+# --- v1 status ------------------------------------------------------------------------------------
+
+def next_status(previous: dict | None, job: PyTorchJob, counts: dict[str, ReplicaCounts], now: datetime, *,
+                restarting: str | None = None, failed: str | None = None) -> dict:
+    """status as v1 would write it after this observation.
+
+    `restarting`: gangctl restarts the gang (message); `failed`: gangctl failed the job (message:
+    restart budget, deadline, a Never/ExitCode failure). v1's transitions: Running and Restarting
+    replace each other; Succeeded and Failed turn Running False; nothing changes once Failed;
+    a condition keeps its lastTransitionTime while its status holds."""
+    status = copy.deepcopy(previous or {})
+    conditions: list[dict] = status.setdefault("conditions", [])
+    at = timestamp(now)
+    if _true(conditions, FAILED):
+        return status
+
+    def put(ctype: str, value: bool, event: str, message: str) -> None:
+        old = next((c for c in conditions if c["type"] == ctype), None)
+        flag = "True" if value else "False"
+        if old is not None and old["status"] == flag and old.get("reason") == reason(event):
+            return
+        cond = {"type": ctype, "status": flag, "reason": reason(event), "message": message,
+                "lastUpdateTime": at,
+                "lastTransitionTime": old["lastTransitionTime"] if old and old["status"] == flag else at}
+        rest = []
+        for c in conditions:
+            if c["type"] == ctype or {ctype, c["type"]} == {RUNNING, RESTARTING}:
+                continue
+            if ctype in (SUCCEEDED, FAILED) and c["type"] == RUNNING and c["status"] == "True":
+                c = {**c, "status": "False"}
+            rest.append(c)
+        conditions[:] = rest + [cond]
+
+    if not conditions:
+        put(CREATED, True, "Created", f"PyTorchJob {job.namespace}/{job.name} was accepted by gangctl.")
+    status["replicaStatuses"] = replica_statuses(job, counts)
+    if job.run_policy.suspend:
+        if _true(conditions, RUNNING):
+            put(RUNNING, False, "Suspended", f"PyTorchJob {job.name} was suspended.")
+        put(SUSPENDED, True, "Suspended", f"PyTorchJob {job.name} is suspended.")
+        return status
+    if _true(conditions, SUSPENDED):
+        put(SUSPENDED, False, "Resumed", f"PyTorchJob {job.name} was resumed.")
+    status.setdefault("startTime", at)
+    if failed is not None or deadline_exceeded(job, status, now):
+        message = failed or f"PyTorchJob {job.name} ran longer than activeDeadlineSeconds."
+        status.setdefault("completionTime", at)
+        put(FAILED, True, "Failed", message)
+        return status
+    if _true(conditions, SUCCEEDED):
+        return status
+    if succeeded(job, counts):
+        status.setdefault("completionTime", at)
+        put(SUCCEEDED, True, "Succeeded", f"PyTorchJob {job.name} completed successfully.")
+        return status
+    if restarting is not None:
+        put(RESTARTING, True, "Restarting", restarting)
+    elif running(job, counts):
+        put(RUNNING, True, "Running", f"PyTorchJob {job.name} is running.")
+    return status
+
+
+def _true(conditions: list[dict], ctype: str) -> bool:
+    return any(c["type"] == ctype and c["status"] == "True" for c in conditions)
