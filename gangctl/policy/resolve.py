@@ -1,7 +1,7 @@
 """Merge a TrainJob over its runtime into the one description every builder works from.
 
 Kubeflow Trainer's rules: the TrainJob's `trainer` overrides the runtime's `node` container (image,
-command, args, env, resources) and `mlPolicy.numNodes`; `spec.initializer.dataset` / `.model` set
+command, args; env and resources merged by name) and `mlPolicy.numNodes`; `spec.initializer.dataset` / `.model` set
 STORAGE_URI, env and a secret's envFrom in the runtime's `dataset-initializer` / `model-initializer`
 containers; `podTemplateOverrides` (Trainer v2.1) and then `runtimePatches` (v2.2+, in list order)
 patch the templates of the replicated jobs they name. Works on the raw JSON of objects already
@@ -113,7 +113,8 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
     if trainer.get("env"):
         container["env"] = _merge_by(container.get("env") or [], trainer["env"], "name")
     if trainer.get("resourcesPerNode"):
-        container["resources"] = copy.deepcopy(trainer["resourcesPerNode"])
+        # Trainer v2.3 merges: each resource named in requests / limits replaces the runtime's, the rest stay.
+        container["resources"] = _merge_fields(container.get("resources") or {}, trainer["resourcesPerNode"])
     _apply_initializers(spec.get("initializer") or {}, jobs, runtime_name)
 
     job_names = list(jobs)

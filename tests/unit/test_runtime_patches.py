@@ -204,3 +204,15 @@ def test_a_runtime_of_another_framework_fails_naming_it(framework):
     with pytest.raises(ResolveError, match=rf"runtime spec\.mlPolicy\.{framework}: gangctl runs PyTorch") as err:
         resolve(trainjob(), runtime)
     assert err.value.reason == "InvalidRuntime"
+
+
+def test_resources_per_node_merge_into_the_runtime_resources_by_name():
+    runtime = copy.deepcopy(RUNTIME)
+    container = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"][0]
+    container["resources"] = {"requests": {"cpu": "1", "memory": "8Gi"}, "limits": {"memory": "8Gi"}}
+    job = resolve(trainjob(trainer={"numNodes": 2, "resourcesPerNode": {"requests": {"cpu": "4"},
+                                                                       "limits": {"nvidia.com/gpu": 2}}}), runtime)
+    assert job.pod_template["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"memory": "8Gi", "nvidia.com/gpu": 2}}
+    assert {k: str(v) for k, v in job.requests.items()} == {"cpu": "4", "memory": str(8 * 2**30), "nvidia.com/gpu": "2"}
