@@ -206,6 +206,13 @@ def nproc_int(job: PyTorchJob) -> int:
     return int(value) if value is not None and value.isdigit() else 1
 
 
+def procs_per_node(job: PyTorchJob) -> str:
+    """PET_NPROC_PER_NODE as the pods get it: nprocPerNode, else the deprecated elasticPolicy.nProcPerNode."""
+    if job.nproc_per_node is not None:
+        return job.nproc_per_node
+    return str(job.elastic.nproc_per_node) if job.elastic and job.elastic.nproc_per_node is not None else "auto"
+
+
 def rdzv_endpoint(job: PyTorchJob) -> str:
     e = job.elastic
     assert e is not None
@@ -296,7 +303,7 @@ def to_gang(obj: dict | PyTorchJob, *, default_backend: str | None = None) -> Py
                 "containerName": DEFAULT_CONTAINER, "operator": "In", "values": list(PERMANENT_EXIT_CODES)}}]}
         resolved = ResolvedJob(
             name=job.name, namespace=job.namespace, uid=job.uid, runtime_kind=KIND, runtime_name="",
-            num_nodes=num, min_nodes=min_nodes, num_proc_per_node=job.nproc_per_node or "auto",
+            num_nodes=num, min_nodes=min_nodes, num_proc_per_node=procs_per_node(job),
             suspend=job.run_policy.suspend, gang_backend=backend, gang_settings=settings,
             pod_template=template, job_spec=job_spec, requests=pod_requests(pod_spec),
             failure_policy=_jobset_failure_policy(failure), success_policy=success_policy(job), elastic=elastic,

@@ -88,7 +88,9 @@ def test_elastic_bounds_default_from_each_other_or_the_workers():
 def test_elastic_nproc_per_node_suppresses_the_auto_default():
     job = parse(manifest("e", {"Worker": replica(2)}, elasticPolicy={"nProcPerNode": 4}))
     assert job.nproc_per_node is None and job.elastic.nproc_per_node == 4
-    assert values(env_of(pj.to_gang(job).groups[0].job.pod_template))["PET_NPROC_PER_NODE"] == "4"
+    group = pj.to_gang(job).groups[0]
+    assert values(env_of(group.job.pod_template))["PET_NPROC_PER_NODE"] == "4"
+    assert group.job.num_proc_per_node == "4"
 
 
 BAD = [
