@@ -5,6 +5,7 @@ import json
 import logging
 import sys
 from enum import Enum
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -376,6 +377,39 @@ def explain_command(
         out.print(table)
     if d.scheduler_says:
         out.print(f"the scheduler says: {d.scheduler_says}")
+
+
+@app.command("convert")
+def convert_command(
+    path: str = typer.Argument(..., metavar="FILE", help="a PyTorchJob (kubeflow.org/v1) manifest; - reads stdin"),
+    runtime: str = typer.Option("torch-distributed", help="the ClusterTrainingRuntime the TrainJob names when the "
+                                "job needs no runtime of its own"),
+    output: Output = typer.Option(Output.text, "-o", "--output", help="text: YAML documents; json: a list"),
+) -> None:
+    """A PyTorchJob as the equivalent TrainJob (+ a TrainingRuntime when it needs one): manifests on
+    stdout, one `# no equivalent:` line per field that has none on stderr."""
+    import yaml
+
+    from gangctl.api.pytorchjob import PyTorchJobError
+    from gangctl.policy.convert import convert
+
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        manifest = yaml.safe_load(text)
+    except (OSError, yaml.YAMLError) as exc:
+        _fail(f"cannot read {path}: {exc}")
+    if not isinstance(manifest, dict) or manifest.get("kind") != "PyTorchJob":
+        _fail(f"{path} is not a PyTorchJob manifest (kind: {(manifest or {}).get('kind') if isinstance(manifest, dict) else None})")
+    try:
+        result = convert(manifest, runtime=runtime)
+    except PyTorchJobError as exc:
+        _fail(f"{path}: {exc}; Training Operator v1.9 would refuse it too")
+    if output is Output.json:
+        print(json.dumps({"manifests": result.manifests(), "noEquivalent": result.gaps}, indent=2))
+        return
+    print(yaml.safe_dump_all(result.manifests(), sort_keys=False), end="")
+    for gap in result.gaps:
+        print(f"# no equivalent: {gap}", file=sys.stderr)  # unwrapped: one line per gap, for grep
 
 
 @app.command("demo")
