@@ -3,10 +3,11 @@
 A backend is pure: from the resolved job and its gang it says how pods join the gang and which
 objects (a PodGroup, …) must exist. Adding a backend is one module plus one registry line.
 
-The four methods of `GangBackend` are what every backend has. Backends whose admission works on
-the child Job itself (Kueue) also answer the optional hooks below; `job_labels`, `job_annotations`,
-`controls_suspend` and `wants_group` read them with the defaults a PodGroup backend has, so
-coscheduling needs none of them.
+The four methods of `GangBackend` are what every backend has. Backends answer the optional hooks below
+where they differ from the defaults: Kueue (admission works on the child Job itself) for the Job's
+labels, suspend ownership and its Workload; coscheduling (no quota system, no retry on capacity
+freed) for the quota gate and the nudge. The functions here read them with their defaults, so no
+caller ever compares backends by name.
 """
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ class GangBackend(Protocol):
     #   job_annotations(job, gang) -> dict[str, str]   annotations on the child Job
     #   controls_suspend: bool                         the backend, not gangctl, owns spec.suspend
     #   waiting(observed) -> (reason, message) | None   why the gang waits, from its watched object
+#   gated_by_gangctl: bool                         no quota system of its own: gangctl's quota gate admits
+#   needs_nudge: bool                              a waiting gang is retried only when its group is touched
+#   watched_selector(job_uid) -> dict[str, str]    labels of the watched object made from the child Job
 
 
 def job_labels(backend: GangBackend | None, job: ResolvedJob, gang: Gang) -> dict[str, str]:
@@ -62,3 +66,22 @@ def waiting(backend: GangBackend | None, observed: dict | None) -> tuple[str, st
     """Why the gang waits, in the backend's words (None: only that its pods are not all bound yet)."""
     hook = getattr(backend, "waiting", None)
     return hook(observed) if hook else None
+
+
+def gated_by_gangctl(backend: GangBackend | None) -> bool:
+    """True when the backend has no quota system of its own, so gangctl's quota gate admits its jobs
+    in the namespaces a quota policy names (Volcano and Kueue enforce quota themselves)."""
+    return bool(getattr(backend, "gated_by_gangctl", False))
+
+
+def needs_nudge(backend: GangBackend | None) -> bool:
+    """True when a waiting gang is retried by the scheduler only when its group object changes, so
+    gangctl touches it after capacity is freed (Volcano retries every session, Kueue on quota changes)."""
+    return bool(getattr(backend, "needs_nudge", False)) and wants_group(backend)
+
+
+def watched_selector(backend: GangBackend | None, job_uid: str) -> dict[str, str] | None:
+    """Labels that find the watched object the backend made from the child Job (Kueue's Workload);
+    None for a backend whose watched object is gangctl's own group, found by the TrainJob's name."""
+    hook = getattr(backend, "watched_selector", None)
+    return hook(job_uid) if hook else None

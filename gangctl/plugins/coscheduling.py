@@ -18,6 +18,11 @@ class Coscheduling:
     name = "coscheduling"
     group_resource: Resource = POD_GROUPS
     watch: Resource = POD_GROUPS
+    # No quota system of its own: gangctl's quota gate admits (gangctl.runtime.quota_gate).
+    gated_by_gangctl = True
+    # Coscheduling re-queues a rejected gang only on Pod add and PodGroup add/update events, not when
+    # other pods go away: without a touch it waits for the scheduler's periodic flush (five minutes).
+    needs_nudge = True
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]:
         return {POD_GROUP_LABEL: job.name}

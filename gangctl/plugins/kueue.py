@@ -34,6 +34,8 @@ class Kueue:
     group_resource: Resource | None = None  # the Workload is Kueue's, made from the Job
     watch: Resource = WORKLOADS
     controls_suspend = True
+    gated_by_gangctl = False   # Kueue admits against its ClusterQueues
+    needs_nudge = False        # Kueue retries on quota changes; no group object to touch
 
     def queue_name(self, job: ResolvedJob) -> str:
         return str(job.gang_settings.get("queueName") or DEFAULT_LOCAL_QUEUE)
@@ -53,6 +55,9 @@ class Kueue:
 
     def waiting(self, observed: dict | None) -> tuple[str, str] | None:
         return why_waiting(observed)  # observed: the gang's Workload
+
+    def watched_selector(self, job_uid: str) -> dict[str, str]:
+        return {JOB_UID_LABEL: job_uid}  # the Workload Kueue made of the Job
 
     def job_labels(self, job: ResolvedJob, gang: Gang) -> dict[str, str]:
         labels = {QUEUE_LABEL: self.queue_name(job)}

@@ -34,6 +34,8 @@ class Volcano:
     name = "volcano"
     group_resource: Resource = VOLCANO_POD_GROUPS
     watch: Resource = VOLCANO_POD_GROUPS
+    gated_by_gangctl = False   # its queues enforce quota (gangctl.policy.quota_volcano writes them)
+    needs_nudge = False        # the scheduler retries every pending PodGroup each session
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]:
         return {}

@@ -210,6 +210,13 @@ class QuotaGate:
             return POLICY_INVALID, self.hold[1]
         return WAITING_FOR_QUOTA, f"gangctl quota admission: {self.pending_reason(key) or 'waiting for admission'}"
 
+    def hold_reason(self, key: str) -> tuple[str, str]:
+        """What `waiting` answers once `wants(key, …)` has been told (the reconciler observes this
+        before its plan tells the gate): the Running=False (reason, message) of a held TrainJob."""
+        if self.policy is None and self.hold is not None:
+            return POLICY_INVALID, self.hold[1]
+        return WAITING_FOR_QUOTA, f"gangctl quota admission: {self._reasons.get(key) or 'waiting for quota admission'}"
+
     def trigger(self) -> None:
         self._wake.set()
 

@@ -1,42 +1,36 @@
-"""Level-based reconcile of one TrainJob: observed state from the caches in, desired state out.
+"""Level-based reconcile of one TrainJob: observe -> decide -> apply.
 
-Never acts on an event itself: a key comes in, everything is read from the informers' caches, the
-desired children are built by pure code and applied with server-side apply under one field
-manager, and the status is derived from what the children show.
+Never acts on an event itself: a key comes in, `observe` reads everything one pass needs from the
+informers' caches (and the quota gate's answer, and this process's hints) into a Snapshot,
+`gangctl.policy.decide.decide` (pure) returns the Plan, and `apply` carries it out: server-side
+apply under one field manager, in the plan's order, which is safe to stop between any two writes.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable
 
-from gangctl.api.resources import JOBS, PODS, SERVICES, TRAINJOBS, Resource
-from gangctl.api.trainjob import parse_trainjob
+from gangctl.api.resources import JOBS, SERVICES, TRAINJOBS, Resource
 from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
-from gangctl.plugins.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, TRAINJOB_NAME, child_job_name
 from gangctl.plugins import base
-from gangctl.plugins.kueue import JOB_UID_LABEL, QUEUE_LABEL
-from gangctl.plugins.registry import BACKENDS, backend_for
-from gangctl.plugins.workload import headless_service, node_job, owner_reference, with_spec_hash
+from gangctl.plugins.names import RESULT_FINALIZER, TRAINJOB_NAME, child_job_name
+from gangctl.plugins.registry import BACKENDS
+from gangctl.policy import decide as d
 from gangctl.policy import status as st
-from gangctl.plugins.torch import rendezvous_store, store_name
-from gangctl.policy import elastic
-from gangctl.policy.failure import PodFailure, Restarts, classify, decide, parse_failure_policy
-from gangctl.policy.gang import size_gang
-from gangctl.policy.quota_coscheduling import NodeRange
-from gangctl.policy.resolve import NODE_JOB, ResolveError, resolve
+from gangctl.policy.failure import PodFailure
+from gangctl.policy.resolve import NODE_JOB
 
 log = logging.getLogger(__name__)
 
-# managedBy values this controller serves: unset, and Kubeflow Trainer's own (gangctl is a drop-in).
-RETRY_ANNOTATION = "gangctl.io/retry-requested-at"
-ELASTIC_RECHECK_SECONDS = 2.0
-SERVED_MANAGERS = {None, "", "trainer.kubeflow.org/trainjob-controller", "gangctl.io/controller"}
+# Kept here too: other modules and tests import them from the reconciler.
+RETRY_ANNOTATION = d.RETRY_ANNOTATION
+ELASTIC_RECHECK_SECONDS = d.ELASTIC_RECHECK_SECONDS
+SERVED_MANAGERS = d.SERVED_MANAGERS
 
 
 @dataclass
@@ -96,445 +90,158 @@ class Reconciler:
         self._disruptions.pop(uid, None)
 
     async def reconcile(self, key: str) -> None:
+        snapshot = self.observe(key)
+        plan = d.decide(snapshot)
+        try:
+            await self.apply(plan)
+        except _Rejected as err:
+            # The one decision that depends on a write's outcome: the API refused the first create
+            # of the children (422). Decided again, as a follow-up, on what the caches hold now.
+            await self.apply(d.rejected(self.observe(key), err.message))
+
+    def observe(self, key: str) -> d.Snapshot:
+        """Everything one pass reads, from the caches, the quota gate and this process's hints."""
         trainjob = self.caches.trainjobs.get(key)
-        if trainjob is None or trainjob["metadata"].get("deletionTimestamp"):
-            # Owner references let the garbage collector remove the children; nothing is left to
-            # record, so their result finalizers go.
-            ns, _, name = key.partition("/")
-            for child in self.caches.jobs.list(ns, {TRAINJOB_NAME: name}):
-                await self._let_go(child)
-            return
-        if (trainjob.get("spec") or {}).get("managedBy") not in SERVED_MANAGERS:
-            return
-        previous = trainjob.get("status") or {}
-        if st.finished(previous):
-            # Final: release the gang, and never recreate children someone deleted (TTL, cleanup).
-            await self._release_gang(trainjob)
-            for child in self.caches.jobs.list(trainjob["metadata"]["namespace"], {TRAINJOB_NAME: trainjob["metadata"]["name"]}):
-                await self._let_go(child)  # the outcome is recorded: the Job may go (TTL, by hand)
-            return
+        ns, _, name = key.partition("/")
+        jobs = tuple(self.caches.jobs.list(ns, {TRAINJOB_NAME: name}))
+        if trainjob is None:
+            return d.Snapshot(key, self.clock(), None, jobs=jobs)
+        node_job = self.caches.jobs.get(f"{ns}/{child_job_name(name, NODE_JOB)}")
+        uid = node_job["metadata"].get("uid", "") if node_job is not None else ""
+        groups: dict[str, dict | None] = {}
+        for backend_name, cache in self.caches.groups.items():
+            selector = base.watched_selector(BACKENDS[backend_name], uid)
+            if selector is None:
+                groups[backend_name] = cache.get(key)
+            else:
+                found = cache.list(ns, selector) if node_job is not None else []
+                groups[backend_name] = found[0] if found else None
+        gate = None
+        if self.gate is not None and self.gate.governs(ns):
+            gate = d.GateView(self.gate.admission(trainjob), self.gate.hold_reason(key))
+        service = self.caches.services.get(key)  # the headless Service has the TrainJob's name
+        return d.Snapshot(
+            key, self.clock(), trainjob, scheduler_name=self.scheduler_name, runtime=self._runtime_for(trainjob),
+            jobs=jobs, node_job=node_job, service=service, pods=tuple(self.caches.pods.list(ns, {TRAINJOB_NAME: name})),
+            groups=groups, gate=gate, disruptions=dict(self._disruptions.get(uid, {})), nudge=key in self.nudge)
 
-        try:
-            parse_trainjob(trainjob)
-        except ValueError as err:
-            await self._fail(trainjob, "InvalidSpec", str(err))
-            return
-        runtime = self._runtime_for(trainjob)
-        if runtime is None:
-            ref = trainjob["spec"]["runtimeRef"]
-            message = (f"{ref.get('kind', 'ClusterTrainingRuntime')} {ref['name']!r} not found; "
-                       "create it or fix spec.runtimeRef")
-            conditions = st.set_condition(list(previous.get("conditions") or []), st.CREATED, False,
-                                          "RuntimeNotFound", message, self.clock())
-            if conditions != previous.get("conditions"):
-                await self._write_status(trainjob, {**previous, "conditions": conditions})
-            return
-        try:
-            job = resolve(trainjob, runtime)
-            backend = backend_for(job.gang_backend)
-            gang = size_gang(job.num_nodes, job.requests, min_nodes=job.min_nodes,
-                             schedule_timeout_seconds=job.gang_settings.get("scheduleTimeoutSeconds"))
-        except (ResolveError, KeyError, ValueError) as err:
-            message = err.args[0] if err.args else str(err)
-            await self._fail(trainjob, getattr(err, "reason", "InvalidRuntime"), str(message))
-            return
-        if backend is not None and backend.name not in self.caches.groups:
-            message = (f"the runtime's podGroupPolicy asks for {backend.name}, but this cluster does not serve "
-                       f"{backend.watch.plural}.{backend.watch.group}: install {backend.name} (locally: `gangctl "
-                       f"cluster up --scheduler {backend.name}`), then restart gangctl")
-            conditions = st.set_condition(list(previous.get("conditions") or []), st.CREATED, False,
-                                          "BackendNotInstalled", message, self.clock())
-            if conditions != previous.get("conditions"):
-                await self._write_status(trainjob, {**previous, "conditions": conditions})
-            return
-        # Kueue admits by flipping the child Job's spec.suspend: gangctl creates that Job once,
-        # suspended, and never applies it again; suspending the TrainJob deletes it (and its Workload).
-        kueue_owned = base.controls_suspend(backend)
-        # Coscheduling has no quota system: with a policy applied, gangctl's gate admits the jobs of
-        # the policy's namespaces, and holds each until then like a suspended one (no PodGroup, Job
-        # suspended). Other namespaces are not gated (as Kueue leaves jobs without a queue alone).
-        # An elastic job admitted by the gate runs at most the nodes it was admitted with; the gate
-        # admits more of them when its team's quota has room and no job of the team waits.
-        user_suspend = job.suspend
-        quota_wait: tuple[str, str] | None = None
-        max_nodes = job.num_nodes
-        if self.gate is not None and backend is BACKENDS["coscheduling"] and self.gate.governs(job.namespace):
-            admission = self.gate.admission(trainjob)
-            if job.suspend:
-                self.gate.forget(key)
-            elif admission is None:
-                priority_class = (job.pod_template.get("spec") or {}).get("priorityClassName")
-                self.gate.wants(key, trainjob, gang.min_resources, self.gate.priority(job.namespace, priority_class),
-                                NodeRange(gang.min_member, gang.size, gang.per_pod) if job.elastic else None)
-                quota_wait = self.gate.waiting(key)   # WaitingForQuota, or QuotaPolicyInvalid (fail closed)
-                job = dataclasses.replace(job, suspend=True)
-            elif job.elastic and admission.get("nodes"):
-                max_nodes = max(gang.min_member, min(job.num_nodes, int(admission["nodes"])))
-                self.gate.may_grow(key, trainjob, NodeRange(gang.min_member, gang.size, gang.per_pod))
+    async def apply(self, plan: d.Plan) -> None:
+        """Carry out a plan: in-memory intents first (the gate, requeues, hints), then the writes in
+        the plan's order, then what only holds once they all succeeded (metrics, dropped hints)."""
+        for intent in plan.gate:
+            self._tell_gate(plan, intent)
+        if plan.requeue_after is not None:
+            self.requeue_after(plan.key, plan.requeue_after)
+        if plan.hints is not None:
+            uid, hints = plan.hints
+            if hints:
+                self._disruptions[uid] = dict(hints)
+            else:
+                self._disruptions.pop(uid, None)
+        if plan.clear_nudge:
+            self.nudge.discard(plan.key)
+        for step in plan.steps:
+            await self._step(plan, step)
+        for metric in plan.metrics:
+            series = getattr(self.metrics, metric.name)
+            series = series.labels(*metric.labels) if metric.labels else series
+            getattr(series, metric.op)(*([metric.value] if metric.op != "inc" else []))
+        if plan.drop_hints is not None:
+            self._disruptions.pop(plan.drop_hints, None)
 
-        owner = owner_reference(trainjob)
-        ns = job.namespace
-        observed_job = self.caches.jobs.get(f"{ns}/{child_job_name(job.name, NODE_JOB)}")
-        restarts = Restarts.from_status(previous)
-        size: int | None = None
-        resize: elastic.Resize | None = None
-        lost_gone = 0
-        if observed_job is not None:
-            child = st.ChildJob.from_job(observed_job, NODE_JOB)
-            if child.failure is None and job.elastic:
-                child = self._elastic_pod_failure(observed_job, child)
-            if child.failure is not None:
-                await self._on_failed_job(trainjob, job, observed_job, child, restarts)
-                return
-            if observed_job["metadata"].get("deletionTimestamp"):
-                if child.complete is None:
-                    # A restart, a preemption or a person is removing an unfinished attempt (foreground:
-                    # its pods go first); nothing to record. Its deletion requeues us.
-                    await self._let_go(observed_job)
-                    return
-                # Finished, and deleted (TTL, by hand) before its outcome was recorded: the result
-                # finalizer kept it here to be read. Record it; the next pass lets it go.
-                status = st.derive_status(previous, [child], None, job.suspend, self.clock(),
-                                          trainjob["metadata"].get("generation"), success_policy=job.success_policy)
-                if status != previous:
-                    await self._write_status(trainjob, status)
-                    self._record_transitions(trainjob, previous, status)
-                return
-            self._note_disruptions(ns, job.name, observed_job)
-            if job.elastic and not job.suspend and not child.complete and not kueue_owned:
-                size = min(max_nodes, int((observed_job.get("spec") or {}).get("parallelism") or job.num_nodes))
-                workers = self._workers(ns, job.name, observed_job)
-                last = (previous.get("elastic") or {}).get("lastShrinkTime")
-                counted = int((observed_job.get("status") or {}).get("failed") or 0)
-                seen_failed = sum(1 for p in self._pods_of_job(ns, job.name, observed_job["metadata"].get("uid", ""))
-                                  if (p.get("status") or {}).get("phase") == "Failed")
-                accounted = int((previous.get("elastic") or {}).get("lostAccounted") or 0)
-                resize = elastic.plan(size, gang.min_member, max_nodes, workers, self.clock(),
-                                      st.parse_time(last) if last else None,
-                                      lost_unseen=counted - seen_failed > accounted)
-                lost_gone = counted - seen_failed
-                if resize is not None:
-                    size = resize.size
-                    uid = observed_job["metadata"].get("uid", "")
-                    for name, seen in list(self._disruptions.get(uid, {}).items()):
-                        if seen.index is not None and seen.index >= size:
-                            del self._disruptions[uid][name]  # accounted for by this shrink
-                if size < max_nodes or any(not w.healthy for w in workers):
-                    self.requeue_after(key, ELASTIC_RECHECK_SECONDS)
-        elif self._live_pods(ns, job.name):
-            return  # an old attempt's pods are still going: never two live pods for one index
-        elif job.elastic and max_nodes < job.num_nodes:
-            size = max_nodes
-        if job.elastic and not job.suspend:
-            await self._ensure_store(job, owner, backend)
+    def _tell_gate(self, plan: d.Plan, intent: d.GateIntent) -> None:
+        if isinstance(intent, d.GateForget):
+            self.gate.forget(plan.key)
+        elif isinstance(intent, d.GateWants):
+            ns = plan.key.partition("/")[0]
+            self.gate.wants(plan.key, plan.trainjob, intent.min_resources,
+                            self.gate.priority(ns, intent.priority_class), intent.nodes)
+        elif isinstance(intent, d.GateMayGrow):
+            self.gate.may_grow(plan.key, plan.trainjob, intent.nodes)
 
+    async def _step(self, plan: d.Plan, step: d.Step) -> None:
+        if isinstance(step, d.WriteStatus):
+            await self._write_status(plan.trainjob, step.status)
+        elif isinstance(step, d.Event):
+            record = self.events.normal if step.type == "Normal" else self.events.warning
+            await record(plan.trainjob, step.reason, step.message)
+        elif isinstance(step, d.CapacityFreed):
+            self.on_capacity_freed()
+        elif isinstance(step, d.LetGo):
+            meta = step.job["metadata"]
+            await self.kube.remove_finalizer(JOBS.path(meta["namespace"], meta["name"]), step.job, RESULT_FINALIZER)
+        elif isinstance(step, d.Delete):
+            await self._delete(step)
+        elif isinstance(step, d.Patch):
+            await self._patch(step)
+        elif isinstance(step, d.Apply):
+            await self._apply_object(step)
+        elif isinstance(step, d.Create):
+            await self._create_object(step)
+        else:  # pragma: no cover - a Step kind without a writer is a bug
+            raise TypeError(f"no writer for {step!r}")
+
+    # One writer per Step kind, each typed: tests/unit/test_deploy.py derives the RBAC the controller
+    # needs from the resources decide puts in each kind of step.
+    async def _delete(self, step: d.Delete) -> None:
+        log.debug("%s", step)
+        await self.kube.delete(step.resource.path(step.namespace, step.name), step.propagation, uid=step.uid)
+
+    async def _patch(self, step: d.Patch) -> None:
+        log.debug("%s", step)
         try:
-            await self._ensure(SERVICES, self.caches.services, headless_service(job, owner))
-            if base.wants_group(backend) and not job.suspend:
-                await self._ensure(backend.group_resource, self.caches.groups[backend.name],
-                                   with_spec_hash(backend.group(job, gang, owner)))
-            desired = node_job(job, owner, backend, self.scheduler_name, size, gang)
-            if not kueue_owned:
-                await self._ensure(JOBS, self.caches.jobs, desired)
-            elif observed_job is None and not job.suspend:
-                await self._create(JOBS, self.caches.jobs, desired)
+            await self.kube.merge_patch(step.resource.path(step.namespace, step.name), step.patch)
         except ApiError as err:
-            if observed_job is None and err.status == 422:
-                # Valid to the TrainJob API, refused as a child (a request over its limit, an env name
-                # the Job API rejects, more nodes than an Indexed Job may have): the same spec will be
-                # refused every time, so only this TrainJob fails, with the API's own words.
-                await self._fail(trainjob, "JobRejected",
-                                 f"the API server refused this TrainJob's child objects: {err.message}; "
-                                 "fix the TrainJob or its runtime and create it again")
-                return
-            raise
-        if job.suspend:
-            await self._release_gang(trainjob)
-            if kueue_owned:
-                observed_job = None  # deleted by the release
-
-        jobs = []
-        if observed_job is not None:
-            jobs.append(st.ChildJob.from_job(observed_job, NODE_JOB))
-        gang_obs = st.GangObservation(gang.min_member, self._bound_pods(ns, job.name, observed_job))
-        waiting = base.waiting(backend, self._gang_object(backend, ns, job.name, observed_job)) if backend else None
-        status = st.derive_status(previous, jobs, gang_obs, user_suspend, self.clock(),
-                                  trainjob["metadata"].get("generation"), success_policy=job.success_policy,
-                                  waiting=quota_wait or waiting)
-        status = st.drop_condition(status, st.SYNCED)  # this pass applied everything: nothing stuck
-        if restarts.total or restarts.last_failure:
-            status["restarts"] = restarts.to_status()
-            status["restartCount"] = restarts.user
-        if job.elastic and observed_job is not None:
-            status["elastic"] = self._elastic_status(job, previous, observed_job, size, resize, gang.min_member,
-                                                   lost_gone)
-            if resize is not None:
-                self.metrics.resizes.labels(resize.direction, resize.cause).inc()
-                await self.events.normal(trainjob, "Resized", resize.message)
-        if status != previous:
-            await self._write_status(trainjob, status)
-            self._record_transitions(trainjob, previous, status)
-        if st.finished(status):
-            await self._release_gang(trainjob)
-        elif key in self.nudge:
-            self.nudge.discard(key)
-            # Only coscheduling needs the touch: Volcano retries every session, Kueue on quota changes.
-            if backend is BACKENDS["coscheduling"] and not job.suspend and st.waiting_for_gang(status):
-                await self._nudge(backend.group_resource, job.namespace, job.name)
-
-    async def _on_failed_job(self, trainjob: dict, job, observed_job: dict, child: st.ChildJob,
-                             restarts: Restarts) -> None:
-        """The child Job failed: classify, then fail the TrainJob or restart (recreate) the Job, once per
-        Job: the judgement is written to status (guarded by resourceVersion) before anything else."""
-        uid = observed_job["metadata"].get("uid", "")
-        if restarts.last_failure.get("jobUID") == uid:  # already judged (by us, or an earlier run)
-            if restarts.last_failure.get("action", "Restart") == "Restart":
-                await self._delete_job(observed_job)
-            return
-        reason, message = child.failure  # type: ignore[misc]
-        pods = {p.name: p for p in self._disruptions.get(uid, {}).values()}
-        for pod in self._pods_of_job(job.namespace, job.name, uid):
-            failed = PodFailure.from_pod(pod)
-            if failed is not None:
-                pods[failed.name] = failed
-        failure = classify(reason, message, list(pods.values()))
-        policy = parse_failure_policy(job.failure_policy) if job.failure_policy is not None else None
-        decision = decide(policy, failure, restarts)
-        now = self.clock()
-        after = restarts.after(decision, failure, observed_job["metadata"]["name"], uid, st.timestamp(now))
-        previous = trainjob.get("status") or {}
-        status = {**previous, "restarts": after.to_status(), "restartCount": after.user}
-        status["jobsStatus"] = st.derive_status(previous, [child], None, False, now)["jobsStatus"]
-        if decision.action == "Fail":
-            status = st.failed_status(status, decision.reason, decision.message, now)
-            self.metrics.policy_failures.labels(decision.reason).inc()
-            await self._write_status(trainjob, status)
-            await self.events.warning(trainjob, decision.reason, decision.message)
-            await self._release_gang(trainjob)
-            return
-        conds = st.set_condition(list(status.get("conditions") or []), st.RUNNING, False, "Restarting",
-                                 decision.message, now)
-        status["conditions"] = conds
-        status.pop("gang", None)  # the new attempt's gang is measured from its own creation
-        self.metrics.restarts.labels(decision.counter).inc()
-        await self._write_status(trainjob, status)
-        record = self.events.normal if decision.counter == "infrastructure" else self.events.warning
-        await record(trainjob, "Restarting", f"{decision.reason}: {decision.message}")
-        await self._delete_job(observed_job)
-        self._disruptions.pop(uid, None)
-
-    async def _let_go(self, job: dict) -> None:
-        """Remove gangctl's result finalizer from a child Job whose outcome needs no more recording."""
-        meta = job["metadata"]
-        if RESULT_FINALIZER in (meta.get("finalizers") or []):
-            await self.kube.remove_finalizer(JOBS.path(meta["namespace"], meta["name"]), job, RESULT_FINALIZER)
-
-    async def _delete_job(self, job: dict) -> None:
-        """Delete a failed attempt (its judgement is in status already), its pods first (foreground),
-        and only that attempt (uid precondition)."""
-        meta = job["metadata"]
-        await self._let_go(job)
-        if not meta.get("deletionTimestamp"):
-            await self.kube.delete(JOBS.path(meta["namespace"], meta["name"]), "Foreground", uid=meta.get("uid"))
-
-    def _pods_of_job(self, namespace: str, name: str, uid: str) -> list[dict]:
-        return [pod for pod in self.caches.pods.list(namespace, {TRAINJOB_NAME: name})
-                if any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])]
-
-    def _note_disruptions(self, namespace: str, name: str, job: dict) -> None:
-        """Remember pods of the running attempt that carry DisruptionTarget: they may be gone when it fails."""
-        uid = job["metadata"].get("uid", "")
-        for pod in self._pods_of_job(namespace, name, uid):
-            failed = PodFailure.from_pod(pod)
-            if failed is not None and failed.disruption is not None:
-                self._disruptions.setdefault(uid, {})[failed.name] = failed
-
-    def _live_pods(self, namespace: str, name: str) -> bool:
-        return any((pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                   for pod in self.caches.pods.list(namespace, {TRAINJOB_NAME: name, REPLICATED_JOB: NODE_JOB}))
-
-    # --- elastic ---------------------------------------------------------------------------------
-    def _workers(self, namespace: str, name: str, job: dict) -> list[elastic.Worker]:
-        uid = job["metadata"].get("uid", "")
-        pods = self._pods_of_job(namespace, name, uid)
-        present = {p["metadata"]["name"] for p in pods}
-        # Pods seen disrupted that are already gone (a lost node's pod is deleted within seconds).
-        out = [elastic.Worker(index=seen.index, bound=True, healthy=False, lost=True)
-               for seen in self._disruptions.get(uid, {}).values()
-               if seen.index is not None and seen.name not in present]
-        for pod in pods:
-            meta, status = pod["metadata"], pod.get("status") or {}
-            index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
-            if index is None or not index.isdigit():
-                continue
-            conds = {c.get("type"): c for c in status.get("conditions") or []}
-            disrupted = (conds.get("DisruptionTarget") or {}).get("status") == "True"
-            deleting = bool(meta.get("deletionTimestamp"))
-            bound = bool((pod.get("spec") or {}).get("nodeName"))
-            phase = status.get("phase")
-            sched = conds.get("PodScheduled") or {}
-            since = (st.parse_time(sched["lastTransitionTime"])
-                     if sched.get("status") == "False" and sched.get("reason") == "Unschedulable"
-                     and sched.get("lastTransitionTime") else None)
-            out.append(elastic.Worker(
-                index=int(index), bound=bound,
-                healthy=bound and not deleting and not disrupted and phase in ("Pending", "Running"),
-                lost=disrupted or (deleting and bound and phase not in ("Succeeded",)),
-                unschedulable_since=since, succeeded=phase == "Succeeded"))
-        return out
-
-    def _elastic_pod_failure(self, job: dict, child: st.ChildJob) -> st.ChildJob:
-        """An elastic Job never fails on its own (huge backoffLimit): a worker that exited non-zero
-        without a disruption is the attempt's failure, judged by the failure policy."""
-        meta = job["metadata"]
-        size = int((job.get("spec") or {}).get("parallelism") or 0)
-        for pod in self._pods_of_job(meta["namespace"], meta["labels"].get(TRAINJOB_NAME, ""), meta.get("uid", "")):
-            failed = PodFailure.from_pod(pod)
-            if (failed is not None and failed.disruption is None and failed.index is not None
-                    and failed.index < size and (pod.get("status") or {}).get("phase") == "Failed"):
-                code = f" with exit code {failed.exit_code}" if failed.exit_code is not None else ""
-                return st.ChildJob(**{**child.__dict__, "failure": (
-                    "PodFailed", f"worker {meta['namespace']}/{failed.name} failed{code}")})
-        return child
-
-    def _elastic_status(self, job, previous: dict, observed_job: dict, size: int | None,
-                        resize: elastic.Resize | None, min_nodes: int, lost_gone: int) -> dict:
-        workers = self._workers(job.namespace, job.name, observed_job)
-        healthy = elastic.healthy_count(workers)
-        self.metrics.world_size.labels(job.namespace, job.name).set(healthy)
-        out = dict(previous.get("elastic") or {})
-        out.update({"currentNodes": healthy, "minNodes": min_nodes, "maxNodes": job.num_nodes,
-                    "size": size or int((observed_job.get("spec") or {}).get("parallelism") or 0)})
-        if resize is not None:
-            stamp = st.timestamp(self.clock())
-            out["resizes"] = int(out.get("resizes") or 0) + 1
-            out["lastResizeReason"] = resize.cause
-            out["lastResizeTime"] = stamp
-            if resize.direction == "shrink":
-                out["lastShrinkTime"] = stamp
-            if resize.cause == "NodeLost":
-                out["lostAccounted"] = max(int(out.get("lostAccounted") or 0), lost_gone)
-        return out
-
-    async def _ensure_store(self, job, owner: dict, backend) -> None:
-        """The rendezvous store pod; recreated when it is lost (a new name, since a pod on a lost node
-        can stay Terminating until the node comes back)."""
-        pods = [p for p in self.caches.pods.list(job.namespace, {TRAINJOB_NAME: job.name})
-                if (p["metadata"].get("labels") or {}).get("gangctl.io/role") == "rendezvous-store"]
-        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")
-                and (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")]
-        if live:
-            return
-        for p in pods:
-            if not p["metadata"].get("deletionTimestamp"):
-                await self.kube.delete(PODS.path(job.namespace, p["metadata"]["name"]))
-        pod = rendezvous_store(job, owner, {})
-        pod["spec"]["schedulerName"] = self.scheduler_name
-        if pods:
-            pod["metadata"]["name"] = f"{store_name(job.name)}-{len(pods)}"
-        try:
-            await self.kube.create(PODS.path(job.namespace), pod)
-        except ApiError as err:
-            if not err.conflict:
+            if not (step.missing_ok and err.not_found):
                 raise
 
+    async def _apply_object(self, step: d.Apply) -> None:
+        meta = step.obj["metadata"]
+        try:
+            written = await self.kube.apply(step.resource.path(meta["namespace"], meta["name"]), step.obj,
+                                            self.field_manager)
+        except ApiError as err:
+            if step.rejectable and err.status == 422:
+                raise _Rejected(err.message) from err
+            raise
+        self._write_through(step.resource, written)
+
+    async def _create_object(self, step: d.Create) -> None:
+        """Create once (an object another controller takes over after creation); exists already: fine."""
+        meta = step.obj["metadata"]
+        try:
+            written = await self.kube.create(step.resource.path(meta["namespace"]), step.obj)
+        except ApiError as err:
+            if err.conflict:
+                return
+            if step.rejectable and err.status == 422:
+                raise _Rejected(err.message) from err
+            raise
+        if step.cached:
+            self._write_through(step.resource, written)
+
+    def _write_through(self, resource: Resource, written: dict) -> None:
+        cache = self._cache_for(resource)
+        if cache is not None:
+            cache.write_through(written)
+
+    def _cache_for(self, resource: Resource) -> Informer | None:
+        if resource == JOBS:
+            return self.caches.jobs
+        if resource == SERVICES:
+            return self.caches.services
+        for name, cache in self.caches.groups.items():
+            if BACKENDS[name].group_resource == resource:
+                return cache
+        return None
+
     def _runtime_for(self, trainjob: dict) -> dict | None:
-        ref = trainjob["spec"]["runtimeRef"]
+        ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
+        if not ref.get("name"):
+            return None  # an invalid spec: decide says so
         if ref.get("kind", "ClusterTrainingRuntime") == "TrainingRuntime":
             return self.caches.runtimes.get(f"{trainjob['metadata']['namespace']}/{ref['name']}")
         return self.caches.cluster_runtimes.get(ref["name"])
-
-    def _bound_pods(self, namespace: str, name: str, job: dict | None) -> int:
-        """Pods of the current Job (by uid) that the scheduler has bound to a node."""
-        if job is None:
-            return 0
-        uid = job["metadata"].get("uid")
-        return sum(
-            1 for pod in self.caches.pods.list(namespace, {TRAINJOB_NAME: name})
-            if (pod.get("spec") or {}).get("nodeName")
-            and any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
-            and (pod.get("status") or {}).get("phase") not in ("Failed",)
-        )
-
-    async def _ensure(self, resource: Resource, cache: Informer, obj: dict) -> None:
-        meta = obj["metadata"]
-        cached = cache.get(f"{meta['namespace']}/{meta['name']}")
-        want = meta.get("annotations", {}).get(SPEC_HASH)
-        if cached is not None and want and (cached["metadata"].get("annotations") or {}).get(SPEC_HASH) == want:
-            return
-        cache.write_through(await self.kube.apply(resource.path(meta["namespace"], meta["name"]), obj,
-                                                  self.field_manager))
-
-    async def _create(self, resource: Resource, cache: Informer, obj: dict) -> None:
-        """Create once (an object another controller takes over after creation); exists already: fine."""
-        meta = obj["metadata"]
-        try:
-            cache.write_through(await self.kube.create(resource.path(meta["namespace"]), obj))
-        except ApiError as err:
-            if not err.conflict:
-                raise
-
-    def _gang_object(self, backend, namespace: str, name: str, job: dict | None) -> dict | None:
-        """What the backend says about the gang: its PodGroup, or the Workload Kueue made of the Job."""
-        cache = self.caches.groups.get(backend.name) if backend is not None else None
-        if cache is None:
-            return None
-        if base.wants_group(backend):
-            return cache.get(f"{namespace}/{name}")
-        if job is None:
-            return None
-        found = cache.list(namespace, {JOB_UID_LABEL: job["metadata"].get("uid", "")})
-        return found[0] if found else None
-
-    async def _release_gang(self, trainjob: dict) -> None:
-        """Let go of everything that holds capacity or quota: the PodGroup, a Kueue-queued Job that has
-        not finished (its Workload holds quota until it does), the rendezvous store."""
-        meta = trainjob["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
-        for name, cache in self.caches.groups.items():
-            resource = BACKENDS[name].group_resource
-            if resource is not None and cache.get(key) is not None:
-                await self.kube.delete(resource.path(meta["namespace"], meta["name"]))
-                self.on_capacity_freed()
-        child = self.caches.jobs.get(f"{meta['namespace']}/{child_job_name(meta['name'], NODE_JOB)}")
-        if (child is not None and not child["metadata"].get("deletionTimestamp")
-                and not st.ChildJob.from_job(child, NODE_JOB).finished):
-            path = JOBS.path(meta["namespace"], child["metadata"]["name"])
-            if QUEUE_LABEL in (child["metadata"].get("labels") or {}):
-                await self._let_go(child)
-                await self.kube.delete(path)  # Kueue owns spec.suspend: only deleting frees its Workload
-                self.on_capacity_freed()
-            elif not (child.get("spec") or {}).get("suspend"):
-                # A Job gangctl ended itself (an elastic Job never fails on its own: huge
-                # backoffLimit) would go on recreating workers: suspend it, keeping the failed pods.
-                await self.kube.merge_patch(path, {"spec": {"suspend": True}})
-        for pod in self.caches.pods.list(meta["namespace"], {TRAINJOB_NAME: meta["name"],
-                                                             "gangctl.io/role": "rendezvous-store"}):
-            if not pod["metadata"].get("deletionTimestamp"):
-                await self.kube.delete(PODS.path(meta["namespace"], pod["metadata"]["name"]))
-
-    async def _nudge(self, resource: Resource, namespace: str, name: str) -> None:
-        """Touch a waiting gang's PodGroup so the scheduler tries it again now.
-
-        Coscheduling re-queues a rejected gang only on Pod add and PodGroup add/update events, not
-        when other pods go away; without this a gang waits for the scheduler's periodic flush of
-        unschedulable pods (five minutes) after capacity appears.
-        """
-        stamp = st.precise_timestamp(self.clock())
-        try:
-            await self.kube.merge_patch(resource.path(namespace, name),
-                                        {"metadata": {"annotations": {RETRY_ANNOTATION: stamp}}})
-        except ApiError as err:
-            if not err.not_found:
-                raise
-
-    async def _fail(self, trainjob: dict, reason: str, message: str) -> None:
-        previous = trainjob.get("status") or {}
-        status = st.failed_status(previous, reason, message, self.clock())
-        self.metrics.invalid.inc()
-        await self._write_status(trainjob, status)
-        await self.events.warning(trainjob, reason, message)
-        await self._release_gang(trainjob)
 
     async def _write_status(self, trainjob: dict, status: dict) -> None:
         """Apply `status` as decided from `trainjob`: only onto that incarnation (uid) as it was then
@@ -581,8 +288,10 @@ class Reconciler:
             await self._write_status(trainjob, {**previous, "conditions": conditions})
             await self.events.warning(trainjob, "ReconcileError", message)
 
-    def _record_transitions(self, trainjob: dict, previous: dict, status: dict) -> None:
-        before, after = (previous.get("gang") or {}), (status.get("gang") or {})
-        if "waitSeconds" in after and after.get("boundAt") != before.get("boundAt"):
-            self.metrics.gang_wait.observe(after["waitSeconds"])
 
+class _Rejected(Exception):
+    """A first create of the children refused with 422 (see `gangctl.policy.decide.rejected`)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message

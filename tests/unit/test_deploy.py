@@ -210,12 +210,35 @@ class CallScanner:
             raise InformerCall()
         if isinstance(expr, ast.Attribute) and expr.attr in ("group_resource", "watch"):
             return _backend_resources(expr.attr)
+        if (planned := self._planned(expr, fn, depth)) is not None:
+            return planned
         if isinstance(expr, ast.Name):
             value = getattr(self.module, expr.id, None)
             if isinstance(value, Resource):
                 return [(value.group, value.plural)]
         found = self._definition(expr, fn, depth)
         return [x for value, where in found for x in self.resources_of(value, where, depth + 1)]
+
+    def _planned(self, expr: ast.expr, fn, depth: int) -> list[tuple[str, str]] | None:
+        """`step.resource` where `step: d.<Kind>` is a step of gangctl.policy.decide's Plan: the
+        resources decide builds that kind of step with (the first argument of each `<Kind>(...)`)."""
+        if not (isinstance(expr, ast.Attribute) and expr.attr == "resource" and isinstance(expr.value, ast.Name)
+                and fn is not None):
+            return None
+        arg = next((a for a in fn.args.args if a.arg == expr.value.id), None)
+        if arg is None or not isinstance(arg.annotation, ast.Attribute):
+            return None
+        kind, planner = arg.annotation.attr, CallScanner("gangctl.policy.decide")
+        if not isinstance(getattr(planner.module, kind, None), type):
+            return None
+        out = []
+        for node in ast.walk(planner.tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == kind:
+                first = node.args[0] if node.args else next(k.value for k in node.keywords if k.arg == "resource")
+                out += planner.resources_of(first, getattr(node, "parent_function", None), depth + 1)
+        if not out:
+            raise Unresolved(f"no {kind}(...) in gangctl.policy.decide")
+        return out
 
     def _definition(self, expr: ast.expr, fn, depth: int) -> list[tuple[ast.expr, object]]:
         """Where a local name, a parameter (its callers' arguments) or a `self.x` attribute gets its value."""

@@ -1,0 +1,662 @@
+"""One reconcile pass as a pure function: `decide(Snapshot) -> Plan`.
+
+The reconciler observes (reads the informers' caches, the quota gate's answer, its own hints)
+into a `Snapshot`, calls `decide`, and applies the `Plan` it gets back. Every decision a pass makes
+lives here, so it can be read top to bottom, unit-tested on hand-built snapshots, and run by the
+simulator on the same code as the cluster.
+
+A plan's `steps` are ordered, and the order is part of the decision: each step must leave the
+cluster in a state the next pass can finish from if the process dies right after it. The rules:
+the judgement of a failed attempt goes to status (guarded by uid + resourceVersion) before the
+attempt is deleted; a failure is written before the gang is released; the children are applied
+before the status that reports them.
+
+Backends take part only through the plugin hooks (gangctl.plugins.base): who owns the child Job's
+`spec.suspend`, whether gangctl's quota gate governs the backend, whether a waiting gang needs a
+nudge, why a gang waits.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Mapping, Union
+
+from gangctl.api.resources import JOBS, PODS, SERVICES, Resource
+from gangctl.api.trainjob import parse_trainjob
+from gangctl.plugins import base
+from gangctl.plugins.kueue import QUEUE_LABEL
+from gangctl.plugins.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, TRAINJOB_NAME, child_job_name
+from gangctl.plugins.registry import BACKENDS, backend_for
+from gangctl.plugins.torch import rendezvous_store, store_name
+from gangctl.plugins.workload import headless_service, node_job, owner_reference, with_spec_hash
+from gangctl.policy import elastic
+from gangctl.policy import status as st
+from gangctl.policy.failure import PodFailure, Restarts, classify, parse_failure_policy
+from gangctl.policy.failure import decide as judge
+from gangctl.policy.gang import Gang, size_gang
+from gangctl.policy.quota_coscheduling import NodeRange
+from gangctl.policy.resolve import NODE_JOB, ResolveError, ResolvedJob, resolve
+
+# managedBy values this controller serves: unset, and Kubeflow Trainer's own (gangctl is a drop-in).
+SERVED_MANAGERS = {None, "", "trainer.kubeflow.org/trainjob-controller", "gangctl.io/controller"}
+RETRY_ANNOTATION = "gangctl.io/retry-requested-at"
+ELASTIC_RECHECK_SECONDS = 2.0
+STORE_ROLE = "rendezvous-store"
+
+
+# --- what one pass reads ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GateView:
+    """The quota gate's answer for a TrainJob of a namespace it governs."""
+
+    admission: dict | None          # status.admission as the gate knows it (None: not admitted)
+    hold: tuple[str, str]           # the Running=False (reason, message) for a job the gate holds
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    key: str
+    now: datetime
+    trainjob: dict | None
+    scheduler_name: str = "default-scheduler"
+    runtime: dict | None = None
+    jobs: tuple[dict, ...] = ()            # every child Job labelled with the TrainJob's name
+    node_job: dict | None = None           # the node Job, by its name
+    service: dict | None = None            # the headless Service, by its name
+    pods: tuple[dict, ...] = ()            # every pod labelled with the TrainJob's name
+    # Backend name -> the object its gang is watched through (PodGroup; Kueue's Workload of the node
+    # Job), None when absent. Its keys are the backends this cluster serves.
+    groups: Mapping[str, dict | None] = field(default_factory=dict)
+    gate: GateView | None = None           # None: no quota gate governs this namespace
+    # Pods of the node Job seen disrupted on earlier passes (a hint: they may be gone by now).
+    disruptions: Mapping[str, PodFailure] = field(default_factory=dict)
+    nudge: bool = False                    # capacity was freed since this gang last tried
+
+
+# --- what one pass does -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Write:
+    """An object to write. `rejectable`: a 422 on it means the API refuses this TrainJob's children
+    for good (see `rejected`)."""
+
+    resource: Resource
+    obj: dict
+    rejectable: bool = False
+
+
+@dataclass(frozen=True)
+class Apply(_Write):
+    """Server-side apply (decide already skipped it when the cached object has the same spec hash)."""
+
+
+@dataclass(frozen=True)
+class Create(_Write):
+    """Create once; an existing object is fine. `cached`: write the answer through to the cache."""
+
+    cached: bool = True
+
+
+@dataclass(frozen=True)
+class _At:
+    """A write to one named object (not built by gangctl: no body to send)."""
+
+    resource: Resource
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__.lower()} {self.resource.plural} {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Delete(_At):
+    """`uid`: only that incarnation (a new object of the same name is left alone)."""
+
+    uid: str | None = None           # only this incarnation
+    propagation: str = "Background"
+
+
+@dataclass(frozen=True)
+class Patch(_At):
+    """A merge patch; `missing_ok`: a 404 is fine (a nudge on a PodGroup deleted meanwhile)."""
+
+    patch: dict = field(default_factory=dict)
+    missing_ok: bool = False
+
+
+@dataclass(frozen=True)
+class LetGo:
+    """Remove gangctl's result finalizer from a child Job whose outcome needs no more recording."""
+
+    job: dict
+
+
+@dataclass(frozen=True)
+class WriteStatus:
+    status: dict
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str       # Normal, Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class CapacityFreed:
+    """The gang let go of nodes or quota: waiting gangs should try again now."""
+
+
+Step = Union[Apply, Create, Delete, LetGo, Patch, WriteStatus, Event, CapacityFreed]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str                       # an attribute of gangctl.obs.metrics.Metrics
+    op: str                         # inc, observe, set
+    labels: tuple[str, ...] = ()
+    value: float = 1
+
+
+@dataclass(frozen=True)
+class GateWants:
+    min_resources: Mapping
+    priority_class: str | None
+    nodes: NodeRange | None
+
+
+@dataclass(frozen=True)
+class GateMayGrow:
+    nodes: NodeRange
+
+
+@dataclass(frozen=True)
+class GateForget:
+    pass
+
+
+GateIntent = Union[GateWants, GateMayGrow, GateForget]
+
+
+@dataclass(frozen=True)
+class Plan:
+    key: str = ""                           # namespace/name of the TrainJob (set by `decide`)
+    trainjob: dict | None = None            # as observed: status writes are guarded by its uid + resourceVersion
+    steps: tuple[Step, ...] = ()
+    # Recorded only after every step succeeded (a pass that fails with 409 is decided again).
+    metrics: tuple[Metric, ...] = ()
+    gate: tuple[GateIntent, ...] = ()       # told to the quota gate before any write
+    requeue_after: float | None = None
+    clear_nudge: bool = False
+    # Disruption hints: the node Job's hints after this pass, set before the steps (`hints`), or
+    # dropped after them (`drop_hints`: the attempt was judged and deleted).
+    hints: tuple[str, Mapping[str, PodFailure]] | None = None
+    drop_hints: str | None = None
+
+    @property
+    def status(self) -> dict | None:
+        return next((s.status for s in self.steps if isinstance(s, WriteStatus)), None)
+
+    def of(self, kind: type) -> list:
+        return [s for s in self.steps if isinstance(s, kind)]
+
+
+# --- the decision -------------------------------------------------------------------------------
+def decide(s: Snapshot) -> Plan:
+    """Everything one reconcile pass does, from what it observed."""
+    return dataclasses.replace(_decide(s), key=s.key, trainjob=s.trainjob)
+
+
+def _decide(s: Snapshot) -> Plan:
+    trainjob = s.trainjob
+    if trainjob is None or trainjob["metadata"].get("deletionTimestamp"):
+        # Owner references let the garbage collector remove the children; nothing is left to
+        # record, so their result finalizers go.
+        return Plan(steps=tuple(_let_go(*s.jobs)))
+    if (trainjob.get("spec") or {}).get("managedBy") not in SERVED_MANAGERS:
+        return Plan()
+    if st.finished(_previous(s)):
+        return _finished(s)
+    try:
+        parse_trainjob(trainjob)
+    except ValueError as err:
+        return _fail(s, "InvalidSpec", str(err))
+    if s.runtime is None:
+        return _runtime_missing(s)
+    try:
+        job = resolve(trainjob, s.runtime)
+        backend = backend_for(job.gang_backend)
+        gang = size_gang(job.num_nodes, job.requests, min_nodes=job.min_nodes,
+                         schedule_timeout_seconds=job.gang_settings.get("scheduleTimeoutSeconds"))
+    except (ResolveError, KeyError, ValueError) as err:
+        message = err.args[0] if err.args else str(err)
+        return _fail(s, getattr(err, "reason", "InvalidRuntime"), str(message))
+    if backend is not None and backend.name not in s.groups:
+        return _backend_missing(s, backend)
+    return _run(s, job, backend, gang)
+
+
+def rejected(s: Snapshot, message: str) -> Plan:
+    """The follow-up decision when the API refused a first create of the children with 422: valid to
+    the TrainJob API, refused as a child (a request over its limit, an env name the Job API rejects,
+    more nodes than an Indexed Job may have). The same spec is refused every time, so only this
+    TrainJob fails, with the API's own words."""
+    plan = _fail(s, "JobRejected", f"the API server refused this TrainJob's child objects: {message}; "
+                                   "fix the TrainJob or its runtime and create it again")
+    return dataclasses.replace(plan, key=s.key, trainjob=s.trainjob)
+
+
+def _previous(s: Snapshot) -> dict:
+    return (s.trainjob or {}).get("status") or {}
+
+
+def _ns_name(s: Snapshot) -> tuple[str, str]:
+    meta = s.trainjob["metadata"]  # type: ignore[index]
+    return meta["namespace"], meta["name"]
+
+
+def _let_go(*jobs: dict) -> list[Step]:
+    return [LetGo(j) for j in jobs if RESULT_FINALIZER in (j["metadata"].get("finalizers") or [])]
+
+
+def _store_pods(s: Snapshot) -> list[dict]:
+    return [p for p in s.pods if (p["metadata"].get("labels") or {}).get("gangctl.io/role") == STORE_ROLE]
+
+
+def _release(s: Snapshot, child: dict | None, applied_group: str | None = None) -> list[Step]:
+    """Let go of everything that holds capacity or quota: the PodGroup, a Kueue-queued Job that has
+    not finished (its Workload holds quota until it does), the rendezvous store. `child`: the node
+    Job as the earlier steps of this pass leave it; `applied_group`: a backend whose group this
+    pass applied."""
+    ns, name = _ns_name(s)
+    out: list[Step] = []
+    for backend_name, obj in s.groups.items():
+        resource = BACKENDS[backend_name].group_resource
+        if resource is not None and (obj is not None or backend_name == applied_group):
+            out += [Delete(resource, ns, name), CapacityFreed()]
+    if (child is not None and not child["metadata"].get("deletionTimestamp")
+            and not st.ChildJob.from_job(child, NODE_JOB).finished):
+        if QUEUE_LABEL in (child["metadata"].get("labels") or {}):
+            # Kueue owns spec.suspend: only deleting the Job frees its Workload.
+            out += [*_let_go(child), Delete(JOBS, ns, child["metadata"]["name"]), CapacityFreed()]
+        elif not (child.get("spec") or {}).get("suspend"):
+            # A Job gangctl ended itself (an elastic Job never fails on its own: huge backoffLimit)
+            # would go on recreating workers: suspend it, keeping the failed pods.
+            out.append(Patch(JOBS, ns, child["metadata"]["name"], {"spec": {"suspend": True}}))
+    for pod in _store_pods(s):
+        if not pod["metadata"].get("deletionTimestamp"):
+            out.append(Delete(PODS, ns, pod["metadata"]["name"]))
+    return out
+
+
+def _finished(s: Snapshot) -> Plan:
+    """Final: release the gang, and never recreate children someone deleted (TTL, cleanup); the
+    outcome is recorded, so the Jobs may go (TTL, by hand)."""
+    steps = _release(s, s.node_job)
+    released = {step.job["metadata"]["name"] for step in steps if isinstance(step, LetGo)}
+    return Plan(steps=(*steps, *_let_go(*(j for j in s.jobs if j["metadata"]["name"] not in released))))
+
+
+def _fail(s: Snapshot, reason: str, message: str) -> Plan:
+    status = st.failed_status(_previous(s), reason, message, s.now)
+    return Plan(steps=(WriteStatus(status), Event("Warning", reason, message), *_release(s, s.node_job)),
+                metrics=(Metric("invalid", "inc"),))
+
+
+def _not_created(s: Snapshot, reason: str, message: str) -> Plan:
+    previous = _previous(s)
+    conditions = st.set_condition(list(previous.get("conditions") or []), st.CREATED, False, reason, message, s.now)
+    if conditions == previous.get("conditions"):
+        return Plan()
+    return Plan(steps=(WriteStatus({**previous, "conditions": conditions}),))
+
+
+def _runtime_missing(s: Snapshot) -> Plan:
+    ref = s.trainjob["spec"]["runtimeRef"]  # type: ignore[index]
+    return _not_created(s, "RuntimeNotFound", f"{ref.get('kind', 'ClusterTrainingRuntime')} {ref['name']!r} not "
+                                              "found; create it or fix spec.runtimeRef")
+
+
+def _backend_missing(s: Snapshot, backend) -> Plan:
+    return _not_created(s, "BackendNotInstalled", (
+        f"the runtime's podGroupPolicy asks for {backend.name}, but this cluster does not serve "
+        f"{backend.watch.plural}.{backend.watch.group}: install {backend.name} (locally: `gangctl "
+        f"cluster up --scheduler {backend.name}`), then restart gangctl"))
+
+
+# --- the steady state ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Quota:
+    """What the quota gate's answer means for this pass."""
+
+    job: ResolvedJob                    # with suspend=True while the gate holds it
+    wait: tuple[str, str] | None        # the hold's Running=False reason
+    max_nodes: int                      # an elastic job runs at most the nodes it was admitted with
+    intents: tuple[GateIntent, ...]
+    user_suspend: bool                  # the TrainJob's own spec.suspend
+
+
+def _quota(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> _Quota:
+    """A backend without a quota system of its own (coscheduling) is gated by gangctl's quota gate
+    in the namespaces a policy names: each job is held like a suspended one (no PodGroup, Job
+    suspended) until admitted. An admitted elastic job runs at most the nodes it was admitted with;
+    the gate admits more when its team's quota has room and no job of the team waits."""
+    if s.gate is None or not base.gated_by_gangctl(backend):
+        return _Quota(job, None, job.num_nodes, (), job.suspend)
+    nodes = NodeRange(gang.min_member, gang.size, gang.per_pod)
+    admission = s.gate.admission
+    if job.suspend:
+        return _Quota(job, None, job.num_nodes, (GateForget(),), True)
+    if admission is None:
+        priority_class = (job.pod_template.get("spec") or {}).get("priorityClassName")
+        wants = GateWants(gang.min_resources, priority_class, nodes if job.elastic else None)
+        return _Quota(dataclasses.replace(job, suspend=True), s.gate.hold, job.num_nodes, (wants,), False)
+    if job.elastic and admission.get("nodes"):
+        max_nodes = max(gang.min_member, min(job.num_nodes, int(admission["nodes"])))
+        return _Quota(job, None, max_nodes, (GateMayGrow(nodes),), False)
+    return _Quota(job, None, job.num_nodes, (), False)
+
+
+def _pods_of(s: Snapshot, uid: str) -> list[dict]:
+    return [p for p in s.pods if any(ref.get("uid") == uid for ref in p["metadata"].get("ownerReferences") or [])]
+
+
+def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
+    quota = _quota(s, job, backend, gang)
+    job, observed = quota.job, s.node_job
+    plan = Plan(gate=quota.intents)
+    resize: elastic.Resize | None = None
+    size: int | None = None
+    lost_gone = 0
+    if observed is not None:
+        child = st.ChildJob.from_job(observed, NODE_JOB)
+        if child.failure is None and job.elastic:
+            child = _elastic_pod_failure(s, observed, child)
+        if child.failure is not None:
+            return dataclasses.replace(_failed_attempt(s, job, observed, child), gate=quota.intents)
+        if observed["metadata"].get("deletionTimestamp"):
+            return dataclasses.replace(_deleting_attempt(s, job, child), gate=quota.intents)
+        hints = _noted(s, observed)
+        if job.elastic and not job.suspend and not child.complete and not base.controls_suspend(backend):
+            size, resize, lost_gone, hints, recheck = _elastic_size(s, job, gang, quota.max_nodes, observed, hints)
+            plan = dataclasses.replace(plan, requeue_after=ELASTIC_RECHECK_SECONDS if recheck else None)
+        plan = dataclasses.replace(plan, hints=(observed["metadata"].get("uid", ""), hints))
+    elif any((p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+             for p in s.pods if (p["metadata"].get("labels") or {}).get(REPLICATED_JOB) == NODE_JOB):
+        return plan  # an old attempt's pods are still going: never two live pods for one index
+    elif job.elastic and quota.max_nodes < job.num_nodes:
+        size = quota.max_nodes
+    return _converge(s, plan, job, backend, gang, quota, size, resize, lost_gone)
+
+
+def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, quota: _Quota, size: int | None,
+              resize: elastic.Resize | None, lost_gone: int) -> Plan:
+    """Apply the children, release what a suspended job holds, report, and release what a finished
+    one holds; nudge a waiting gang when capacity was freed."""
+    observed, owner = s.node_job, owner_reference(s.trainjob)
+    kueue_owned = base.controls_suspend(backend)
+    steps: list[Step] = _ensure_store(s, job, owner, backend) if job.elastic and not job.suspend else []
+    first = observed is None
+    steps += _ensure(SERVICES, s.service, headless_service(job, owner), first)
+    applied_group, gang_after = None, s.groups.get(backend.name) if backend is not None else None
+    if base.wants_group(backend) and not job.suspend:
+        group = with_spec_hash(backend.group(job, gang, owner))
+        steps += _ensure(backend.group_resource, gang_after, group, first)
+        applied_group, gang_after = backend.name, gang_after or group
+    desired = node_job(job, owner, backend, s.scheduler_name, size, gang)
+    after = observed
+    if not kueue_owned:
+        steps += _ensure(JOBS, observed, desired, first)
+        after = desired if observed is None else {**observed, "spec": {**(observed.get("spec") or {}),
+                                                                       "suspend": desired["spec"].get("suspend")}}
+    elif observed is None and not job.suspend:
+        steps.append(Create(JOBS, desired, rejectable=True))
+    if job.suspend:
+        steps += _release(s, after, applied_group)
+        if kueue_owned:
+            observed = None  # deleted by the release
+    if backend is not None and not base.wants_group(backend) and observed is None:
+        gang_after = None  # a Workload is found by its Job's uid: no Job, no Workload
+    hints = plan.hints[1] if plan.hints else {}
+    status, metrics = _steady_status(s, job, backend, gang, quota, observed, gang_after, hints, size, resize,
+                                     lost_gone)
+    previous = _previous(s)
+    if resize is not None:
+        steps.append(Event("Normal", "Resized", resize.message))
+    if status != previous:
+        steps.append(WriteStatus(status))
+        metrics += _transitions(previous, status)
+    if st.finished(status):
+        steps += _release(s, after, applied_group)
+    elif s.nudge:
+        plan = dataclasses.replace(plan, clear_nudge=True)
+        if base.needs_nudge(backend) and not job.suspend and st.waiting_for_gang(status):
+            steps.append(Patch(backend.group_resource, job.namespace, job.name,
+                               {"metadata": {"annotations": {RETRY_ANNOTATION: st.precise_timestamp(s.now)}}},
+                               missing_ok=True))
+    return dataclasses.replace(plan, steps=tuple(steps), metrics=tuple(metrics))
+
+
+def _ensure(resource: Resource, cached: dict | None, obj: dict, rejectable: bool) -> list[Step]:
+    """Apply unless the cached object carries the same spec hash (nothing to change)."""
+    want = obj["metadata"].get("annotations", {}).get(SPEC_HASH)
+    if cached is not None and want and (cached["metadata"].get("annotations") or {}).get(SPEC_HASH) == want:
+        return []
+    return [Apply(resource, obj, rejectable)]
+
+
+def _ensure_store(s: Snapshot, job: ResolvedJob, owner: dict, backend) -> list[Step]:
+    """The rendezvous store pod; recreated when it is lost (a new name, since a pod on a lost node
+    can stay Terminating until the node comes back)."""
+    pods = _store_pods(s)
+    if any(not p["metadata"].get("deletionTimestamp") and (p.get("status") or {}).get("phase")
+           not in ("Failed", "Succeeded") for p in pods):
+        return []
+    steps: list[Step] = [Delete(PODS, job.namespace, p["metadata"]["name"])
+                         for p in pods if not p["metadata"].get("deletionTimestamp")]
+    pod = rendezvous_store(job, owner, {})
+    pod["spec"]["schedulerName"] = s.scheduler_name
+    if pods:
+        pod["metadata"]["name"] = f"{store_name(job.name)}-{len(pods)}"
+    return [*steps, Create(PODS, pod, cached=False)]
+
+
+def _steady_status(s: Snapshot, job: ResolvedJob, backend, gang: Gang, quota: _Quota, observed: dict | None,
+                   gang_object: dict | None, hints: Mapping[str, PodFailure], size: int | None,
+                   resize: elastic.Resize | None, lost_gone: int) -> tuple[dict, list[Metric]]:
+    """The status this pass reports. `gang_object`: what the backend watches, as this pass leaves it."""
+    previous = _previous(s)
+    jobs = [st.ChildJob.from_job(observed, NODE_JOB)] if observed is not None else []
+    gang_obs = st.GangObservation(gang.min_member, _bound_pods(s, observed))
+    waiting = base.waiting(backend, gang_object) if backend else None
+    # The user's spec.suspend: the quota gate's hold is reported as waiting, not as Suspended.
+    status = st.derive_status(previous, jobs, gang_obs, quota.user_suspend, s.now,
+                              s.trainjob["metadata"].get("generation"), success_policy=job.success_policy,
+                              waiting=quota.wait or waiting)
+    status = st.drop_condition(status, st.SYNCED)  # this pass applied everything: nothing stuck
+    restarts = Restarts.from_status(previous)
+    if restarts.total or restarts.last_failure:
+        status["restarts"] = restarts.to_status()
+        status["restartCount"] = restarts.user
+    metrics: list[Metric] = []
+    if job.elastic and observed is not None:
+        status["elastic"], healthy = _elastic_status(s, job, observed, hints, size, resize, gang.min_member,
+                                                     lost_gone)
+        metrics.append(Metric("world_size", "set", (job.namespace, job.name), healthy))
+        if resize is not None:
+            metrics.append(Metric("resizes", "inc", (resize.direction, resize.cause)))
+    return status, metrics
+
+
+def _bound_pods(s: Snapshot, job: dict | None) -> int:
+    """Pods of the current Job (by uid) that the scheduler has bound to a node."""
+    if job is None:
+        return 0
+    return sum(1 for p in _pods_of(s, job["metadata"].get("uid"))
+               if (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase") != "Failed")
+
+
+def _transitions(previous: dict, status: dict) -> list[Metric]:
+    before, after = (previous.get("gang") or {}), (status.get("gang") or {})
+    if "waitSeconds" in after and after.get("boundAt") != before.get("boundAt"):
+        return [Metric("gang_wait", "observe", (), after["waitSeconds"])]
+    return []
+
+
+def _deleting_attempt(s: Snapshot, job: ResolvedJob, child: st.ChildJob) -> Plan:
+    """The node Job is being deleted. Unfinished: a restart, a preemption or a person removes it
+    (foreground: its pods go first); nothing to record, its deletion requeues us. Finished and
+    deleted (TTL, by hand) before its outcome was recorded: the result finalizer kept it here to be
+    read. Record it; the next pass lets it go."""
+    if child.complete is None:
+        return Plan(steps=tuple(_let_go(s.node_job)))  # type: ignore[arg-type]
+    previous = _previous(s)
+    status = st.derive_status(previous, [child], None, job.suspend, s.now,
+                              s.trainjob["metadata"].get("generation"), success_policy=job.success_policy)
+    if status == previous:
+        return Plan()
+    return Plan(steps=(WriteStatus(status),), metrics=tuple(_transitions(previous, status)))
+
+
+# --- failed attempts ----------------------------------------------------------------------------
+def _failed_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.ChildJob) -> Plan:
+    """The child Job failed: classify, then fail the TrainJob or restart (recreate) the Job, once per
+    Job: the judgement is written to status (guarded by resourceVersion) before anything else."""
+    previous = _previous(s)
+    restarts = Restarts.from_status(previous)
+    uid = observed["metadata"].get("uid", "")
+    if restarts.last_failure.get("jobUID") == uid:  # already judged (by us, or an earlier run)
+        if restarts.last_failure.get("action", "Restart") == "Restart":
+            return Plan(steps=tuple(_delete_attempt(observed)))
+        return Plan()
+    reason, message = child.failure  # type: ignore[misc]
+    pods = {p.name: p for p in s.disruptions.values()}
+    for pod in _pods_of(s, uid):
+        failed = PodFailure.from_pod(pod)
+        if failed is not None:
+            pods[failed.name] = failed
+    failure = classify(reason, message, list(pods.values()))
+    policy = parse_failure_policy(job.failure_policy) if job.failure_policy is not None else None
+    decision = judge(policy, failure, restarts)
+    after = restarts.after(decision, failure, observed["metadata"]["name"], uid, st.timestamp(s.now))
+    status = {**previous, "restarts": after.to_status(), "restartCount": after.user}
+    status["jobsStatus"] = st.derive_status(previous, [child], None, False, s.now)["jobsStatus"]
+    if decision.action == "Fail":
+        status = st.failed_status(status, decision.reason, decision.message, s.now)
+        return Plan(steps=(WriteStatus(status), Event("Warning", decision.reason, decision.message),
+                           *_release(s, observed)),
+                    metrics=(Metric("policy_failures", "inc", (decision.reason,)),))
+    status["conditions"] = st.set_condition(list(status.get("conditions") or []), st.RUNNING, False,
+                                            "Restarting", decision.message, s.now)
+    status.pop("gang", None)  # the new attempt's gang is measured from its own creation
+    kind = "Normal" if decision.counter == "infrastructure" else "Warning"
+    return Plan(steps=(WriteStatus(status), Event(kind, "Restarting", f"{decision.reason}: {decision.message}"),
+                       *_delete_attempt(observed)),
+                metrics=(Metric("restarts", "inc", (decision.counter,)),), drop_hints=uid)
+
+
+def _delete_attempt(job: dict) -> list[Step]:
+    """Delete a failed attempt (its judgement is in status already), its pods first (foreground),
+    and only that attempt (uid precondition)."""
+    meta = job["metadata"]
+    steps = _let_go(job)
+    if not meta.get("deletionTimestamp"):
+        steps.append(Delete(JOBS, meta["namespace"], meta["name"], uid=meta.get("uid"), propagation="Foreground"))
+    return steps
+
+
+def _elastic_pod_failure(s: Snapshot, job: dict, child: st.ChildJob) -> st.ChildJob:
+    """An elastic Job never fails on its own (huge backoffLimit): a worker that exited non-zero
+    without a disruption is the attempt's failure, judged by the failure policy."""
+    meta = job["metadata"]
+    size = int((job.get("spec") or {}).get("parallelism") or 0)
+    for pod in _pods_of(s, meta.get("uid", "")):
+        failed = PodFailure.from_pod(pod)
+        if (failed is not None and failed.disruption is None and failed.index is not None
+                and failed.index < size and (pod.get("status") or {}).get("phase") == "Failed"):
+            code = f" with exit code {failed.exit_code}" if failed.exit_code is not None else ""
+            return dataclasses.replace(child, failure=(
+                "PodFailed", f"worker {meta['namespace']}/{failed.name} failed{code}"))
+    return child
+
+
+# --- elastic ------------------------------------------------------------------------------------
+def _noted(s: Snapshot, job: dict) -> dict[str, PodFailure]:
+    """The hints plus pods of the running attempt that carry DisruptionTarget now: they may be gone
+    when it fails, or when it is sized."""
+    hints = dict(s.disruptions)
+    for pod in _pods_of(s, job["metadata"].get("uid", "")):
+        failed = PodFailure.from_pod(pod)
+        if failed is not None and failed.disruption is not None:
+            hints[failed.name] = failed
+    return hints
+
+
+def _elastic_size(s: Snapshot, job: ResolvedJob, gang: Gang, max_nodes: int, observed: dict,
+                  hints: dict[str, PodFailure]):
+    """(size, resize, lost_gone, hints, recheck): the Job's next size and whether to look again soon."""
+    size = min(max_nodes, int((observed.get("spec") or {}).get("parallelism") or job.num_nodes))
+    workers = _workers(s, observed, hints)
+    elastic_status = _previous(s).get("elastic") or {}
+    last = elastic_status.get("lastShrinkTime")
+    counted = int((observed.get("status") or {}).get("failed") or 0)
+    uid = observed["metadata"].get("uid", "")
+    seen_failed = sum(1 for p in _pods_of(s, uid) if (p.get("status") or {}).get("phase") == "Failed")
+    accounted = int(elastic_status.get("lostAccounted") or 0)
+    resize = elastic.plan(size, gang.min_member, max_nodes, workers, s.now, st.parse_time(last) if last else None,
+                          lost_unseen=counted - seen_failed > accounted)
+    if resize is not None:
+        size = resize.size
+        # Hints of indexes beyond the new size are accounted for by this shrink.
+        hints = {n: h for n, h in hints.items() if h.index is None or h.index < size}
+    recheck = size < max_nodes or any(not w.healthy for w in workers)
+    return size, resize, counted - seen_failed, hints, recheck
+
+
+def _workers(s: Snapshot, job: dict, hints: Mapping[str, PodFailure]) -> list[elastic.Worker]:
+    pods = _pods_of(s, job["metadata"].get("uid", ""))
+    present = {p["metadata"]["name"] for p in pods}
+    # Pods seen disrupted that are already gone (a lost node's pod is deleted within seconds).
+    out = [elastic.Worker(index=seen.index, bound=True, healthy=False, lost=True)
+           for seen in hints.values() if seen.index is not None and seen.name not in present]
+    for pod in pods:
+        meta, status = pod["metadata"], pod.get("status") or {}
+        index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
+        if index is None or not index.isdigit():
+            continue
+        conds = {c.get("type"): c for c in status.get("conditions") or []}
+        disrupted = (conds.get("DisruptionTarget") or {}).get("status") == "True"
+        deleting = bool(meta.get("deletionTimestamp"))
+        bound = bool((pod.get("spec") or {}).get("nodeName"))
+        phase = status.get("phase")
+        sched = conds.get("PodScheduled") or {}
+        since = (st.parse_time(sched["lastTransitionTime"])
+                 if sched.get("status") == "False" and sched.get("reason") == "Unschedulable"
+                 and sched.get("lastTransitionTime") else None)
+        out.append(elastic.Worker(
+            index=int(index), bound=bound,
+            healthy=bound and not deleting and not disrupted and phase in ("Pending", "Running"),
+            lost=disrupted or (deleting and bound and phase not in ("Succeeded",)),
+            unschedulable_since=since, succeeded=phase == "Succeeded"))
+    return out
+
+
+def _elastic_status(s: Snapshot, job: ResolvedJob, observed: dict, hints: Mapping[str, PodFailure],
+                    size: int | None, resize: elastic.Resize | None, min_nodes: int,
+                    lost_gone: int) -> tuple[dict, int]:
+    healthy = elastic.healthy_count(_workers(s, observed, hints))
+    out = dict(_previous(s).get("elastic") or {})
+    out.update({"currentNodes": healthy, "minNodes": min_nodes, "maxNodes": job.num_nodes,
+                "size": size or int((observed.get("spec") or {}).get("parallelism") or 0)})
+    if resize is not None:
+        stamp = st.timestamp(s.now)
+        out["resizes"] = int(out.get("resizes") or 0) + 1
+        out["lastResizeReason"] = resize.cause
+        out["lastResizeTime"] = stamp
+        if resize.direction == "shrink":
+            out["lastShrinkTime"] = stamp
+        if resize.cause == "NodeLost":
+            out["lostAccounted"] = max(int(out.get("lostAccounted") or 0), lost_gone)
+    return out, healthy

@@ -1,0 +1,296 @@
+"""`decide(snapshot) -> plan` on hand-built snapshots: every path of a reconcile pass, no cluster.
+
+Each test builds what the caches would hold and asserts what a user would then see: the TrainJob's
+conditions, which objects exist or go, and in which order the writes happen where the order is
+what makes a crash between two writes safe.
+"""
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from gangctl.api.resources import JOBS, POD_GROUPS, PODS, SERVICES
+from gangctl.plugins.kueue import QUEUE_LABEL
+from gangctl.plugins.names import RESULT_FINALIZER, TRAINJOB_NAME
+from gangctl.policy import status as st
+from gangctl.policy.failure import PodFailure
+from gangctl.policy.decide import (Apply, CapacityFreed, Create, Delete, Event, GateView, GateWants, LetGo, Patch,
+                                   Snapshot, WriteStatus, decide, rejected)
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
+RUNTIME = yaml.safe_load((Path(__file__).parents[2] / "deploy/runtimes/torch-distributed.yaml").read_text())
+ALL_BACKENDS = {"coscheduling": None, "volcano": None, "kueue": None}
+
+
+def runtime(*, gang: dict | None = None, failure_policy: dict | None = None) -> dict:
+    rt = copy.deepcopy(RUNTIME)
+    if gang is not None:
+        rt["spec"]["podGroupPolicy"] = gang
+    if failure_policy is not None:
+        rt["spec"]["template"]["spec"]["failurePolicy"] = failure_policy
+    return rt
+
+
+def trainjob(nodes: int = 2, *, status: dict | None = None, suspend: bool = False, elastic: dict | None = None,
+             **spec) -> dict:
+    trainer: dict = {"numNodes": nodes, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}}
+    if elastic:
+        trainer["elasticPolicy"] = elastic
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "llm", "namespace": "team-a", "uid": "tj-1", "resourceVersion": "7", "generation": 1},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer, "suspend": suspend, **spec},
+            "status": status or {}}
+
+
+def child(uid: str = "job-1", *, conditions: list[dict] | None = None, parallelism: int = 2, failed: int = 0,
+          labels: dict | None = None, suspend: bool = False, deleting: bool = False) -> dict:
+    meta = {"name": "llm-node-0", "namespace": "team-a", "uid": uid, "finalizers": [RESULT_FINALIZER],
+            "labels": {TRAINJOB_NAME: "llm", **(labels or {})}}
+    if deleting:
+        meta["deletionTimestamp"] = st.timestamp(NOW)
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+            "spec": {"parallelism": parallelism, "suspend": suspend},
+            "status": {"conditions": conditions or [], "failed": failed}}
+
+
+def pod(index: int, job_uid: str = "job-1", *, phase: str = "Running", node: str | None = "n1",
+        disrupted: bool = False, exit_code: int | None = None) -> dict:
+    conds = [{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC"}] if disrupted else []
+    status: dict = {"phase": phase, "conditions": conds}
+    if exit_code is not None:
+        status["containerStatuses"] = [{"name": "node", "state": {"terminated": {"exitCode": exit_code}}}]
+    return {"metadata": {"name": f"llm-node-0-{index}", "namespace": "team-a",
+                         "labels": {TRAINJOB_NAME: "llm", "jobset.sigs.k8s.io/replicatedjob-name": "node"},
+                         "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
+                         "ownerReferences": [{"uid": job_uid}]},
+            "spec": {"nodeName": node} if node else {}, "status": status}
+
+
+def snap(tj: dict, *, rt: dict | None = None, groups: dict | None = None, **kw) -> Snapshot:
+    return Snapshot("team-a/llm", NOW, tj, runtime=RUNTIME if rt is None else rt,
+                    groups=ALL_BACKENDS if groups is None else groups, **kw)
+
+
+def condition(status: dict | None, ctype: str) -> dict:
+    return next((c for c in (status or {}).get("conditions") or [] if c["type"] == ctype), {})
+
+
+def kinds(plan) -> list[str]:
+    return [type(s).__name__ for s in plan.steps]
+
+
+FAILED = [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "a pod failed"}]
+COMPLETE = [{"type": "Complete", "status": "True", "reason": "Completed", "message": "done"}]
+
+
+def test_invalid_spec_fails_the_trainjob_with_the_reason():
+    tj = trainjob()
+    tj["spec"]["trainer"]["numNodes"] = -3
+    plan = decide(snap(tj))
+    assert condition(plan.status, "Failed") == {**condition(plan.status, "Failed"), "status": "True",
+                                                "reason": "InvalidSpec"}
+    assert [e.reason for e in plan.of(Event)] == ["InvalidSpec"]
+    assert not plan.of(Apply) and not plan.of(Create), "an invalid job gets no children"
+
+
+def test_missing_runtime_is_reported_and_nothing_is_created():
+    plan = decide(Snapshot("team-a/llm", NOW, trainjob(), runtime=None, groups=ALL_BACKENDS))
+    created = condition(plan.status, "Created")
+    assert (created["status"], created["reason"]) == ("False", "RuntimeNotFound")
+    assert "torch-distributed" in created["message"]
+    assert kinds(plan) == ["WriteStatus"]
+    again = decide(Snapshot("team-a/llm", NOW, trainjob(status=plan.status), runtime=None, groups=ALL_BACKENDS))
+    assert again.steps == (), "the same condition is not written twice"
+
+
+def test_backend_the_cluster_does_not_serve_is_reported():
+    plan = decide(snap(trainjob(), rt=runtime(gang={"volcano": {}}), groups={"coscheduling": None}))
+    created = condition(plan.status, "Created")
+    assert (created["status"], created["reason"]) == ("False", "BackendNotInstalled")
+    assert "volcano" in created["message"] and not plan.of(Apply)
+
+
+def test_steady_state_creates_service_podgroup_and_job_then_reports_them():
+    plan = decide(snap(trainjob(nodes=3)))
+    applied = [(a.resource, a.obj["metadata"]["name"]) for a in plan.of(Apply)]
+    assert applied == [(SERVICES, "llm"), (POD_GROUPS, "llm"), (JOBS, "llm-node-0")]
+    group = plan.of(Apply)[1].obj
+    assert group["spec"]["minMember"] == 3
+    assert plan.of(Apply)[2].obj["spec"]["parallelism"] == 3
+    assert kinds(plan)[-1] == "WriteStatus", "children first, then the status that reports them"
+    # The next pass sees them in the caches with the same spec hash: nothing is applied again.
+    service, group, job = (a.obj for a in plan.of(Apply))
+    job = {**job, "metadata": {**job["metadata"], "uid": "job-1"}, "status": {}}
+    again = decide(snap(trainjob(nodes=3, status=plan.status), node_job=job, service=service,
+                        groups={**ALL_BACKENDS, "coscheduling": group}))
+    assert not again.of(Apply)
+    running = condition(again.status or plan.status, "Running")
+    assert running.get("reason") in (None, "WaitingForGang")
+
+
+def test_gang_bound_reports_running():
+    job = child()
+    plan = decide(snap(trainjob(), node_job=job, pods=(pod(0), pod(1))))
+    running = condition(plan.status, "Running")
+    assert (running["status"], running["reason"]) == ("True", "GangScheduled")
+    assert condition(plan.status, "Created")["status"] == "True"
+
+
+def test_failed_attempt_within_budget_records_the_restart_before_deleting():
+    rt = runtime(failure_policy={"maxRestarts": 2})
+    plan = decide(snap(trainjob(), rt=rt, node_job=child(conditions=FAILED), pods=(pod(0, phase="Failed", exit_code=1),)))
+    order = kinds(plan)
+    assert order.index("WriteStatus") < order.index("Delete"), "the judgement is durable before the attempt goes"
+    deleted = plan.of(Delete)[0]
+    assert (deleted.resource, deleted.uid, deleted.propagation) == (JOBS, "job-1", "Foreground")
+    assert plan.status["restartCount"] == 1
+    assert plan.status["restarts"]["lastFailure"]["jobUID"] == "job-1"
+    assert condition(plan.status, "Running")["reason"] == "Restarting"
+    assert not condition(plan.status, "Failed"), "the TrainJob goes on"
+    # After a crash between the two writes, the next pass only deletes: the restart is not counted twice.
+    again = decide(snap(trainjob(status=plan.status), rt=rt, node_job=child(conditions=FAILED)))
+    assert again.status is None and [type(s) for s in again.steps] == [LetGo, Delete]
+
+
+def test_budget_exhausted_fails_the_trainjob_and_releases_the_gang():
+    rt = runtime(failure_policy={"maxRestarts": 1})
+    used = {"restarts": {"user": 1, "infrastructure": 0, "ignored": 0}, "restartCount": 1}
+    group = {"metadata": {"name": "llm", "namespace": "team-a"}}
+    plan = decide(snap(trainjob(status=used), rt=rt, node_job=child("job-2", conditions=FAILED),
+                       groups={**ALL_BACKENDS, "coscheduling": group}))
+    failed = condition(plan.status, "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "MaxRestartsExceeded")
+    order = kinds(plan)
+    assert order[0] == "WriteStatus" and (POD_GROUPS, "llm") in [(d.resource, d.name) for d in plan.of(Delete)]
+    assert order.index("WriteStatus") < order.index("Delete"), "the failure is recorded before the gang goes"
+    assert plan.of(CapacityFreed), "waiting gangs are told the nodes are free"
+
+
+def test_finished_trainjob_lets_its_jobs_go_and_recreates_nothing():
+    done = st.derive_status({}, [st.ChildJob.from_job(child(conditions=COMPLETE), "node")], None, False, NOW)
+    job = child(conditions=COMPLETE)
+    plan = decide(snap(trainjob(status=done), node_job=job, jobs=(job,)))
+    assert [s.job["metadata"]["name"] for s in plan.of(LetGo)] == ["llm-node-0"]
+    assert not plan.of(Apply) and not plan.of(Create) and plan.status is None
+    gone = decide(snap(trainjob(status=done)))
+    assert gone.steps == (), "a finished TrainJob's deleted Job is not recreated"
+
+
+def test_suspended_trainjob_releases_its_gang():
+    group = {"metadata": {"name": "llm", "namespace": "team-a"}}
+    plan = decide(snap(trainjob(suspend=True), node_job=child(suspend=True),
+                       groups={**ALL_BACKENDS, "coscheduling": group}))
+    assert (POD_GROUPS, "llm") in [(d.resource, d.name) for d in plan.of(Delete)]
+    assert all(a.resource != POD_GROUPS for a in plan.of(Apply)), "no PodGroup for a suspended job"
+    job = next(a.obj for a in plan.of(Apply) if a.resource == JOBS)
+    assert job["spec"]["suspend"] is True
+    assert condition(plan.status, "Suspended")["status"] == "True"
+
+
+def test_kueue_owned_job_is_created_once_suspended_and_never_applied():
+    rt = runtime(gang={"kueue": {"queueName": "team-a"}})
+    plan = decide(snap(trainjob(), rt=rt))
+    created = plan.of(Create)
+    assert [c.resource for c in created] == [JOBS]
+    job = created[0].obj
+    assert job["metadata"]["labels"][QUEUE_LABEL] == "team-a" and job["spec"]["suspend"] is True
+    assert all(a.resource != JOBS for a in plan.of(Apply))
+    observed = {**job, "metadata": {**job["metadata"], "uid": "job-1"}, "spec": {**job["spec"], "suspend": False}}
+    again = decide(snap(trainjob(status=plan.status), rt=rt, node_job=observed))
+    assert not again.of(Create) and all(a.resource != JOBS for a in again.of(Apply)), \
+        "Kueue owns spec.suspend once the Job exists"
+    assert condition(again.status, "Running")["reason"] == "WaitingForQuota"
+
+
+def test_elastic_shrinks_on_a_lost_worker_and_looks_again_soon():
+    tj = trainjob(nodes=4, elastic={"minNodes": 2, "maxNodes": 4})
+    job = child(parallelism=4)
+    pods = (pod(0), pod(1), pod(2), pod(3, disrupted=True))
+    plan = decide(snap(tj, node_job=job, pods=pods))
+    applied = next(a.obj for a in plan.of(Apply) if a.resource == JOBS)
+    assert applied["spec"]["parallelism"] == 3
+    assert plan.status["elastic"]["lastResizeReason"] == "NodeLost"
+    assert plan.status["elastic"]["size"] == 3 and plan.status["elastic"]["currentNodes"] == 3
+    assert [e.reason for e in plan.of(Event)] == ["Resized"]
+    assert plan.requeue_after is not None
+    assert plan.hints is not None and "llm-node-0-3" not in plan.hints[1], "the shrink accounts for the lost pod"
+    assert any(a.resource == PODS for a in plan.of(Create)), "an elastic job gets its rendezvous store"
+
+
+def test_elastic_lost_worker_gone_from_the_cache_still_shrinks_from_the_hint():
+    """A lost node's pod is deleted within seconds: the disruption seen on an earlier pass is the
+    only trace, and it enters decide through the snapshot."""
+    tj = trainjob(nodes=4, elastic={"minNodes": 2, "maxNodes": 4})
+    seen = decide(snap(tj, node_job=child(parallelism=4), pods=(pod(0), pod(1), pod(2), pod(3, disrupted=True)),
+                       groups={"coscheduling": None}))
+    without = decide(snap(tj, node_job=child(parallelism=4), pods=(pod(0), pod(1), pod(2))))
+    hint = {"llm-node-0-3": PodFailure.from_pod(pod(3, disrupted=True))}
+    gone = decide(snap(tj, node_job=child(parallelism=4), pods=(pod(0), pod(1), pod(2)), disruptions=hint))
+    assert seen.status["elastic"]["size"] == gone.status["elastic"]["size"] == 3
+    assert gone.status["elastic"]["lastResizeReason"] == "NodeLost"
+    assert without.status["elastic"].get("lastResizeReason") is None, "no hint, no pod: nothing to shrink for yet"
+
+
+def test_quota_held_job_is_suspended_and_waits_for_quota():
+    gate = GateView(admission=None, hold=("WaitingForQuota", "gangctl quota admission: waiting for quota admission"))
+    plan = decide(snap(trainjob(), gate=gate))
+    assert [type(i) for i in plan.gate] == [GateWants]
+    job = next(a.obj for a in plan.of(Apply) if a.resource == JOBS)
+    assert job["spec"]["suspend"] is True, "held like a suspended job"
+    assert all(a.resource != POD_GROUPS for a in plan.of(Apply)), "no PodGroup while held"
+    assert not condition(plan.status, "Suspended"), "the user did not suspend it"
+    admitted = decide(snap(trainjob(), gate=GateView({"nodes": 2}, ("", ""))))
+    assert not admitted.gate and any(a.resource == POD_GROUPS for a in admitted.of(Apply))
+
+
+def test_quota_gate_does_not_govern_a_backend_with_its_own_quota():
+    gate = GateView(admission=None, hold=("WaitingForQuota", "held"))
+    plan = decide(snap(trainjob(), rt=runtime(gang={"volcano": {}}), gate=gate))
+    assert not plan.gate
+    job = next(a.obj for a in plan.of(Apply) if a.resource == JOBS)
+    assert job["spec"]["suspend"] is False
+
+
+def test_nudge_touches_only_a_waiting_coscheduling_gang():
+    job = child()
+    group = {"metadata": {"name": "llm", "namespace": "team-a"}}
+    plan = decide(snap(trainjob(), node_job=job, pods=(pod(0), pod(1, node=None)), nudge=True,
+                       groups={**ALL_BACKENDS, "coscheduling": group}))
+    assert plan.clear_nudge and [(p.resource, p.missing_ok) for p in plan.of(Patch)] == [(POD_GROUPS, True)]
+    volcano = decide(snap(trainjob(), rt=runtime(gang={"volcano": {}}), node_job=job, pods=(pod(0), pod(1, node=None)),
+                          nudge=True))
+    assert volcano.clear_nudge and not volcano.of(Patch), "Volcano retries on its own"
+
+
+def test_rejected_children_fail_the_trainjob_with_the_api_message():
+    plan = rejected(snap(trainjob()), "spec.template: Invalid value")
+    failed = condition(plan.status, "Failed")
+    assert failed["reason"] == "JobRejected" and "Invalid value" in failed["message"]
+    steady = decide(snap(trainjob()))
+    assert all(a.rejectable for a in steady.of(Apply)), "a first create is refused for good only then"
+
+
+def test_deleted_trainjob_releases_result_finalizers():
+    job = child(conditions=COMPLETE)
+    plan = decide(Snapshot("team-a/llm", NOW, None, jobs=(job,)))
+    assert [type(s) for s in plan.steps] == [LetGo]
+
+
+def test_kueue_job_of_a_failed_trainjob_is_deleted_to_free_its_workload():
+    queued = child(labels={QUEUE_LABEL: "team-a"})
+    tj = trainjob()
+    tj["spec"]["trainer"]["numNodes"] = 0
+    plan = decide(snap(tj, node_job=queued))
+    deleted = [(d.resource, d.name) for d in plan.of(Delete)]
+    assert condition(plan.status, "Failed")["status"] == "True"
+    assert (JOBS, "llm-node-0") in deleted and plan.of(CapacityFreed)
+    assert kinds(plan).index("WriteStatus") < kinds(plan).index("Delete")
+
+
+def test_a_pass_is_a_function_of_its_snapshot():
+    s = snap(trainjob(nodes=3), node_job=child(parallelism=3), pods=(pod(0), pod(1)))
+    assert decide(s) == decide(s)
+    assert isinstance(decide(s).steps[0], (Apply, WriteStatus, Create))
