@@ -12,6 +12,12 @@ elastic job growing into free capacity) checkpoints first and loses only the ove
 start at their floor (minNodes), shrink instead of stopping when they lose nodes, and grow while
 nothing waits for nodes and their team has nothing pending. Infrastructure faults do not count
 against a job's restart budget.
+
+What the controller decides, the engine asks the controller's own pure functions (the ones
+`gangctl.policy.decide` is built from): whether a failed run restarts or fails the job
+(`failure.decide`, the restart budget), and how an elastic job is sized on a node loss and when it
+may grow (`elastic.plan`, with the controller's backoff). See `judge_failure`, `size_after_loss`,
+`may_grow`; tests/unit/test_sim_parity.py compares them with `decide` on the shipped scenarios.
 """
 from __future__ import annotations
 
@@ -20,9 +26,13 @@ import math
 import random
 from bisect import bisect_left, insort
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Callable
 
+from gangctl.policy import elastic as sizing
 from gangctl.policy.admission import CPU, GPU, MEMORY, Verdict, Workload, decide, explain, headroom, never_fits, queue_key
+from gangctl.policy.failure import INFRASTRUCTURE, USER, Decision, Failure, FailurePolicy, Restarts
+from gangctl.policy.failure import decide as judge
 from gangctl.policy.gang import Gang, size_gang
 from gangctl.policy.quota import QuotaPolicy
 from gangctl.sim.clock import SimClock
@@ -58,6 +68,46 @@ def gang_of(spec: TraceJob, elastic: ElasticSpec) -> Gang:
     return size_gang(spec.num_nodes, pod_requests(spec), min_nodes=elastic_floor(spec, elastic))
 
 
+# --- the controller's decisions, shared -------------------------------------------------------------
+# A failed run and a lost node are judged, and an elastic job is sized, by the same pure functions
+# the reconciler's `gangctl.policy.decide` calls: `failure.decide` (restart budget) and
+# `elastic.plan` (shrink on loss, probe for growth, with the controller's backoff). The simulator
+# only builds their inputs from its model. Its clock is seconds; theirs is a datetime.
+EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+EXIT_FAILURE = Failure(USER, "BackoffLimitExceeded", "a worker exited non-zero")
+NODE_LOST = Failure(INFRASTRUCTURE, "BackoffLimitExceeded", "a node of the gang was lost")
+
+
+def judge_failure(failure: Failure, restarts: int, budget: int) -> Decision:
+    """Restart or fail after `failure`, with `restarts` user restarts used of a budget of `budget`
+    (the runtime's failurePolicy.maxRestarts): the reconciler's judgement of a failed Job."""
+    return judge(FailurePolicy(max_restarts=budget), failure, Restarts(user=restarts))
+
+
+def size_after_loss(gang: Gang, pods: int, lost: int, now: float, last_shrink: float | None) -> int | None:
+    """The size the controller shrinks an elastic job to when `lost` of its `pods` are gone, or None
+    when it cannot keep running (rigid, or the rest is below minNodes: the gang restarts whole).
+    The simulator does not track indexes: the lost pods are the highest ones."""
+    if gang.min_member >= gang.size:
+        return None
+    keep = pods - lost
+    workers = [sizing.Worker(i, bound=True, healthy=i < keep, lost=i >= keep) for i in range(pods)]
+    resize = sizing.plan(pods, gang.min_member, gang.size, workers, _at(now), _at(last_shrink))
+    return resize.size if resize is not None and resize.size == keep else None
+
+
+def may_grow(gang: Gang, pods: int, now: float, last_shrink: float | None) -> bool:
+    """Whether the controller probes for one more node: every worker healthy, and the backoff since
+    the last shrink passed (`elastic.GROW_BACKOFF`)."""
+    workers = [sizing.Worker(i, bound=True, healthy=True) for i in range(pods)]
+    resize = sizing.plan(pods, gang.min_member, gang.size, workers, _at(now), _at(last_shrink))
+    return resize is not None and resize.direction == "grow"
+
+
+def _at(seconds: float | None) -> datetime | None:
+    return None if seconds is None else EPOCH + timedelta(seconds=seconds)
+
+
 class SimulationStuck(RuntimeError):
     """Jobs remain but no event can ever move them (a bug in the model or an impossible workload)."""
 
@@ -65,7 +115,7 @@ class SimulationStuck(RuntimeError):
 class SimJob:
     __slots__ = ("spec", "team", "gang", "pod_requests", "workload", "gpu_type", "state", "placement",
                  "pods", "held_pods", "remaining", "run_start", "segment_begin", "version", "first_start",
-                 "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds")
+                 "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds", "last_shrink")
 
     def __init__(self, spec: TraceJob, team: str, priority: int, gang: Gang, gpu_type: str | None,
                  requests: dict[str, int] | None = None) -> None:
@@ -86,6 +136,7 @@ class SimJob:
         self.first_start: float | None = None
         self.user_restarts = self.infra_restarts = self.preemptions = 0
         self.lost_gpu_seconds = 0.0
+        self.last_shrink: float | None = None   # status.elastic.lastShrinkTime
 
     @property
     def rate(self) -> float:
@@ -461,13 +512,17 @@ class Simulation:
 
     def _user_fail(self, job: SimJob) -> None:
         self._interrupt(job, planned=False)
-        job.user_restarts += 1
-        if job.user_restarts > self.failures.restart_budget:
-            self._stop(job)
-            self._hold(job, 0)
-            self._end(job, FAILED)
+        decision = judge_failure(EXIT_FAILURE, job.user_restarts, self.failures.restart_budget)
+        job.user_restarts += 1   # user failures (the restarts used, and the final failure)
+        if decision.action == "Fail":
+            self._fail(job)
         else:
             self._begin_segment(job, overhead=True)
+
+    def _fail(self, job: SimJob) -> None:
+        self._stop(job)
+        self._hold(job, 0)
+        self._end(job, FAILED)
 
     def _preempt(self, job: SimJob) -> None:
         if job.state == RUNNING:
@@ -491,6 +546,10 @@ class Simulation:
             for r, amount in job.pod_requests.items():
                 if r in room and amount:
                     want = min(want, int(room[r] // amount))
+            if want <= 0 or not may_grow(job.gang, job.pods, self.clock.now, job.last_shrink):
+                continue
+            # The gate admits the nodes the quota has room for at once; the controller then probes
+            # one node at a time every few seconds, which is at once on the simulator's time scale.
             near = job.placement[0][0]
             for k in range(want, 0, -1):
                 extra = cluster.place(k, gpp, near=near)
@@ -551,11 +610,15 @@ class Simulation:
 
     def _lose_pods(self, job: SimJob, node: int, pods: int) -> None:
         job.infra_restarts += 1
-        if job.pods - pods >= job.gang.min_member and job.gang.surplus:
+        if size_after_loss(job.gang, job.pods, pods, self.clock.now, job.last_shrink) is not None:
+            job.last_shrink = self.clock.now
             keep = [(n, k) for n, k in job.placement if n != node]
             self._resize(job, keep, [(node, pods)])
             return
         self._interrupt(job, planned=False)
+        if judge_failure(NODE_LOST, job.user_restarts, self.failures.restart_budget).action == "Fail":
+            self._fail(job)  # never, as the controller judges it: infrastructure is not charged
+            return
         self._stop(job)
         if self.backend is Backend.VOLCANO:
             self._requeue(job, job.workload)

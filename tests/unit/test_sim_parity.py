@@ -14,6 +14,7 @@ shipped runtime), and
 from __future__ import annotations
 
 import copy
+from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from pathlib import Path
 
@@ -22,13 +23,16 @@ import yaml
 
 from gangctl.api.quantity import parse_quantity
 from gangctl.api.trainjob import parse_trainjob
+from gangctl.plugins.names import TRAINJOB_NAME
 from gangctl.plugins.registry import backend_for
 from gangctl.plugins.workload import node_job, owner_reference
 from gangctl.policy import admission
 from gangctl.policy.admission import CPU, GPU, MEMORY, Verdict, Workload, usage_of
 from gangctl.policy.gang import size_gang
 from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy, podgroup_workload
+from gangctl.policy.decide import Snapshot, decide
 from gangctl.policy.resolve import resolve
+from gangctl.policy.status import timestamp
 from gangctl.sim import engine
 from gangctl.sim.engine import SIM_UNITS, Simulation, elastic_floor, gang_of
 from gangctl.sim.model import Cluster
@@ -193,3 +197,130 @@ def test_same_admission_decisions_at_every_event(monkeypatch, name, max_jobs, ba
     sim.run()
     # The run exercised every kind of decision (the example policy allows preemption).
     assert seen["calls"] > 100 and seen["admit"] > 100 and seen["wait"] > 100 and seen["preempt"] > 0, seen
+
+
+# --- failures and elastic sizing: the reconciler's `decide` against the engine's -------------------
+# The controller's side goes through `gangctl.policy.decide.decide` on snapshots of the scenario job's
+# TrainJob (as `gangctl.sim.replay` submits it) with a failed or shrinking child Job; the simulator's
+# side through the engine's own calls (`engine.judge_failure`, `size_after_loss`, `may_grow`) and, for
+# the restart budget, a whole run in which every run exits non-zero.
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+SAMPLE = 25   # scenario jobs per case (each decided many times)
+
+
+def _snapshot(trainjob: dict, runtime: dict, child: dict, pods: list[dict]) -> Snapshot:
+    key = f"{trainjob['metadata']['namespace']}/{trainjob['metadata']['name']}"
+    return Snapshot(key, NOW, trainjob, runtime=runtime, node_job=child, pods=tuple(pods),
+                    groups={"coscheduling": None})
+
+
+def _child(trainjob: dict, uid: str, parallelism: int, failed: bool = False) -> dict:
+    meta = trainjob["metadata"]
+    conds = [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}] if failed else []
+    return {"metadata": {"name": f"{meta['name']}-node-0", "namespace": meta["namespace"], "uid": uid,
+                         "labels": {TRAINJOB_NAME: meta["name"]}},
+            "spec": {"parallelism": parallelism}, "status": {"conditions": conds}}
+
+
+def _pod(child: dict, index: int, *, phase: str = "Running", disrupted: bool = False, exit_code: int | None = None):
+    meta = child["metadata"]
+    status: dict = {"phase": phase, "conditions": [{"type": "DisruptionTarget", "status": "True",
+                                                    "reason": "DeletionByPodGC"}] if disrupted else []}
+    if exit_code is not None:
+        status["containerStatuses"] = [{"name": "node", "state": {"terminated": {"exitCode": exit_code}}}]
+    return {"metadata": {"name": f"{meta['name']}-{index}", "namespace": meta["namespace"],
+                         "labels": dict(meta["labels"]), "ownerReferences": [{"uid": meta["uid"]}],
+                         "annotations": {"batch.kubernetes.io/job-completion-index": str(index)}},
+            "spec": {"nodeName": f"n{index}"}, "status": status}
+
+
+def _scenario_jobs(name: str, max_jobs: int | None, elastic: bool, multi_node: bool = False):
+    """(scenario, sim job, its gang, the TrainJob, its runtime) for the first SAMPLE jobs of a
+    scenario (with `multi_node`, of its jobs on more than one node: the ones that can be elastic)."""
+    sc, policy, jobs = load(name, max_jobs)
+    spec = ElasticSpec(enabled=elastic, min_fraction=0.5)
+    by_id = {j.id: j for j in jobs}
+    subs = [s for s in trainjob_submissions(jobs, runtime="torch-distributed", namespace_of_team=namespaces(policy))
+            if not multi_node or by_id[s.job_id].num_nodes > 1]
+    for i, sub in enumerate(subs[:SAMPLE]):
+        job = by_id[sub.job_id]
+        trainjob = copy.deepcopy(sub.trainjob)
+        trainjob["metadata"]["uid"] = f"uid-{i}"
+        floor = elastic_floor(job, spec)
+        runtime = copy.deepcopy(RUNTIME if floor is None else elastic_runtime(RUNTIME, floor, job.num_nodes))
+        runtime["spec"]["template"]["spec"]["failurePolicy"] = {"maxRestarts": sc.failures.restart_budget}
+        yield sc, job, gang_of(job, spec), trainjob, runtime
+
+
+@pytest.mark.parametrize("name,max_jobs,elastic", CASES)
+def test_same_restart_budget_decisions(name, max_jobs, elastic):
+    checked = 0
+    for sc, job, gang, trainjob, runtime in _scenario_jobs(name, max_jobs, elastic):
+        budget, status, attempts = sc.failures.restart_budget, {}, []
+        for n in range(budget + 2):
+            child = _child(trainjob, f"job-{n}", gang.size, failed=True)
+            pods = [_pod(child, 0, phase="Failed", exit_code=1)]
+            plan = decide(_snapshot({**trainjob, "status": status}, runtime, child, pods))
+            status = plan.status
+            failed = any(c["type"] == "Failed" and c["status"] == "True" for c in status["conditions"])
+            controller = "Fail" if failed else "Restart"
+            assert engine.judge_failure(engine.EXIT_FAILURE, n, budget).action == controller, (job.id, n)
+            attempts.append(controller)
+            if failed:
+                break
+        assert attempts == ["Restart"] * budget + ["Fail"], (job.id, attempts)
+        assert status["restarts"]["user"] == budget
+        # A lost node is never charged, whatever was used already (the controller's rule, and the engine's).
+        assert engine.judge_failure(engine.NODE_LOST, budget, budget).action == "Restart"
+        checked += 1
+    assert checked == SAMPLE
+
+
+@pytest.mark.parametrize("name,max_jobs", [("pai-small.yaml", 40), ("helios-elastic.yaml", 40)])
+def test_every_exit_failure_uses_the_same_budget_in_a_whole_run(name, max_jobs):
+    """The engine end to end: every run exits non-zero, so every job fails after the budget the
+    controller's `decide` allowed (budget restarts, then Failed) and no job completes."""
+    sc, policy, jobs = load(name, max_jobs)
+    failures = sc.failures.model_copy(update={"exit_failure_rate": 1.0, "node_mtbf_hours": None})
+    cluster = Cluster(sc.cluster.node_pools(), sc.cluster.packing, sc.cluster.same_zone)
+    result = Simulation(jobs, policy, cluster, backend=sc.backend, failures=failures, elastic=sc.workload.elastic,
+                        seed=sc.seed).run()
+    ran = [o for o in result.outcomes if o.state != "rejected"]
+    assert ran and all(o.state == "failed" for o in ran)
+    assert {o.user_restarts for o in ran} == {failures.restart_budget + 1}, "budget restarts, then the final failure"
+
+
+@pytest.mark.parametrize("name,max_jobs", [("pai-small.yaml", None), ("helios-elastic.yaml", None)])
+def test_same_elastic_shrink_and_grow_sizes(name, max_jobs):
+    elastic_jobs, seen = 0, set()
+    for _, job, gang, trainjob, runtime in _scenario_jobs(name, max_jobs, True, multi_node=True):
+        if gang.min_member == gang.size:
+            continue
+        elastic_jobs += 1
+        size = gang.size
+        for lost in range(1, size + 1):
+            child = _child(trainjob, "job-1", size)
+            pods = [_pod(child, i, disrupted=i >= size - lost) for i in range(size)]
+            plan = decide(_snapshot(trainjob, runtime, child, pods))
+            controller = plan.status["elastic"]["size"]
+            sim = engine.size_after_loss(gang, size, lost, 0.0, None)
+            # The engine keeps running at the controller's size; where the controller can only shrink
+            # to minNodes and waits there for the lost indexes' replacements, the engine restarts the
+            # gang at minNodes (it does not track indexes).
+            assert (sim if sim is not None else gang.min_member) == controller, (job.id, size, lost)
+            seen.add("shrink" if sim is not None else "restart")
+        for pods_now in range(gang.min_member, gang.size):
+            for shrunk_ago in (None, 5.0, 600.0):
+                child = _child(trainjob, "job-1", pods_now)
+                status = {"elastic": {"currentNodes": pods_now, "size": pods_now, "minNodes": gang.min_member,
+                                      "maxNodes": gang.size}}
+                if shrunk_ago is not None:
+                    status["elastic"]["lastShrinkTime"] = timestamp(NOW - timedelta(seconds=shrunk_ago))
+                plan = decide(_snapshot({**trainjob, "status": status}, runtime, child,
+                                        [_pod(child, i) for i in range(pods_now)]))
+                grows = plan.status["elastic"]["size"] == pods_now + 1
+                now = 10_000.0
+                sim = engine.may_grow(gang, pods_now, now, None if shrunk_ago is None else now - shrunk_ago)
+                assert sim == grows, (job.id, pods_now, shrunk_ago)
+                seen.add("grow" if grows else "hold")
+    assert elastic_jobs > 0 and seen == {"shrink", "restart", "grow", "hold"}, seen
