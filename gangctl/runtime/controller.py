@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import time
@@ -18,7 +19,7 @@ from gangctl.kube.informer import Informer, object_key
 from gangctl.kube.leader import LeaderElector, identity
 from gangctl.obs.metrics import Metrics
 from gangctl.obs.server import make_app, serve
-from gangctl.plugins.kueue import JOB_UID_LABEL
+from gangctl.plugins import base
 from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy.cached import node_view, pod_view
@@ -78,10 +79,7 @@ class Controller:
                           index_label=TRAINJOB_NAME, transform=pod_view),
             services=Informer(kube, SERVICES, namespace=ns, label_selector=managed, handlers=[self._on_child],
                               index_label=TRAINJOB_NAME),
-            groups={name: Informer(kube, resource, namespace=ns,
-                                   label_selector=None if name == "kueue" else managed,
-                                   handlers=[self._on_workload if name == "kueue" else self._on_child],
-                                   index_label=JOB_UID_LABEL if name == "kueue" else None)
+            groups={name: self._gang_informer(kube, name, resource, ns, managed)
                     for name, resource in GANG_RESOURCES.items() if name in backends},
         )
         events = EventRecorder(kube)
@@ -112,7 +110,20 @@ class Controller:
         self.reconciler.requeue_after = self.queue.add_after
         self._retry_timer: asyncio.TimerHandle | None = None
 
+    def _gang_informer(self, kube: Kube, name: str, resource, ns: str | None, managed: str) -> Informer:
+        """What a backend's gangs are watched through. gangctl's own group objects carry its label and
+        its TrainJob's name; an object the backend makes from the child Job (Kueue's Workload, see
+        `base.watched_selector`) carries neither, so all of them are watched, indexed by the label
+        that names the Job, and an event maps back to the TrainJob through that Job."""
+        from_job = base.watched_selector(BACKENDS[name], "")
+        if from_job is None:
+            return Informer(kube, resource, namespace=ns, label_selector=managed, handlers=[self._on_child])
+        label = next(iter(from_job))
+        return Informer(kube, resource, namespace=ns, handlers=[functools.partial(self._on_workload, label)],
+                        index_label=label)
+
     # --- event handlers: only enqueue keys -------------------------------------------------------
+
     def _on_trainjob(self, event: str, obj: dict) -> None:
         key = object_key(obj)
         if event == "DELETED":
@@ -132,12 +143,13 @@ class Controller:
         if owner:
             self.queue.add(f"{meta['namespace']}/{owner}")
 
-    def _on_workload(self, event: str, obj: dict) -> None:
-        """A Kueue Workload: requeue the TrainJob of the Job it was made for."""
+    def _on_workload(self, uid_label: str, event: str, obj: dict) -> None:
+        """An object a backend made from a child Job (Kueue's Workload, the Job's uid in `uid_label`):
+        requeue the TrainJob of that Job."""
         meta = obj["metadata"]
         if event == "DELETED":
             self.capacity_changed()
-        uid = (meta.get("labels") or {}).get(JOB_UID_LABEL)
+        uid = (meta.get("labels") or {}).get(uid_label)
         for ref in meta.get("ownerReferences") or []:
             if ref.get("kind") != "Job" or (uid and ref.get("uid") != uid):
                 continue
