@@ -38,8 +38,11 @@ from gangctl.policy.gang import Gang, size_gang
 from gangctl.policy.quota_coscheduling import NodeRange
 from gangctl.policy.resolve import NODE_JOB, ResolveError, ResolvedJob, resolve
 
-# managedBy values this controller serves: unset, and Kubeflow Trainer's own (gangctl is a drop-in).
-SERVED_MANAGERS = {None, "", "trainer.kubeflow.org/trainjob-controller", "gangctl.io/controller"}
+# managedBy values this controller serves: unset, and gangctl's own. A TrainJob naming Kubeflow
+# Trainer's controller (trainer.kubeflow.org/trainjob-controller, what Trainer's CRD defaults) is
+# Trainer's: with both installed, each job has exactly one controller.
+MANAGER_NAME = "gangctl.io/controller"
+SERVED_MANAGERS = {None, "", MANAGER_NAME}
 RETRY_ANNOTATION = "gangctl.io/retry-requested-at"
 ELASTIC_RECHECK_SECONDS = 2.0
 STORE_ROLE = "rendezvous-store"
@@ -235,7 +238,34 @@ def _decide(s: Snapshot) -> Plan:
         return _fail(s, getattr(err, "reason", "InvalidRuntime"), str(message))
     if backend is not None and backend.name not in s.groups:
         return _backend_missing(s, backend)
-    return _run(s, job, backend, gang)
+    left = _deadline_left(s, job)
+    if left is not None and left <= 0:
+        return _deadline_exceeded(s, job)
+    plan = _run(s, job, backend, gang)
+    if left is not None:  # come back when the deadline passes, if nothing else brings us back first
+        plan = dataclasses.replace(plan, requeue_after=min(plan.requeue_after or left, left))
+    return plan
+
+
+def _deadline_left(s: Snapshot, job: ResolvedJob) -> float | None:
+    """Seconds left of spec.activeDeadlineSeconds, counted as Trainer does: from the TrainJob's start,
+    and again from its last resume; None without a deadline or while suspended (the clock stops)."""
+    created = s.trainjob["metadata"].get("creationTimestamp")  # type: ignore[index]
+    if job.active_deadline_seconds is None or job.suspend or not created:
+        return None
+    start = st.parse_time(created)
+    for cond in _previous(s).get("conditions") or []:
+        if cond.get("type") == st.SUSPENDED and cond.get("status") == "False" and cond.get("lastTransitionTime"):
+            start = max(start, st.parse_time(cond["lastTransitionTime"]))
+    return job.active_deadline_seconds - (s.now - start).total_seconds()
+
+
+def _deadline_exceeded(s: Snapshot, job: ResolvedJob) -> Plan:
+    message = (f"the TrainJob was active longer than spec.activeDeadlineSeconds ({job.active_deadline_seconds}s); "
+               "its pods were stopped and its gang released")
+    status = st.failed_status(_previous(s), "DeadlineExceeded", message, s.now)
+    return Plan(steps=(WriteStatus(status), Event("Warning", "DeadlineExceeded", message), *_release(s, s.node_job)),
+                metrics=(Metric("policy_failures", "inc", ("DeadlineExceeded",)),))
 
 
 def rejected(s: Snapshot, message: str) -> Plan:

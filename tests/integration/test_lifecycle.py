@@ -63,6 +63,32 @@ async def test_suspend_then_resume(kube, controller, namespace):
     assert await pod_group(kube, namespace, "paused") is not None
 
 
+async def test_active_deadline_fails_the_job_and_releases_its_gang(kube, controller, namespace):
+    tj = trainjob("bounded", namespace, nodes=2)  # its pods would run for an hour
+    tj["spec"]["activeDeadlineSeconds"] = 8
+    await submit(kube, tj)
+    await eventually(lambda: _running(kube, namespace, "bounded"), 60, "TrainJob Running")
+
+    async def failed() -> bool:
+        return is_true(await get_trainjob(kube, namespace, "bounded"), "Failed")
+    waited = await eventually(failed, 60, "TrainJob Failed past its deadline")
+    done = await get_trainjob(kube, namespace, "bounded")
+    cond = next(c for c in done["status"]["conditions"] if c["type"] == "Failed")
+    assert cond["reason"] == "DeadlineExceeded" and "activeDeadlineSeconds (8s)" in cond["message"]
+    print(f"[deadline] Failed {waited:.1f}s after Running (deadline 8 s from creation)")
+
+    async def released() -> bool:
+        live = [p for p in await pods_of(kube, namespace, "bounded")
+                if p["status"].get("phase") not in ("Succeeded", "Failed")]
+        return await pod_group(kube, namespace, "bounded") is None and not live
+    await eventually(released, 60, "the gang released and its pods stopped")
+    assert [j["spec"]["suspend"] for j in await jobs_in(kube, namespace)] == [True]
+
+
+async def _running(kube, namespace: str, name: str) -> bool:
+    return is_true(await get_trainjob(kube, namespace, name), "Running")
+
+
 async def test_controller_restart_creates_no_duplicates(kube, controller, namespace):
     await submit(kube, trainjob("steady", namespace, nodes=4))
 

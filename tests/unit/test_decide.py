@@ -7,7 +7,7 @@ what makes a crash between two writes safe.
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import yaml
@@ -294,3 +294,43 @@ def test_a_pass_is_a_function_of_its_snapshot():
     s = snap(trainjob(nodes=3), node_job=child(parallelism=3), pods=(pod(0), pod(1)))
     assert decide(s) == decide(s)
     assert isinstance(decide(s).steps[0], (Apply, WriteStatus, Create))
+
+
+# --- spec.activeDeadlineSeconds ----------------------------------------------------------------------
+def _deadline_job(seconds: int, created_ago: float, *, status: dict | None = None, suspend: bool = False) -> dict:
+    tj = trainjob(status=status, suspend=suspend, activeDeadlineSeconds=seconds)
+    tj["metadata"]["creationTimestamp"] = st.timestamp(NOW - timedelta(seconds=created_ago))
+    return tj
+
+
+def test_past_its_deadline_a_trainjob_fails_deadline_exceeded_and_lets_its_gang_go():
+    plan = decide(snap(_deadline_job(600, 601), groups={**ALL_BACKENDS, "coscheduling": {"metadata": {}}},
+                       node_job=child()))
+    failed = condition(plan.status, "Failed")
+    assert (failed.get("status"), failed.get("reason")) == ("True", "DeadlineExceeded")
+    assert "activeDeadlineSeconds (600s)" in failed["message"]
+    deletes = [(d.resource, d.name) for d in plan.of(Delete)]
+    assert (POD_GROUPS, "llm") in deletes
+    assert [p.patch for p in plan.of(Patch)] == [{"spec": {"suspend": True}}]  # its pods stop
+    steps = list(plan.steps)
+    assert steps.index(plan.of(WriteStatus)[0]) < steps.index(plan.of(Delete)[0])  # failure recorded first
+
+
+def test_before_its_deadline_it_runs_and_comes_back_when_the_deadline_passes():
+    plan = decide(snap(_deadline_job(600, 100)))
+    assert not condition(plan.status, "Failed")
+    assert plan.of(Apply) and plan.requeue_after is not None and abs(plan.requeue_after - 500) < 1
+
+
+def test_the_clock_stops_while_suspended_and_restarts_on_resume():
+    assert decide(snap(_deadline_job(600, 10_000, suspend=True))).requeue_after is None
+    resumed = {"conditions": [{"type": "Suspended", "status": "False", "reason": "Resumed", "message": "",
+                               "lastTransitionTime": st.timestamp(NOW - timedelta(seconds=60))}]}
+    plan = decide(snap(_deadline_job(600, 10_000, status=resumed)))
+    assert not condition(plan.status, "Failed") and abs(plan.requeue_after - 540) < 1
+
+
+def test_a_trainjob_managed_by_kubeflow_trainer_is_left_to_trainer():
+    assert decide(snap(trainjob(managedBy="trainer.kubeflow.org/trainjob-controller"))).steps == ()
+    assert decide(snap(trainjob(managedBy="gangctl.io/controller"))).of(Apply)
+    assert decide(snap(trainjob())).of(Apply)
