@@ -158,18 +158,22 @@ class _Ledger:
     def __init__(self, quotas: Quotas, usage: Mapping[str, Mapping[str, Amount]]):
         self.quotas = quotas
         self.epoch = 0   # bumped on every change, so cached victim lists know they are stale
+        rows, self.guaranteed = _static(quotas)
         self.used: dict[str, dict[str, Amount]] = {}
-        self.guaranteed: dict[str, dict[str, Amount]] = {}
         self.cohort_free: dict[str, dict[str, Amount]] = {}
-        for name, team in quotas.teams.items():
-            used = self.used[name] = dict(usage.get(name, {}))
-            guaranteed = self.guaranteed[name] = {}
-            for r, nominal in team.nominal.items():
-                lendable = team.lending_limit.get(r, nominal) if team.cohort else 0
-                guaranteed[r] = nominal - lendable
-                if team.cohort:
-                    pool = self.cohort_free.setdefault(team.cohort, {})
-                    pool[r] = pool.get(r, 0) + lendable - max(0, used.get(r, 0) - guaranteed[r])
+        cohort_free = self.cohort_free
+        # Same arithmetic, in the same order, as summing each team's lendable quota minus what it
+        # uses beyond its guaranteed part, team by team (so float amounts round the same way).
+        for name, cohort, lend in rows:
+            team_usage = usage.get(name)
+            used = self.used[name] = dict(team_usage) if team_usage else {}
+            if cohort is not None:
+                pool = cohort_free.get(cohort)
+                if pool is None:
+                    pool = cohort_free[cohort] = {}
+                for r, lendable, g in lend:
+                    excess = used.get(r, 0) - g
+                    pool[r] = pool.get(r, 0) + lendable - (excess if excess > 0 else 0)   # max(0, excess)
 
     def available(self, team: TeamQuota, r: str) -> Amount:
         used = self.used[team.name].get(r, 0)
@@ -190,9 +194,23 @@ class _Ledger:
         order the requests happen to list them: the answer picks preemption victims and the reason
         shown, and a PodGroup's minResources (sorted by name) must get the same answer as the
         simulator's requests."""
-        for r in team.nominal:
+        # `available` inlined (this runs for every gang examined on every event).
+        used = self.used[team.name]
+        cohort = team.cohort
+        for r, nominal in team.nominal.items():
             amount = requests.get(r)
-            if amount and amount > self.available(team, r):
+            if not amount:
+                continue
+            u = used.get(r, 0)
+            if cohort is None:
+                avail = nominal - u
+            else:
+                own = self.guaranteed[team.name][r] - u
+                avail = (own if own > 0 else 0) + self.cohort_free[cohort][r]   # max(0, own) + ...
+                limit = team.borrowing_limit.get(r)
+                if limit is not None:
+                    avail = min(avail, nominal + limit - u)
+            if amount > avail:
                 return r
         return None
 
@@ -225,6 +243,31 @@ class _Ledger:
             if pool is not None and r in guaranteed:
                 g = guaranteed[r]
                 pool[r] -= max(0, after - g) - max(0, before - g)
+
+
+_STATIC: tuple = (None, None)   # (quotas, its table): the last Quotas seen, by identity
+
+
+def _static(quotas: Quotas) -> tuple[tuple, dict[str, dict[str, Amount]]]:
+    """Per team of `quotas` (frozen): (name, cohort, ((resource, lendable, guaranteed), ...)), and
+    the guaranteed amounts per team. Computed once per Quotas object, not on every `decide`."""
+    global _STATIC
+    seen, table = _STATIC
+    if seen is quotas:
+        return table
+    rows = []
+    guaranteed: dict[str, dict[str, Amount]] = {}
+    for name, team in quotas.teams.items():
+        g = guaranteed[name] = {}
+        lend = []
+        for r, nominal in team.nominal.items():
+            lendable = team.lending_limit.get(r, nominal) if team.cohort else 0
+            g[r] = nominal - lendable
+            lend.append((r, lendable, g[r]))
+        rows.append((name, team.cohort or None, tuple(lend)))
+    table = (tuple(rows), guaranteed)
+    _STATIC = (quotas, table)
+    return table
 
 
 def usage_of(workloads: Iterable[Workload]) -> dict[str, dict[str, Amount]]:
@@ -278,7 +321,7 @@ def decide(
     decisions: list[Decision] = []
     evicted: set[str] = set()
     blocked: dict[str, list[Mapping[str, Amount]]] = {}
-    victims_cache: dict[tuple, list[Workload]] = {}
+    victims_cache: dict[tuple, tuple[list[Workload], dict[str, Amount]]] = {}
     heads: list[tuple[tuple, str, int]] = [(queue_key(q[0]), t, 0) for t, q in pending.items() if q]
     heapq.heapify(heads)
     while heads:
@@ -328,13 +371,16 @@ def _blocked_by(requests: Mapping[str, Amount], seen: list[Mapping[str, Amount]]
 
 
 def _covers(requests: Mapping[str, Amount], other: Mapping[str, Amount]) -> bool:
-    return all(requests.get(r, 0) >= amount for r, amount in other.items())
+    for r, amount in other.items():
+        if not requests.get(r, 0) >= amount:
+            return False
+    return True
 
 
 def _decide_one(ledger: _Ledger, team: TeamQuota, w: Workload,
                 admitted: Mapping[str, Iterable[Workload]] | None, evicted: set[str],
                 gate: Callable[[Workload], str | None] | None,
-                victims_cache: dict[tuple, list[Workload]]) -> Decision | None:
+                victims_cache: dict[tuple, tuple[list[Workload], dict[str, Amount]]]) -> Decision | None:
     """ADMIT, PREEMPT, a WAIT vetoed by the gate, or None: no quota."""
     lacking = ledger.lacking(team, w.requests)
     if lacking is None:
@@ -348,9 +394,10 @@ def _decide_one(ledger: _Ledger, team: TeamQuota, w: Workload,
     if admitted is None or not (team.preempt_within_team or team.reclaim is not Reclaim.NEVER):
         return None
     key = (team.name, w.priority, ledger.epoch, _within_nominal(ledger, team, w))
-    if key not in victims_cache:
-        victims_cache[key] = _candidates(ledger, team, w, admitted, evicted)
-    victims = _find_victims(ledger, team, w, victims_cache[key], lacking)
+    cached = victims_cache.get(key)
+    if cached is None:
+        cached = victims_cache[key] = (_candidates(ledger, team, w, admitted, evicted), {})
+    victims = _find_victims(ledger, team, w, cached[0], lacking, cached[1])
     if not victims:
         return None
     evicted.update(v.id for v in victims)
@@ -360,9 +407,14 @@ def _decide_one(ledger: _Ledger, team: TeamQuota, w: Workload,
 
 
 def _find_victims(ledger: _Ledger, team: TeamQuota, w: Workload, candidates: list[Workload],
-                  lacking: str) -> list[Workload]:
+                  lacking: str, totals: dict[str, Amount]) -> list[Workload]:
+    """`totals`: the candidates' summed requests per resource, filled in as needed (the list is
+    cached while the ledger does not change, and so are its sums)."""
     need = w.requests[lacking] - ledger.available(team, lacking)
-    if sum(v.requests.get(lacking, 0) for v in candidates) < need:
+    total = totals.get(lacking)
+    if total is None:
+        total = totals[lacking] = sum(v.requests.get(lacking, 0) for v in candidates)
+    if total < need:
         return []
     epoch = ledger.epoch
     taken: list[Workload] = []
@@ -389,7 +441,10 @@ def _find_victims(ledger: _Ledger, team: TeamQuota, w: Workload, candidates: lis
 
 def _over_nominal(ledger: _Ledger, team_name: str) -> bool:
     nominal = ledger.quotas.teams[team_name].nominal
-    return any(amount > nominal[r] for r, amount in ledger.used[team_name].items() if r in nominal)
+    for r, amount in ledger.used[team_name].items():
+        if r in nominal and amount > nominal[r]:
+            return True
+    return False
 
 
 def _candidates(ledger: _Ledger, team: TeamQuota, w: Workload,
@@ -411,4 +466,8 @@ def _candidates(ledger: _Ledger, team: TeamQuota, w: Workload,
 
 def _within_nominal(ledger: _Ledger, team: TeamQuota, w: Workload) -> bool:
     used = ledger.used[team.name]
-    return all(used.get(r, 0) + a <= team.nominal[r] for r, a in w.requests.items() if r in team.nominal)
+    nominal = team.nominal
+    for r, a in w.requests.items():
+        if r in nominal and not used.get(r, 0) + a <= nominal[r]:
+            return False
+    return True

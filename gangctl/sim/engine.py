@@ -184,6 +184,7 @@ class Simulation:
         self.node_jobs: list[dict[str, int]] = [{} for _ in cluster.capacity]
         self._fits_cache: dict[tuple[int, str | None], int] = {}
         self._requests: dict[tuple, dict[str, int]] = {}
+        self._never_fits: dict[tuple, object] = {}
         self._heap: list[tuple] = []
         self._seq = 0
         self._next_arrival = 0
@@ -322,7 +323,12 @@ class Simulation:
         if requests is None:
             requests = self._requests[shape] = gang.min_resources
         job = SimJob(spec, spec.group, priority, gang, gpu_type, requests)
-        short = never_fits(self.quotas, job.workload)
+        # never_fits reads only the team and the requests: asked once per team and gang shape.
+        memo = (spec.group, shape)
+        if memo in self._never_fits:
+            short = self._never_fits[memo]
+        else:
+            short = self._never_fits[memo] = never_fits(self.quotas, job.workload)
         if short is not None:
             return "never fits the quota: " + explain(short, spec.group)
         return job

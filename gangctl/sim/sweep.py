@@ -13,15 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from gangctl.policy.quota import QuotaPolicy, Resources  # noqa: E402
-from gangctl.sim.engine import simulate  # noqa: E402
-from gangctl.sim.scenario import Backend, Scenario  # noqa: E402
-from gangctl.sim.traces import TraceJob  # noqa: E402
+from gangctl.policy.quota import QuotaPolicy, Resources
+from gangctl.sim.engine import simulate
+from gangctl.sim.scenario import Backend, Scenario
+from gangctl.sim.traces import TraceJob
 
 _DEFAULT_POINTS = 8
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -184,7 +179,13 @@ def plot_curve(points: list[Point], target: Target, answer: int | None, path: Pa
     xs = [p.value for p in pts]
     ys = [target.measure(p.summary) for p in pts]
     scale, unit = (3600, "hours") if target.path[0] != "gpu_utilization" else (1, "")
-    fig, ax = plt.subplots(figsize=(8, 4))
+    # matplotlib only when a curve is drawn (Agg canvas, no pyplot).
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
     ax.plot(xs, [None if y is None else y / scale for y in ys], marker="o", label=".".join(target.path))
     ax.axhline(target.value / scale, color="red", linestyle="--", label=f"target {target.text}")
     if answer is not None:
@@ -199,5 +200,4 @@ def plot_curve(points: list[Point], target: Target, answer: int | None, path: Pa
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
-    plt.close(fig)
     return path
