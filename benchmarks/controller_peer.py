@@ -15,8 +15,9 @@ scheduler, etcd and KWOK GPU nodes), submit the same N TrainJobs in a burst and 
 - apiserver requests served during the run (all clients, from its apiserver_request_total), and
   the CPU of kube-apiserver and kube-controller-manager.
 
-The TrainJobs are identical on both sides (same runtimeRef name `torch-distributed`: gangctl's shipped
-runtime, or Trainer's own with `podGroupPolicy.coscheduling`). Pods request 1 nvidia.com/gpu each and
+The TrainJobs are identical on both sides (same runtimeRef name `torch-kwok-gpu`: gangctl's shipped
+runtime for KWOK's fake GPU nodes, or Trainer's own torch-distributed under that name, with
+`podGroupPolicy.coscheduling` and KWOK's toleration). Pods request 1 nvidia.com/gpu each and
 stay Running (KWOK completes Job pods only after the delay the runtime's pod annotation gives: 1 h).
 Each cluster is deleted afterwards (`--keep` leaves the last one up). Not a test: nothing asserts.
 """
@@ -48,7 +49,7 @@ from gangctl.kube.client import ApiError, Kube  # noqa: E402
 from gangctl.processes import free_port, wait_http_ok  # noqa: E402
 
 NAMESPACE = "bench"
-RUNTIME = "torch-distributed"
+RUNTIME = "torch-kwok-gpu"
 KWOK_COMPLETE_DELAY = "3600s"  # pods stay Running for the whole measurement
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -322,7 +323,7 @@ def run_peer(args: argparse.Namespace) -> Result:
     try:
         asyncio.run(gpu_nodes(cluster.kubeconfig, args.gpu_nodes, args.gpus_per_node))
         running = peer.start(settings, cluster.kubeconfig, say, progress=build_progress)
-        asyncio.run(apply_runtime(cluster.kubeconfig, with_kwok_delay(peer.runtime(settings.integrations_dir))))
+        asyncio.run(apply_runtime(cluster.kubeconfig, with_kwok_delay(peer.runtime(settings.integrations_dir, name=RUNTIME))))
         v = peer.versions(settings.integrations_dir)
         res = Result("kubeflow-trainer", f"{v['kubeflow-trainer']} + jobset {v['jobset']}", args.jobs, args.jobs * args.nodes)
         asyncio.run(measure(cluster.kubeconfig, args.jobs, args.nodes, args.gpus_per_pod, args.concurrency,

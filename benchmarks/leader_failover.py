@@ -177,7 +177,7 @@ class Bench:
         await self.kube.create(TRAINJOBS.path(NS), {
             "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
             "metadata": {"name": name, "namespace": NS},
-            "spec": {"runtimeRef": {"name": "torch-distributed", "kind": "ClusterTrainingRuntime"},
+            "spec": {"runtimeRef": {"name": "torch-kwok-gpu", "kind": "ClusterTrainingRuntime"},
                      "trainer": {"numNodes": 1, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "1"}}},
                      "podTemplateOverrides": [{"targetJobs": [{"name": "node"}], "metadata": {"annotations": {
                          "pod-complete.stage.kwok.x-k8s.io/delay": "1s",

@@ -75,7 +75,7 @@ from gangctl.policy.gang import size_gang  # noqa: E402
 from gangctl.policy.resolve import resolve  # noqa: E402
 from gangctl.processes import ControllerProcess  # noqa: E402
 
-RUNTIME = "torch-distributed"
+RUNTIME = "torch-kwok-gpu"
 BENCH_AGENT = "gangctl-scale-bench"
 SCHEDULER = "scheduler-plugins-scheduler"
 STATE = Path("/tmp/gangctl-bench-scale")

@@ -209,7 +209,8 @@ def node_agent(
     kubelet_port: int = typer.Option(0, help="kubelet API port on 127.0.0.1 (0: pick a free one)"),
     state_dir: str = typer.Option(None, help="logs and certificates (default: <cache>/nodes/<cluster>/<name>)"),
     kubeconfig: str = typer.Option(None, envvar="KUBECONFIG"),
-    taint: bool = typer.Option(True, help="taint the node gangctl.io/process-node=true:NoSchedule"),
+    taint: bool = typer.Option(False, help="taint the node gangctl.io/process-node=true:NoSchedule, so only pods "
+                               "that tolerate it land there (default: untainted, it runs any pod for real)"),
     token_max_age: float = typer.Option(24 * 3600, help="seconds after which a pod's ServiceAccount token is "
                                         "replaced even before 80 % of its lifetime (kubelet: 24 h)"),
     client_ca_file: str = typer.Option(None, help="CA of the kubelet API's callers (default: the kubeconfig's "

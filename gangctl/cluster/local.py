@@ -32,6 +32,15 @@ NODE_MONITOR_ARGS = {
 KWOK_NODE_LEASE_SECONDS = "20"
 # KWOK manages only nodes with this annotation, so process nodes (real workers) stay real.
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+# KWOK's own convention (its docs' node and pod examples): fake nodes carry this NoSchedule taint
+# ("avoid scheduling actual running pods to fake Node"), and only pods meant for them tolerate it and
+# select them by the label type=kwok. So a pod that must really run (a process-node worker, the
+# kubeflow SDK's default runtime) never lands on a node where nothing would run it.
+KWOK_NODE_TAINT = {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}
+KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+KWOK_NODE_SELECTOR = {"type": "kwok"}
+# The shipped runtime for gangs meant for the KWOK GPU nodes (deploy/runtimes/torch-kwok-gpu.yaml).
+KWOK_RUNTIME = "torch-kwok-gpu"
 LOOPBACK = "127.0.0.1"
 # Service IPs as kubeadm hands them out; the `kubernetes` Service gets the first one. Pods on
 # process nodes reach the apiserver there (netd relays it), so its certificate must name that IP.

@@ -8,7 +8,7 @@ from typing import Callable, Iterable
 import yaml
 
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, CRDS, NODES, Resource
-from gangctl.cluster.local import KWOK_NODE_ANNOTATION
+from gangctl.cluster.local import KWOK_NODE_ANNOTATION, KWOK_NODE_TAINT
 from gangctl.kube.client import ApiError, Kube
 
 FIELD_MANAGER = "gangctl-cluster"
@@ -83,7 +83,8 @@ async def apply_cluster_runtimes(kube: Kube, runtimes: Iterable[dict]) -> list[s
 
 
 def gpu_node(index: int, gpus: int, *, cpu: int = 96, memory_gi: int = 1024, prefix: str = "gpu-node") -> dict:
-    """A KWOK-managed Node with `gpus` nvidia.com/gpu, labelled like a real GPU node."""
+    """A KWOK-managed Node with `gpus` nvidia.com/gpu, labelled like a real GPU node and tainted as KWOK's
+    fake nodes are (`kwok.x-k8s.io/node=fake:NoSchedule`): only pods that tolerate it land here."""
     allocatable = {"cpu": str(cpu), "memory": f"{memory_gi}Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
     name = f"{prefix}-{index:03d}"
     return {
@@ -103,6 +104,7 @@ def gpu_node(index: int, gpus: int, *, cpu: int = 96, memory_gi: int = 1024, pre
                 "gangctl.io/node-kind": "kwok-gpu",
             },
         },
+        "spec": {"taints": [dict(KWOK_NODE_TAINT)]},
         "status": {"capacity": allocatable, "allocatable": allocatable},
     }
 

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from gangctl.api.resources import NODES
+from gangctl.cluster.local import KWOK_NODE_SELECTOR, KWOK_TOLERATION
 from gangctl.kube.client import ApiError, Kube
 
 NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
@@ -106,7 +107,9 @@ def elastic_runtime(name: str, *, max_restarts: int) -> dict:
                          "failurePolicy": {"maxRestarts": max_restarts},
                          "replicatedJobs": [{"name": "node", "replicas": 1, "template": {
                              "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                             "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+                             "spec": {"template": {"spec": {
+                                 "restartPolicy": "Never", "nodeSelector": dict(KWOK_NODE_SELECTOR),
+                                 "tolerations": [dict(KWOK_TOLERATION)], "containers": [
                                  {"name": "node", "image": "pytorch", "command": ["torchrun", "t.py"]}]}}}}}]}}}}
 
 

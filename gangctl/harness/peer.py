@@ -35,7 +35,7 @@ import yaml
 
 from gangctl.cluster import schedulers, setup, webhooks
 from gangctl.cluster.build import PEER_MODULES, Progress, ensure_module, pinned_version
-from gangctl.cluster.local import coscheduling_crd, go_module_dir
+from gangctl.cluster.local import KWOK_NODE_SELECTOR, KWOK_TOLERATION, coscheduling_crd, go_module_dir
 from gangctl.config import ClusterSettings
 from gangctl.processes import free_ports, running, wait_http_ok
 
@@ -73,13 +73,19 @@ def crds(integrations: Path) -> list[dict]:
             + [coscheduling_crd(integrations)])
 
 
-def runtime(integrations: Path, schedule_timeout_seconds: int = 120) -> dict:
-    """Trainer's torch-distributed ClusterTrainingRuntime, gang-scheduled by Coscheduling."""
+def runtime(integrations: Path, schedule_timeout_seconds: int = 120, name: str | None = None) -> dict:
+    """Trainer's torch-distributed ClusterTrainingRuntime, gang-scheduled by Coscheduling, for KWOK's fake
+    GPU nodes (select type=kwok, tolerate their kwok.x-k8s.io/node taint), renamed to `name` if given."""
     src = trainer_dir(integrations) / "manifests" / "base" / "runtimes" / "torch_distributed.yaml"
     rt = copy.deepcopy(next(d for d in yaml.safe_load_all(src.read_text()) if d))
+    if name:
+        rt["metadata"]["name"] = name
     rt["spec"]["podGroupPolicy"] = {"coscheduling": {"scheduleTimeoutSeconds": schedule_timeout_seconds}}
     for job in rt["spec"]["template"]["spec"]["replicatedJobs"]:
-        job["template"]["spec"]["template"]["spec"]["schedulerName"] = SCHEDULER_NAME
+        pod = job["template"]["spec"]["template"]["spec"]
+        pod["schedulerName"] = SCHEDULER_NAME
+        pod["nodeSelector"] = {**(pod.get("nodeSelector") or {}), **KWOK_NODE_SELECTOR}
+        pod["tolerations"] = [*(pod.get("tolerations") or []), dict(KWOK_TOLERATION)]
     return rt
 
 

@@ -1,9 +1,10 @@
 """`gangctl node-agent`: a process node. It does a kubelet's job for pods bound to its Node, with
 local processes instead of containers (I/O here; the translations are in spec.py).
 
-- registers the Node (capacity, labels, a NoSchedule taint `gangctl.io/process-node=true` so only
-  pods that ask for process nodes land here; no KWOK annotation, so KWOK leaves it alone), renews
-  its Lease in kube-node-lease every few seconds and refreshes the Node's conditions;
+- registers the Node (capacity, the label `gangctl.io/process-node=true`; no taint unless asked
+  for, since it really runs pods as a kubelet's node does: the fake KWOK nodes are the tainted ones;
+  no KWOK annotation, so KWOK leaves it alone), renews its Lease in kube-node-lease every few
+  seconds and refreshes the Node's conditions;
 - watches pods with spec.nodeName=<node>; for each: a network namespace and IP (network.py), its
   /etc/resolv.conf and /etc/hosts, then one shim per container (shim.py) running command+args with
   the env kubelet would give (downward API included) in this Python environment (the image is not

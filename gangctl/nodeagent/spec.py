@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from gangctl.api.quantity import parse_quantity
 
 PROCESS_NODE_LABEL = "gangctl.io/process-node"
+# Only with `gangctl node-agent --taint` (to reserve a process node for pods that tolerate it). By
+# default a process node is untainted: it runs pods for real, so pods written for any cluster (the
+# kubeflow SDK's default runtime) run here unchanged; KWOK's fake nodes carry KWOK's taint instead.
 PROCESS_NODE_TAINT = {"key": PROCESS_NODE_LABEL, "value": "true", "effect": "NoSchedule"}
 AGENT_VERSION = "v1.33.0-gangctl.nodeagent"
 LEASE_SECONDS = 40
@@ -308,7 +311,7 @@ class NodeConfig:
     kubelet_port: int = 10250
     address: str = "127.0.0.1"
     labels: dict[str, str] = field(default_factory=dict)
-    taint: bool = True
+    taint: bool = False
     pod_cidr: str | None = None
 
     @property

@@ -27,7 +27,7 @@ from gangctl.validate.measure import DEFAULT_TOLERANCE, compare, outcome_of, sum
 
 err = Console(stderr=True)
 out = Console()
-RUNTIME = "torch-distributed"
+RUNTIME = "torch-kwok-gpu"  # deploy/runtimes: the shipped runtime for KWOK GPU gangs
 
 
 def sim_check_command(

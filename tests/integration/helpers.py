@@ -14,6 +14,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gangctl.api.resources import JOBS, PODS, POD_GROUPS, TRAINJOBS
+from gangctl.cluster.local import KWOK_NODE_SELECTOR, KWOK_RUNTIME, KWOK_TOLERATION
 from gangctl.kube.client import ApiError, Kube
 from gangctl.processes import ControllerProcess
 
@@ -87,10 +88,11 @@ async def settled(controller: ControllerProcess, since: float, *, at_least: int 
         await asyncio.sleep(0.2)
 
 
-def trainjob(name: str, namespace: str, *, nodes: int, gpus: int = 8, runtime: str = "torch-distributed",
+def trainjob(name: str, namespace: str, *, nodes: int, gpus: int = 8, runtime: str = KWOK_RUNTIME,
              runtime_kind: str = "ClusterTrainingRuntime", run_for: str | None = "3600s",
              suspend: bool = False) -> dict:
-    """A TrainJob as a user writes it; KWOK completes its pods after `run_for`."""
+    """A TrainJob as a user writes it for KWOK's GPU nodes (the shipped runtime torch-kwok-gpu, or a
+    test's own runtime built with `on_kwok_nodes`); KWOK completes its pods after `run_for`."""
     spec: dict = {
         "runtimeRef": {"name": runtime, "kind": runtime_kind},
         "trainer": {"numNodes": nodes, "resourcesPerNode": {"limits": {"nvidia.com/gpu": str(gpus)}}},
@@ -103,6 +105,14 @@ def trainjob(name: str, namespace: str, *, nodes: int, gpus: int = 8, runtime: s
         spec["suspend"] = True
     return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
             "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def on_kwok_nodes(pod_spec: dict) -> dict:
+    """A test runtime's pod spec, made for KWOK's fake nodes as KWOK's convention asks (select type=kwok,
+    tolerate the kwok.x-k8s.io/node taint), as the shipped torch-kwok-gpu runtime is."""
+    pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **KWOK_NODE_SELECTOR}
+    pod_spec["tolerations"] = [*(pod_spec.get("tolerations") or []), dict(KWOK_TOLERATION)]
+    return pod_spec
 
 
 async def submit(kube: Kube, obj: dict) -> dict:

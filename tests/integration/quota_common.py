@@ -27,7 +27,7 @@ from gangctl.policy.quota import QuotaPolicy
 POLICY_FILE = REPO_ROOT / "tests/integration/data/two-teams.yaml"
 POLICY = QuotaPolicy.model_validate(yaml.safe_load(POLICY_FILE.read_text()))
 TEAMS = {t.name: t.namespaces[0] for t in POLICY.teams}   # team -> its namespace
-RUNTIME = yaml.safe_load((REPO_ROOT / "deploy/runtimes/torch-distributed.yaml").read_text())
+RUNTIME = yaml.safe_load((REPO_ROOT / "deploy/runtimes/torch-kwok-gpu.yaml").read_text())  # KWOK GPU gangs
 GPU = "nvidia.com/gpu"
 
 
@@ -45,7 +45,7 @@ def runtime_name(priority: str) -> str:
 
 
 def runtime(backend: str, namespace: str, priority: str) -> dict:
-    """A TrainingRuntime in a team namespace: torch-distributed with this backend and priority."""
+    """A TrainingRuntime in a team namespace: torch-kwok-gpu with this backend and priority."""
     rt = copy.deepcopy(RUNTIME)
     rt["kind"] = "TrainingRuntime"
     rt["metadata"] = {"name": runtime_name(priority), "namespace": namespace,

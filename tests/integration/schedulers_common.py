@@ -31,7 +31,7 @@ from tests.integration.helpers import gangctl_cli
 
 GPU_NODES = 5
 GPUS_PER_NODE = 8
-RUNTIME = yaml.safe_load((REPO_ROOT / "deploy/runtimes/torch-distributed.yaml").read_text())
+RUNTIME = yaml.safe_load((REPO_ROOT / "deploy/runtimes/torch-kwok-gpu.yaml").read_text())  # KWOK GPU gangs
 EXAMPLE_POLICY = REPO_ROOT / "policies/example-teams.yaml"
 # KWOK finishes a Job pod after `delay` (at most `jitter-delay`): long enough to outlive the test.
 RUN_FOREVER = {"pod-complete.stage.kwok.x-k8s.io/delay": "3600s",
@@ -58,7 +58,7 @@ def gang_objects(backend: GangBackend, name: str, namespace: str, nodes: int, po
     rt["spec"]["podGroupPolicy"] = policy
     tj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
           "metadata": {"name": name, "namespace": namespace, "uid": "not-created"},
-          "spec": {"runtimeRef": {"name": "torch-distributed"},
+          "spec": {"runtimeRef": {"name": RUNTIME["metadata"]["name"]},
                    "trainer": {"numNodes": nodes, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}}}}
     job = resolve(tj, rt)
     meta = job.pod_template.setdefault("metadata", {})

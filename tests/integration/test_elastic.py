@@ -14,8 +14,8 @@ import pytest
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, NODES, PODS, TRAINJOBS
 from gangctl.kube.client import ApiError
 from tests.integration.conftest import GPU_NODES
-from tests.integration.helpers import (bound, eventually, get_trainjob, is_true, pod_group, pods_of, submit,
-                                       trainjob)
+from tests.integration.helpers import (bound, eventually, get_trainjob, is_true, on_kwok_nodes, pod_group, pods_of,
+                                       submit, trainjob)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -36,8 +36,8 @@ def elastic_runtime(name: str) -> dict:
                      "podGroupPolicy": {"coscheduling": {"scheduleTimeoutSeconds": 60}},
                      "template": {"spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {
                          "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                         "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
-                             {"name": "node", "image": "pytorch", "command": ["torchrun", "t.py"]}]}}}}}]}}}}
+                         "spec": {"template": {"spec": on_kwok_nodes({"restartPolicy": "Never", "containers": [
+                             {"name": "node", "image": "pytorch", "command": ["torchrun", "t.py"]}]})}}}}]}}}}
 
 
 @pytest.fixture

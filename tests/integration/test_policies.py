@@ -19,7 +19,7 @@ from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, PODS, TRAINJO
 from gangctl.kube.client import ApiError
 from tests.integration.conftest import wait_ready
 from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, condition, eventually, get_trainjob, is_true, jobs_in,
-                                       pods_of, settled, submit, trainjob)
+                                       on_kwok_nodes, pods_of, settled, submit, trainjob)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -29,8 +29,8 @@ FAIL_EXIT_CODE = "pod-container-running-failed.stage.kwok.x-k8s.io/exit-code"
 
 def runtime(name: str, *, failure_policy: dict | None = None, pod_failure_policy: dict | None = None,
             success_policy: dict | None = None, backoff_limit: int = 0) -> dict:
-    job_spec: dict = {"backoffLimit": backoff_limit, "template": {"spec": {
-        "restartPolicy": "Never", "containers": [{"name": "node", "image": "pytorch", "command": ["torchrun", "t.py"]}]}}}
+    job_spec: dict = {"backoffLimit": backoff_limit, "template": {"spec": on_kwok_nodes({
+        "restartPolicy": "Never", "containers": [{"name": "node", "image": "pytorch", "command": ["torchrun", "t.py"]}]})}}
     if pod_failure_policy:
         job_spec["podFailurePolicy"] = pod_failure_policy
     if success_policy:

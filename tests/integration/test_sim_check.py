@@ -21,7 +21,7 @@ GAP_SECONDS = 30.0    # 0.5 s between submissions on the cluster
 def slice_of(count: int, run_id: str, namespace: str):
     jobs = [TraceJob(f"j{i}", i * GAP_SECONDS, RUN_SECONDS, 1, 8, cpu_per_node=8.0, memory_per_node=64.0, group="t")
             for i in range(count)]
-    return trainjob_submissions(jobs, runtime="torch-distributed", namespace_of_team={"t": namespace},
+    return trainjob_submissions(jobs, runtime="torch-kwok-gpu", namespace_of_team={"t": namespace},
                                 compression=COMPRESSION, run_id=run_id)
 
 

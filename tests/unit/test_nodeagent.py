@@ -105,11 +105,13 @@ def test_pod_status_is_truthful():
     assert ready["status"] == "False" and ready["reason"] == "PodCompleted"
 
 
-def test_node_is_tainted_labelled_and_not_kwok():
+def test_node_is_labelled_untainted_unless_asked_and_not_kwok():
     node = node_object(NodeConfig("pn-0", "4", "8Gi", kubelet_port=10300), "2026-01-01T00:00:00Z")
     assert "kwok.x-k8s.io/node" not in node["metadata"]["annotations"]
     assert node["metadata"]["labels"]["gangctl.io/process-node"] == "true"
-    assert node["spec"]["taints"][0]["key"] == "gangctl.io/process-node"
+    assert not node["spec"].get("taints"), "pods written for any cluster run on a process node unchanged"
+    tainted = node_object(NodeConfig("pn-1", "4", "8Gi", taint=True), "2026-01-01T00:00:00Z")
+    assert tainted["spec"]["taints"] == [{"key": "gangctl.io/process-node", "value": "true", "effect": "NoSchedule"}]
     assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == 10300
     assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "127.0.0.1"}]
     assert {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"] == "True"
