@@ -43,3 +43,29 @@ NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 EVENTS = Resource("events.k8s.io", "v1", "events", "Event")
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False)
 POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+
+# The kinds gangctl server-side applies from manifests it holds as plain objects (quota policies'
+# objects, the install's kubeflow-system ConfigMap and its RBAC), by (apiVersion, kind).
+APPLIED_KINDS = {(r.api_version, r.kind): r for r in (
+    NAMESPACES, CONFIGMAPS,
+    Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False),
+    Resource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+    Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+    Resource("kueue.x-k8s.io", "v1beta1", "resourceflavors", "ResourceFlavor", namespaced=False),
+    Resource("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", namespaced=False),
+    Resource("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue"),
+    Resource("kueue.x-k8s.io", "v1beta1", "workloadpriorityclasses", "WorkloadPriorityClass", namespaced=False),
+    Resource("kueue.x-k8s.io", "v1alpha1", "cohorts", "Cohort", namespaced=False),
+    Resource("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False),
+)}
+
+
+def resource_of(obj: dict) -> Resource:
+    """The resource of a manifest of one of `APPLIED_KINDS`."""
+    return APPLIED_KINDS[(obj["apiVersion"], obj["kind"])]
+
+
+def object_path(obj: dict) -> str:
+    meta = obj["metadata"]
+    return resource_of(obj).path(meta.get("namespace"), meta["name"])

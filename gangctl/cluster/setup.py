@@ -7,7 +7,7 @@ from typing import Callable, Iterable
 
 import yaml
 
-from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, CRDS, NODES, Resource
+from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, CRDS, NODES, Resource, object_path
 from gangctl.cluster.local import KWOK_NODE_ANNOTATION, KWOK_NODE_TAINT
 from gangctl.kube.client import ApiError, Kube
 
@@ -54,23 +54,12 @@ async def apply_webhooks(kube: Kube, hooks: Iterable[dict]) -> None:
         await kube.apply(res.path(name=hook["metadata"]["name"]), hook, FIELD_MANAGER)
 
 
-# Kinds `apply_manifests` knows: what the install's plain manifests (deploy/base/kubeflow) contain.
-_PLAIN_KINDS = {
-    "Namespace": Resource("", "v1", "namespaces", "Namespace", namespaced=False),
-    "ConfigMap": Resource("", "v1", "configmaps", "ConfigMap"),
-    "Role": Resource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
-    "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
-}
-
-
 async def apply_manifests(kube: Kube, docs: Iterable[dict]) -> list[str]:
-    """Server-side apply plain manifests (the kinds of `_PLAIN_KINDS`), in order; `Kind/name` of each."""
+    """Server-side apply plain manifests (of `APPLIED_KINDS`), in order; `Kind/name` of each."""
     applied = []
     for doc in docs:
-        res, meta = _PLAIN_KINDS[doc["kind"]], doc["metadata"]
-        path = res.path(meta["namespace"], meta["name"]) if res.namespaced else res.path(name=meta["name"])
-        await kube.apply(path, doc, FIELD_MANAGER)
-        applied.append(f"{doc['kind']}/{meta['name']}")
+        await kube.apply(object_path(doc), doc, FIELD_MANAGER)
+        applied.append(f"{doc['kind']}/{doc['metadata']['name']}")
     return applied
 
 

@@ -15,7 +15,7 @@ from typing import Literal
 
 import yaml
 
-from gangctl.api.resources import Resource
+from gangctl.api.resources import object_path
 from gangctl.kube.client import ApiError, Kube
 from gangctl.policy.quota import QuotaPolicy
 from gangctl.policy.quota_coscheduling import coscheduling_objects, stored_policy
@@ -25,17 +25,6 @@ from gangctl.policy.quota_volcano import volcano_objects
 FIELD_MANAGER = "gangctl-policy"
 Backend = Literal["kueue", "volcano", "coscheduling"]
 
-KINDS = {
-    ("v1", "Namespace"): Resource("", "v1", "namespaces", "Namespace", namespaced=False),
-    ("v1", "ConfigMap"): Resource("", "v1", "configmaps", "ConfigMap"),
-    ("scheduling.k8s.io/v1", "PriorityClass"): Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False),
-    ("kueue.x-k8s.io/v1beta1", "ResourceFlavor"): Resource("kueue.x-k8s.io", "v1beta1", "resourceflavors", "ResourceFlavor", namespaced=False),
-    ("kueue.x-k8s.io/v1beta1", "ClusterQueue"): Resource("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", namespaced=False),
-    ("kueue.x-k8s.io/v1beta1", "LocalQueue"): Resource("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue"),
-    ("kueue.x-k8s.io/v1beta1", "WorkloadPriorityClass"): Resource("kueue.x-k8s.io", "v1beta1", "workloadpriorityclasses", "WorkloadPriorityClass", namespaced=False),
-    ("kueue.x-k8s.io/v1alpha1", "Cohort"): Resource("kueue.x-k8s.io", "v1alpha1", "cohorts", "Cohort", namespaced=False),
-    ("scheduling.volcano.sh/v1beta1", "Queue"): Resource("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False),
-}
 _VOLATILE_META = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
 _CRD_HINT = {"kueue": "start the cluster with `gangctl cluster up --scheduler kueue`",
              "volcano": "start the cluster with `gangctl cluster up --scheduler volcano`",
@@ -56,15 +45,6 @@ def objects_for(policy: QuotaPolicy, backend: Backend, text: str | None = None) 
     if backend == "coscheduling":
         return coscheduling_objects(policy, text)
     return [*volcano_objects(policy), *stored_policy(text)]
-
-
-def resource_of(obj: dict) -> Resource:
-    return KINDS[(obj["apiVersion"], obj["kind"])]
-
-
-def object_path(obj: dict) -> str:
-    meta = obj["metadata"]
-    return resource_of(obj).path(meta.get("namespace"), meta["name"])
 
 
 def ref(obj: dict) -> str:

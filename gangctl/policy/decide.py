@@ -263,9 +263,7 @@ def _deadline_left(s: Snapshot, job: ResolvedJob) -> float | None:
 def _deadline_exceeded(s: Snapshot, job: ResolvedJob) -> Plan:
     message = (f"the TrainJob was active longer than spec.activeDeadlineSeconds ({job.active_deadline_seconds}s); "
                "its pods were stopped and its gang released")
-    status = st.failed_status(_previous(s), "DeadlineExceeded", message, s.now)
-    return Plan(steps=(WriteStatus(status), Event("Warning", "DeadlineExceeded", message), *_release(s, s.node_job)),
-                metrics=(Metric("policy_failures", "inc", ("DeadlineExceeded",)),))
+    return _fail(s, "DeadlineExceeded", message, metric=Metric("policy_failures", "inc", ("DeadlineExceeded",)))
 
 
 def rejected(s: Snapshot, message: str) -> Plan:
@@ -329,10 +327,13 @@ def _finished(s: Snapshot) -> Plan:
     return Plan(steps=(*steps, *_let_go(*(j for j in s.jobs if j["metadata"]["name"] not in released))))
 
 
-def _fail(s: Snapshot, reason: str, message: str) -> Plan:
-    status = st.failed_status(_previous(s), reason, message, s.now)
+def _fail(s: Snapshot, reason: str, message: str, *, status: dict | None = None,
+          metric: Metric = Metric("invalid", "inc")) -> Plan:
+    """Fail the TrainJob (onto `status`, by default what it shows now): the failure is written first,
+    then the gang is released."""
+    status = st.failed_status(_previous(s) if status is None else status, reason, message, s.now)
     return Plan(steps=(WriteStatus(status), Event("Warning", reason, message), *_release(s, s.node_job)),
-                metrics=(Metric("invalid", "inc"),))
+                metrics=(metric,))
 
 
 def _not_created(s: Snapshot, reason: str, message: str) -> Plan:
@@ -573,11 +574,9 @@ def _failed_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.Chi
     after = restarts.after(decision, failure, observed["metadata"]["name"], uid, st.timestamp(s.now))
     status = {**previous, "restarts": after.to_status(), "restartCount": after.user}
     status["jobsStatus"] = st.derive_status(previous, [child], None, False, s.now)["jobsStatus"]
-    if decision.action == "Fail":
-        status = st.failed_status(status, decision.reason, decision.message, s.now)
-        return Plan(steps=(WriteStatus(status), Event("Warning", decision.reason, decision.message),
-                           *_release(s, observed)),
-                    metrics=(Metric("policy_failures", "inc", (decision.reason,)),))
+    if decision.action == "Fail":  # observed is s.node_job: _fail releases it
+        return _fail(s, decision.reason, decision.message, status=status,
+                     metric=Metric("policy_failures", "inc", (decision.reason,)))
     status["conditions"] = st.set_condition(list(status.get("conditions") or []), st.RUNNING, False,
                                             "Restarting", decision.message, s.now)
     status.pop("gang", None)  # the new attempt's gang is measured from its own creation

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Awaitable, Callable, Mapping
 
-from gangctl.api.resources import TRAINJOBS, Resource
+from gangctl.api.resources import CONFIGMAPS, TRAINJOBS
 from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer, object_key
@@ -63,7 +63,6 @@ from gangctl.policy.status import finished
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "gangctl-admission"
-CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 
 
 def policy_informer(kube: Kube) -> Informer:

@@ -27,12 +27,6 @@ from gangctl.policy.resolve import NODE_JOB
 
 log = logging.getLogger(__name__)
 
-# Kept here too: other modules and tests import them from the reconciler.
-RETRY_ANNOTATION = d.RETRY_ANNOTATION
-ELASTIC_RECHECK_SECONDS = d.ELASTIC_RECHECK_SECONDS
-SERVED_MANAGERS = d.SERVED_MANAGERS
-
-
 @dataclass
 class Caches:
     trainjobs: Informer
