@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,9 @@ from gangctl.config import REPO_ROOT
 from gangctl.kube.client import ApiError, Kube
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy.decide_pytorchjob import RESTARTS_ANNOTATION
-from tests.integration.helpers import condition, eventually, is_true, on_kwok_nodes, pod_group
+from tests.integration.conftest import wait_ready
+from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, condition, eventually, is_true,
+                                       on_kwok_nodes, pod_group)
 from tests.integration.test_process_nodes import kubectl
 
 pytestmark = pytest.mark.integration
@@ -194,3 +197,40 @@ async def test_an_invalid_pytorchjob_is_refused_naming_the_field(kube, namespace
     with pytest.raises(ApiError) as err:
         await kube.create(PYTORCHJOBS.path(namespace), obj)
     assert err.value.status == 422 and "restartPolicy" in err.value.message, err.value.message
+
+
+async def test_a_controller_restart_keeps_the_budget_and_duplicates_nothing(kube, namespace, controller,
+                                                                           process_nodes):
+    steady = kwok_elastic("steady", namespace)
+    del steady["spec"]["elasticPolicy"]
+    # KWOK completes a pod after a few seconds unless told otherwise: this one runs for an hour
+    steady["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = {
+        "annotations": {KWOK_COMPLETE_DELAY: "3600s", KWOK_COMPLETE_JITTER: "3600s"}}
+    await kube.create(PYTORCHJOBS.path(namespace), steady)
+    slow = failing("slow", namespace, "OnFailure", 2)
+    slow["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"] = [
+        "python3", "-c", "import sys, time; time.sleep(3); sys.exit(3)"]
+    await kube.create(PYTORCHJOBS.path(namespace), slow)
+
+    async def first_restart_charged() -> bool:
+        job = await get(kube, namespace, "slow")
+        text = ((job["metadata"].get("annotations") or {}).get(RESTARTS_ANNOTATION))
+        return bool(text) and json.loads(text)["user"] >= 1
+    await eventually(first_restart_charged, 60, "the first restart of slow charged", interval=0.2)
+    await eventually(lambda: _is_running(kube, namespace, "steady"), 60, "steady Running", interval=0.5)
+    before = sorted(p["metadata"]["uid"] for p in await pods(kube, namespace, "steady"))
+
+    controller.stop(signal.SIGKILL)
+    controller.start()
+    await wait_ready(controller)
+
+    job = await finished(kube, namespace, "slow", "Failed", 90)
+    counters = json.loads(job["metadata"]["annotations"][RESTARTS_ANNOTATION])
+    assert counters["user"] == 2, counters            # the budget went on from where it was: 2 restarts, no more
+    assert "2/2" in condition(job, "Failed")["message"], condition(job, "Failed")
+    assert sorted(p["metadata"]["uid"] for p in await pods(kube, namespace, "steady")) == before
+    assert is_true(await get(kube, namespace, "steady"), "Running")
+
+
+async def _is_running(kube: Kube, namespace: str, name: str) -> bool:
+    return is_true(await get(kube, namespace, name), "Running")
