@@ -38,10 +38,11 @@ class Caches:
     # Backend name -> what its gangs are watched through (PodGroups; Kueue's Workloads). Only the
     # backends this cluster serves are present.
     groups: dict[str, Informer]
+    pytorchjobs: Informer | None = None   # kubeflow.org/v1, when the cluster serves its CRD
 
     def all(self) -> list[Informer]:
         return [self.trainjobs, self.runtimes, self.cluster_runtimes, self.jobs, self.pods,
-                self.services, *self.groups.values()]
+                self.services, *self.groups.values(), *([self.pytorchjobs] if self.pytorchjobs else [])]
 
 
 class Reconciler:

@@ -385,7 +385,8 @@ def walk(node: dict, path: str = ""):
 
 
 def crd_schemas():
-    for name in sorted(p.name for p in CRD_DIR.glob("*.yaml")):
+    # gangctl's own (PyTorchJob's is Training Operator's, checked in tests/unit/test_pytorchjob.py)
+    for name in sorted(crds.build_crds()):
         crd = yaml.safe_load((CRD_DIR / name).read_text())
         yield name, crd, crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
