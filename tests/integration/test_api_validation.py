@@ -25,7 +25,8 @@ import yaml
 
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 from gangctl.kube.client import ApiError
-from tests.integration.helpers import condition, delete_namespace, eventually, gang_state, get_trainjob, is_true, trainjob
+from tests.integration.helpers import (condition, delete_namespace, eventually, gang_state, get_trainjob, is_true,
+                                       trainjob)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
