@@ -317,6 +317,9 @@ def _unique_managers(patches: list[RuntimePatch] | None) -> list[RuntimePatch] |
     return patches
 
 
+IMMUTABLE = {"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "field is immutable"}]}
+
+
 class TrainJobSpec(K8sModel):
     """What to train and with which runtime."""
 
@@ -332,8 +335,9 @@ class TrainJobSpec(K8sModel):
         }
     )
 
-    runtime_ref: RuntimeRef
-    initializer: Initializer | None = None
+    # Trainer v2.3's rule and message (its CEL on TrainJobSpec.runtimeRef and .initializer).
+    runtime_ref: RuntimeRef = Field(json_schema_extra=IMMUTABLE)
+    initializer: Initializer | None = Field(None, json_schema_extra=IMMUTABLE)
     trainer: Trainer | None = None
     labels: dict[str, Annotated[str, Field(max_length=63)]] | None = _metadata_map(values=True)
     annotations: dict[str, str] | None = _metadata_map(values=False)

@@ -221,6 +221,12 @@ CASES: dict[str, Case] = {
                             R(("spec.managedBy",), ("immutable",)), update={"spec": {"managedBy": "example.com/b"}}),
     "managedBy removed": tj({"spec.managedBy": "example.com/other", "spec.suspend": True},
                             R(("spec",), ("spec.managedBy is immutable",)), update={"spec": {"managedBy": None}}),
+    # Trainer v2.3's CEL: runtimeRef and initializer never change (its rule and message).
+    "runtimeRef changed": tj({"spec.suspend": True}, R(("spec.runtimeRef",), ("field is immutable",)),
+                             update={"spec": {"runtimeRef": {"name": "another-runtime"}}}),
+    "initializer changed": tj({"spec.suspend": True, "spec.initializer": {"dataset": {"storageUri": "hf://org/a"}}},
+                              R(("spec.initializer",), ("field is immutable",)),
+                              update={"spec": {"initializer": {"dataset": {"storageUri": "hf://org/b"}}}}),
     "runtimeRef.kind changed to unknown": tj({"spec.suspend": True}, R(("spec.runtimeRef.kind",)),
                                              update={"spec": {"runtimeRef": {"kind": "Job"}}}),
     # --- TrainJob: podTemplateOverrides -------------------------------------------------------
