@@ -254,9 +254,13 @@ def _deadline_left(s: Snapshot, job: ResolvedJob) -> float | None:
     if job.active_deadline_seconds is None or job.suspend or not created:
         return None
     start = st.parse_time(created)
-    for cond in _previous(s).get("conditions") or []:
-        if cond.get("type") == st.SUSPENDED and cond.get("status") == "False" and cond.get("lastTransitionTime"):
-            start = max(start, st.parse_time(cond["lastTransitionTime"]))
+    previous = _previous(s)
+    # gangctl keeps the resume time in status.gang; Trainer (and an older gangctl) in Suspended=False.
+    resumed = [st.gang_state(previous).get("resumedAt")] + [
+        c.get("lastTransitionTime") for c in previous.get("conditions") or []
+        if c.get("type") == st.SUSPENDED and c.get("status") == "False"]
+    for when in filter(None, resumed):
+        start = max(start, st.parse_time(when))
     return job.active_deadline_seconds - (s.now - start).total_seconds()
 
 
@@ -338,10 +342,10 @@ def _fail(s: Snapshot, reason: str, message: str, *, status: dict | None = None,
 
 def _not_created(s: Snapshot, reason: str, message: str) -> Plan:
     previous = _previous(s)
-    conditions = st.set_condition(list(previous.get("conditions") or []), st.CREATED, False, reason, message, s.now)
-    if conditions == previous.get("conditions"):
+    status = st.set_state(previous, st.PENDING, reason, message, s.now)
+    if status == previous:
         return Plan()
-    return Plan(steps=(WriteStatus({**previous, "conditions": conditions}),))
+    return Plan(steps=(WriteStatus(status),))
 
 
 def _runtime_missing(s: Snapshot) -> Plan:
@@ -506,7 +510,6 @@ def _steady_status(s: Snapshot, job: ResolvedJob, backend, gang: Gang, quota: _Q
     status = st.derive_status(previous, jobs, gang_obs, quota.user_suspend, s.now,
                               s.trainjob["metadata"].get("generation"), success_policy=job.success_policy,
                               waiting=quota.wait or waiting)
-    status = st.drop_condition(status, st.SYNCED)  # this pass applied everything: nothing stuck
     restarts = Restarts.from_status(previous)
     if restarts.total or restarts.last_failure:
         status["restarts"] = restarts.to_status()
@@ -577,9 +580,9 @@ def _failed_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.Chi
     if decision.action == "Fail":  # observed is s.node_job: _fail releases it
         return _fail(s, decision.reason, decision.message, status=status,
                      metric=Metric("policy_failures", "inc", (decision.reason,)))
-    status["conditions"] = st.set_condition(list(status.get("conditions") or []), st.RUNNING, False,
-                                            "Restarting", decision.message, s.now)
-    status.pop("gang", None)  # the new attempt's gang is measured from its own creation
+    status = st.set_state(status, st.RESTARTING, "Restarting", decision.message, s.now)
+    for key in st.GANG_TIMING:
+        status["gang"].pop(key, None)  # the new attempt's gang is measured from its own creation
     kind = "Normal" if decision.counter == "infrastructure" else "Warning"
     return Plan(steps=(WriteStatus(status), Event(kind, "Restarting", f"{decision.reason}: {decision.message}"),
                        *_delete_attempt(observed)),

@@ -37,7 +37,7 @@ from gangctl.runtime.workqueue import WorkQueue
 log = logging.getLogger(__name__)
 
 # A key whose reconcile the API refuses this many times in a row, for a reason a retry will not
-# change (400 Bad Request, 403 Forbidden, 422 Invalid), gets a Synced=False condition saying why.
+# change (400 Bad Request, 403 Forbidden, 422 Invalid), gets its reason and message in status.gang saying why.
 STUCK_AFTER_FAILURES = 3
 PERMANENT_STATUSES = frozenset({400, 403, 422})
 
