@@ -145,11 +145,15 @@ def condition(obj: dict, ctype: str) -> dict | None:
 
 
 TRAINER_CONDITIONS = ("Suspended", "Complete", "Failed")
+# Training Operator v1's, which a PyTorchJob's status keeps.
+V1_CONDITIONS = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 
 
 def is_true(obj: dict, ctype: str) -> bool:
-    """One of Kubeflow Trainer's conditions is True (gangctl writes no other: see `gang_state`)."""
-    assert ctype in TRAINER_CONDITIONS, f"{ctype} is not a Trainer condition; read gang_state()"
+    """A condition is True. A TrainJob has only Kubeflow Trainer's (gangctl's own state is in
+    `gang_state`); a PyTorchJob has Training Operator v1's."""
+    kinds = V1_CONDITIONS if obj.get("kind") == "PyTorchJob" else TRAINER_CONDITIONS
+    assert ctype in kinds, f"{ctype} is not a {obj.get('kind')} condition; for a TrainJob read gang_state()"
     cond = condition(obj, ctype)
     return bool(cond and cond["status"] == "True")
 
