@@ -591,6 +591,11 @@ def test_alerts_and_dashboard_use_exported_metrics(variants):
     exprs = [t["expr"] for p in json.loads(text)["panels"] for t in p["targets"]]
     used = set(re.findall(r"\b(gangctl_[a-z_]+)", " ".join(exprs)))
     assert used and used <= exported, used - exported
+    # ... and the label values they select exist: a phase the metrics never export shows 0 for ever.
+    from gangctl.obs.metrics import PHASES
+    rules = " ".join(r["expr"] for r in alerts.values())
+    phases = {v for sel in re.findall(r'phase=~?"([^"]+)"', " ".join(exprs) + " " + rules) for v in sel.split("|")}
+    assert phases and phases <= set(PHASES), phases - set(PHASES)
     monitor = one(docs, "ServiceMonitor", "gangctl-controller")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     assert {e["port"] for e in monitor["spec"]["endpoints"]} <= {p["name"] for p in svc["spec"]["ports"]}
