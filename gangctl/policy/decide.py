@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Mapping, Union
+from typing import Iterable, Mapping, Union
 
 from gangctl.api.resources import JOBS, PODS, SERVICES, Resource
 from gangctl.api.trainjob import parse_trainjob
@@ -28,7 +28,8 @@ from gangctl.plugins import base
 from gangctl.plugins.kueue import QUEUE_LABEL
 from gangctl.plugins.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, TRAINJOB_NAME, child_job_name
 from gangctl.plugins.registry import BACKENDS, backend_for
-from gangctl.plugins.torch import rendezvous_store, store_name
+from gangctl.plugins.torch import STORE_ROLE as TORCH_STORE_ROLE
+from gangctl.plugins.torch import rendezvous_store
 from gangctl.plugins.workload import headless_service, node_job, owner_reference, with_spec_hash
 from gangctl.policy import elastic
 from gangctl.policy import status as st
@@ -294,7 +295,12 @@ def _let_go(*jobs: dict) -> list[Step]:
 
 
 def _store_pods(s: Snapshot) -> list[dict]:
-    return [p for p in s.pods if (p["metadata"].get("labels") or {}).get("gangctl.io/role") == STORE_ROLE]
+    return store_pods(s.pods)
+
+
+def store_pods(pods: Iterable[dict]) -> list[dict]:
+    """The rendezvous store pods among a job's pods (every incarnation: see ensure_store)."""
+    return [p for p in pods if (p["metadata"].get("labels") or {}).get(TORCH_STORE_ROLE) == STORE_ROLE]
 
 
 def _release(s: Snapshot, child: dict | None, applied_group: str | None = None) -> list[Step]:
@@ -483,18 +489,25 @@ def _ensure(resource: Resource, cached: dict | None, obj: dict, rejectable: bool
 
 
 def _ensure_store(s: Snapshot, job: ResolvedJob, owner: dict, backend) -> list[Step]:
-    """The rendezvous store pod; recreated when it is lost (a new name, since a pod on a lost node
-    can stay Terminating until the node comes back)."""
-    pods = _store_pods(s)
+    return ensure_store(_store_pods(s), rendezvous_store(job, owner, {}), s.scheduler_name)
+
+
+def ensure_store(pods: list[dict], pod: dict, scheduler_name: str) -> list[Step]:
+    """The rendezvous store `pod` when none of `pods` (the store pods observed) is alive; recreated
+    when it is lost, under a new name (`<name>-<n>`), since a pod on a lost node can stay
+    Terminating until the node comes back."""
     if any(not p["metadata"].get("deletionTimestamp") and (p.get("status") or {}).get("phase")
            not in ("Failed", "Succeeded") for p in pods):
         return []
-    steps: list[Step] = [Delete(PODS, job.namespace, p["metadata"]["name"])
+    ns = pod["metadata"]["namespace"]
+    steps: list[Step] = [Delete(PODS, ns, p["metadata"]["name"])
                          for p in pods if not p["metadata"].get("deletionTimestamp")]
-    pod = rendezvous_store(job, owner, {})
-    pod["spec"]["schedulerName"] = s.scheduler_name
+    pod["spec"]["schedulerName"] = scheduler_name
+    taken, n, base_name = {p["metadata"]["name"] for p in pods}, len(pods), pod["metadata"]["name"]
+    while pods and f"{base_name}-{n}" in taken:
+        n += 1
     if pods:
-        pod["metadata"]["name"] = f"{store_name(job.name)}-{len(pods)}"
+        pod["metadata"]["name"] = f"{base_name}-{n}"
     return [*steps, Create(PODS, pod, cached=False)]
 
 

@@ -37,7 +37,8 @@ from gangctl.plugins.workload import (ELASTIC_BACKOFF_LIMIT, ELASTIC_SUCCESS_POL
                                       owner_reference, with_spec_hash)
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy import status as st
-from gangctl.policy.decide import Apply, Delete, Event, Metric, Patch, Plan, Step, WriteStatus
+from gangctl.plugins.torch import rendezvous_store
+from gangctl.policy.decide import Apply, Delete, Event, Metric, Patch, Plan, Step, WriteStatus, ensure_store, store_pods
 from gangctl.policy.failure import PodFailure, Restarts, classify
 from gangctl.policy.failure import decide as judge
 
@@ -168,7 +169,7 @@ def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
     for backend_name, group in s.groups.items():
         resource = BACKENDS[backend_name].group_resource
         if resource is not None and group is not None and not group["metadata"].get("deletionTimestamp"):
-            steps.append(Delete(resource, ns, name))
+            steps.append(Delete(resource, ns, pj.group_name(name)))
     cleanup = pj.cleanup(job)
     for child in s.jobs:
         meta = child["metadata"]
@@ -179,6 +180,8 @@ def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
         elif cleanup == "suspend" and not (child.get("spec") or {}).get("suspend") \
                 and not st.ChildJob.from_job(child, "").finished:
             steps.append(Patch(JOBS, ns, meta["name"], {"spec": {"suspend": True}}))
+    steps += [Delete(PODS, ns, p["metadata"]["name"]) for p in store_pods(s.pods)
+              if not p["metadata"].get("deletionTimestamp")]
     return steps
 
 
@@ -270,6 +273,15 @@ def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str)
     })
 
 
+def store_pod(gang: pj.PyTorchGang, owner: dict) -> dict:
+    """gangctl's rendezvous store (`gangctl.plugins.torch`), kept off the Workers' nodes."""
+    workers = gang.groups[-1]
+    return rendezvous_store(workers.job, owner, {}, name=pj.store_name(gang.name),
+                            job_labels=pj.store_labels(gang.name),
+                            workers={pj.JOB_NAME: gang.name, pj.REPLICA_TYPE: workers.replica_type.lower()},
+                            container=DEFAULT_CONTAINER)
+
+
 def _service(svc: dict, owner: dict) -> dict:
     out = copy.deepcopy(svc)
     out["metadata"]["labels"] = {**out["metadata"]["labels"], MANAGED_BY: MANAGER}
@@ -283,7 +295,7 @@ def gang_group(gang: pj.PyTorchGang, backend, owner: dict) -> dict:
     group = backend.group(gang.groups[-1].job, gang.gang(), owner)
     if "minResources" in (group.get("spec") or {}):
         group["spec"]["minResources"] = {k: format_quantity(v) for k, v in sorted(gang.min_resources.items())}
-    group["metadata"].setdefault("labels", {})[pj.JOB_NAME] = gang.name
+    group["metadata"]["labels"] = {MANAGED_BY: MANAGER, pj.JOB_NAME: gang.name}  # not a TrainJob's
     return with_spec_hash(group)
 
 
@@ -302,6 +314,8 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
         steps += _ensure(SERVICES, services.get(svc["metadata"]["name"]), _service(svc, owner))
     if base.wants_group(backend) and not job.run_policy.suspend:
         steps += _ensure(backend.group_resource, s.groups.get(backend.name), gang_group(gang, backend, owner))
+    if gang.rdzv_store and not job.run_policy.suspend:
+        steps += ensure_store(store_pods(s.pods), store_pod(gang, owner), s.scheduler_name)
     for group in gang.groups:
         steps += _ensure(JOBS, current[group.child_name], child_job(group, owner, backend, s.scheduler_name))
     for pod in _attempt_pods(s, current):

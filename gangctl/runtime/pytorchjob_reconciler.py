@@ -10,7 +10,7 @@ from gangctl.api.resources import PYTORCHJOBS, Resource
 from gangctl.kube.client import ApiError
 from gangctl.kube.informer import Informer
 from gangctl.policy import decide_pytorchjob as dp
-from gangctl.policy.pytorchjob import JOB_NAME
+from gangctl.policy.pytorchjob import JOB_NAME, group_name
 from gangctl.runtime.reconciler import Reconciler
 
 
@@ -30,7 +30,7 @@ class PyTorchJobReconciler(Reconciler):
             return dp.Snapshot(key, self.clock(), None)
         groups: dict[str, dict | None] = {}
         for backend_name, cache in self.caches.groups.items():
-            found = [g for g in cache.list(ns, {JOB_NAME: name}) if g["metadata"]["name"] == name]
+            found = [g for g in cache.list(ns, {JOB_NAME: name}) if g["metadata"]["name"] == group_name(name)]
             groups[backend_name] = found[0] if found else None
         selector = {JOB_NAME: name}
         return dp.Snapshot(

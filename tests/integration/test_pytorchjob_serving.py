@@ -124,7 +124,7 @@ async def test_v1_ddp_manifest_runs_torchrun_to_succeeded_with_v1_env(kube, name
             ranks[(rtype, index)] = int(fields["rank"])
         # v1's ranks: the Master is 0, worker i is i + 1 (stamped by the controller)
         assert ranks == {("master", 0): 0, ("worker", 0): 1, ("worker", 1): 2, ("worker", 2): 3}
-        group = await pod_group(kube, namespace, name)
+        group = await pod_group(kube, namespace, pj.group_name(name))
         assert group is None, "the gang is released when the job finishes"
     finally:
         shutil.rmtree(script.parent, ignore_errors=True)
@@ -146,13 +146,16 @@ async def test_elastic_gang_on_kwok_gpu_nodes_gets_one_podgroup_floored_at_min_r
         return is_true(await get(kube, namespace, "elastic"), "Running")
     await eventually(running, 90, "elastic PyTorchJob Running", interval=0.5)
     groups = (await kube.get(f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups"))["items"]
-    assert [g["metadata"]["name"] for g in groups] == ["elastic"]
+    assert [g["metadata"]["name"] for g in groups] == ["elastic-pytorch"]   # not a TrainJob's group name
     spec = groups[0]["spec"]
     assert spec["minMember"] == 2                     # elasticPolicy.minReplicas (v1 summed every replica: 4)
     assert spec["minResources"] == {"nvidia.com/gpu": "16"}
-    found = await pods(kube, namespace, "elastic")
+    every = await pods(kube, namespace, "elastic")
+    found = [p for p in every if p["metadata"]["labels"].get(pj.REPLICA_TYPE) == "worker"]
     assert len(found) == 4 and all(p["spec"].get("nodeName") for p in found)
-    assert {p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] for p in found} == {"elastic"}
+    # c10d without rdzvHost: gangctl's rendezvous store, which is no member of the gang
+    assert [p["metadata"]["name"] for p in every if p not in found] == [pj.store_name("elastic")]
+    assert {p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] for p in found} == {"elastic-pytorch"}
     env = env_of(found[0])
     assert env["PET_NNODES"]["value"] == "2:4" and env["PET_RDZV_BACKEND"]["value"] == "c10d"
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from gangctl.api.resources import JOBS, PODS, POD_GROUPS, PYTORCHJOBS, SERVICES
 from gangctl.policy import decide_pytorchjob as dp
 from gangctl.policy import pytorchjob as pj
-from gangctl.policy.decide import Apply, Delete, Event, Patch, WriteStatus
+from gangctl.policy.decide import Apply, Create, Delete, Event, Patch, WriteStatus
 
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -61,7 +61,7 @@ def test_first_pass_applies_services_podgroup_and_one_job_per_replica_type():
     applies = plan.of(Apply)
     assert [(a.resource, a.obj["metadata"]["name"]) for a in applies] == [
         (SERVICES, "ddp-master-0"), (SERVICES, "ddp-worker-0"), (SERVICES, "ddp-worker-1"), (SERVICES, "ddp-worker-2"),
-        (POD_GROUPS, "ddp"), (JOBS, "ddp-master"), (JOBS, "ddp-worker")]
+        (POD_GROUPS, "ddp-pytorch"), (JOBS, "ddp-master"), (JOBS, "ddp-worker")]
     group = applies[4].obj
     assert group["spec"]["minMember"] == 4
     assert group["spec"]["minResources"] == {"cpu": "4"}
@@ -69,7 +69,7 @@ def test_first_pass_applies_services_podgroup_and_one_job_per_replica_type():
     assert worker["spec"]["completionMode"] == "Indexed" and worker["spec"]["completions"] == 3
     template = worker["spec"]["template"]
     assert template["spec"]["schedulerName"] == "sched"
-    assert template["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "ddp"
+    assert template["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "ddp-pytorch"
     assert template["spec"]["schedulingGates"] == [{"name": pj.RANK_GATE}]
     env = {e["name"]: e for e in template["spec"]["containers"][0]["env"]}
     assert env["MASTER_ADDR"]["value"] == "ddp-master-0" and env["WORLD_SIZE"]["value"] == "4"
@@ -113,13 +113,14 @@ def test_master_success_succeeds_the_job_and_releases_the_gang():
                      "startTime": "2026-11-23T11:00:00Z"}
     plan = dp.decide(snap(obj, jobs=(child("ddp-master", "m1", complete=True), child("ddp-worker", "w1")),
                           pods=(pod("ddp-master-0-a", "m1", "master", 0, phase="Succeeded"),),
-                          groups={"coscheduling": {"metadata": {"name": "ddp"}}}))
+                          groups={"coscheduling": {"metadata": {"name": "ddp-pytorch"}}}))
     status = plan.status
     assert {c["type"]: c["status"] for c in status["conditions"]}["Succeeded"] == "True"
     assert status["replicaStatuses"]["Master"]["succeeded"] == 1
     steps = list(plan.steps)
     write = steps.index(next(s for s in steps if isinstance(s, WriteStatus)))
-    release = steps.index(next(s for s in steps if isinstance(s, Delete) and s.resource == POD_GROUPS))
+    release = steps.index(next(s for s in steps if isinstance(s, Delete) and s.resource == POD_GROUPS
+                               and s.name == "ddp-pytorch"))
     assert write < release
 
 
@@ -165,7 +166,7 @@ def test_the_restart_budget_survives_in_the_annotation():
 def test_a_judged_failure_fails_with_v1_reason_then_releases():
     obj = judged(pytorchjob(runPolicy={"backoffLimit": 1}), "Fail", uid="w2")
     plan = dp.decide(snap(obj, jobs=(child("ddp-master", "m2"), child("ddp-worker", "w2", failed=("BackoffLimitExceeded", ""))),
-                          groups={"coscheduling": {"metadata": {"name": "ddp"}}}))
+                          groups={"coscheduling": {"metadata": {"name": "ddp-pytorch"}}}))
     failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "PyTorchJobFailed" and failed["status"] == "True"
     assert isinstance(plan.steps[0], WriteStatus) and isinstance(plan.steps[1], Event)
@@ -192,3 +193,62 @@ def test_finished_job_is_deleted_after_its_ttl_and_cleaned_per_policy():
 
 def test_a_deleted_pytorchjob_needs_nothing():
     assert dp.decide(snap(None)).steps == ()
+
+
+# --- gangctl's rendezvous store (elastic c10d without rdzvHost) -----------------------------------
+ELASTIC = {"minReplicas": 2, "maxReplicas": 3, "rdzvBackend": "c10d"}
+
+
+def store(name: str, phase: str = "Running", deleting: bool = False) -> dict:
+    meta = {"name": name, "namespace": "team-a", "labels": pj.store_labels("ddp")}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-23T11:00:00Z"
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+def test_elastic_c10d_without_rdzv_host_gets_the_store_pod_and_its_service():
+    plan = dp.decide(snap(pytorchjob(elasticPolicy=ELASTIC)))
+    [create] = plan.of(Create)
+    pod_ = create.obj
+    assert pod_["metadata"]["name"] == "ddp-rdzv-pt" and pod_["metadata"]["labels"][pj.JOB_NAME] == "ddp"
+    assert "trainer.kubeflow.org/trainjob-name" not in pod_["metadata"]["labels"]  # not a TrainJob's store
+    assert pod_["spec"]["schedulerName"] == "sched"
+    term = pod_["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["labelSelector"]["matchLabels"] == {pj.JOB_NAME: "ddp", pj.REPLICA_TYPE: "worker"}
+    svc = next(a.obj for a in plan.of(Apply) if a.obj["metadata"]["name"] == "ddp-rdzv-pt")
+    assert svc["spec"]["selector"] == pj.store_labels("ddp") and svc["spec"]["ports"][0]["port"] == 29400
+    env = {e["name"]: e.get("value") for e in next(a.obj for a in plan.of(Apply) if a.obj["metadata"]["name"] ==
+                                                   "ddp-worker")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["PET_RDZV_ENDPOINT"] == "ddp-rdzv-pt:29400"
+
+
+def test_no_store_with_rdzv_host_or_while_suspended():
+    assert not dp.decide(snap(pytorchjob(elasticPolicy={**ELASTIC, "rdzvHost": "etcd", "rdzvPort": 2379}))).of(Create)
+    assert not dp.decide(snap(pytorchjob(elasticPolicy=ELASTIC, runPolicy={"suspend": True}))).of(Create)
+
+
+def test_a_live_store_is_kept_and_a_lost_one_replaced_under_a_new_name():
+    obj = pytorchjob(elasticPolicy=ELASTIC)
+    assert not dp.decide(snap(obj, pods=(store("ddp-rdzv-pt"),))).of(Create)
+    plan = dp.decide(snap(obj, pods=(store("ddp-rdzv-pt", phase="Failed"), store("ddp-rdzv-pt-1", deleting=True))))
+    assert [c.obj["metadata"]["name"] for c in plan.of(Create)] == ["ddp-rdzv-pt-2"]
+    assert [(d.resource, d.name) for d in plan.of(Delete)] == [(PODS, "ddp-rdzv-pt")]
+
+
+def test_finishing_deletes_the_store():
+    obj = pytorchjob(elasticPolicy=ELASTIC)
+    obj["status"] = {"conditions": [{"type": "Succeeded", "status": "True"}]}
+    plan = dp.decide(snap(obj, pods=(store("ddp-rdzv-pt"),)))
+    assert (PODS, "ddp-rdzv-pt") in [(d.resource, d.name) for d in plan.of(Delete)]
+
+
+def test_a_trainjob_of_the_same_name_keeps_its_own_gang_and_store():
+    """TrainJob children keep their names (`<job>` PodGroup, `<job>-rdzv` store); a PyTorchJob's differ
+    and carry no TrainJob label, so neither reconciler observes the other's."""
+    plan = dp.decide(snap(pytorchjob(elasticPolicy=ELASTIC)))
+    names = {a.obj["metadata"]["name"] for a in plan.of(Apply)} | {c.obj["metadata"]["name"] for c in plan.of(Create)}
+    assert not names & {"ddp", "ddp-rdzv", "ddp-node"}
+    group = next(a.obj for a in plan.of(Apply) if a.resource == POD_GROUPS)
+    assert group["metadata"]["labels"] == {"gangctl.io/managed-by": "gangctl", pj.JOB_NAME: "ddp"}
+    for obj in [*(a.obj for a in plan.of(Apply)), *(c.obj for c in plan.of(Create))]:
+        assert "trainer.kubeflow.org/trainjob-name" not in (obj["metadata"].get("labels") or {}), obj["metadata"]
