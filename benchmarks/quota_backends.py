@@ -7,7 +7,7 @@ For each backend (gangctl's own admission under coscheduling, Kueue, Volcano) it
 of its own (`gangctl-bench-quota-<backend>`, --gpu-nodes KWOK nodes x 8 GPUs, so the quota and not
 the nodes binds), applies `tests/integration/data/one-team-64.yaml` with `gangctl policy apply`,
 installs one TrainingRuntime whose podGroupPolicy names the backend, starts `gangctl controller`,
-submits the same seeded jobs at once (the mix of the 200-job integration test: 1, 1, 2 or 4 nodes of
+submits the same seeded jobs at once (the mix of the quota integration test, seed 200: 1, 1, 2 or 4 nodes of
 1, 2, 4 or 8 GPUs, KWOK finishes each pod 2-4 s after it runs) and samples every 100 ms, from pod
 and TrainJob watches, the GPUs bound pods hold (and, under coscheduling, the GPUs gangctl admitted).
 Reports per backend: jobs Complete, time until the last finished, peak GPUs held and samples over

@@ -132,12 +132,14 @@ async def test_the_same_jobs_never_exceed_the_policy(gated, kube):
     await assert_same_jobs_within_policy(kube)
 
 
-async def test_200_concurrent_trainjobs_never_exceed_a_64_gpu_quota(gated, kube, kubeconfig, cluster_settings):
+async def test_80_concurrent_trainjobs_never_exceed_a_64_gpu_quota(gated, kube, kubeconfig, cluster_settings):
     # The one-team policy replaces the two-team one (one policy per cluster, as with Kueue's objects).
     apply_policy_cli(kubeconfig, "coscheduling", cluster_settings.cluster_name, SOLO_POLICY)
+    # 80 jobs asking for 27 times the quota in GPU-seconds (CI-sized; the gate's cost per job is what
+    # benchmarks/scale.py measures at 5,000 nodes).
     rng = random.Random(200)
     jobs = []
-    for i in range(200):
+    for i in range(80):
         nodes = rng.choice((1, 1, 2, 4))
         gpus = rng.choice((1, 2, 4, 8))
         jobs.append((f"j{i:03d}", nodes, gpus, f"{rng.randint(2, 4)}s"))
@@ -153,8 +155,8 @@ async def test_200_concurrent_trainjobs_never_exceed_a_64_gpu_quota(gated, kube,
         async def all_done() -> bool:
             listing = (await kube.get(TRAINJOBS.path("solo")))["items"]
             phases.update({tj["metadata"]["name"]: phase(tj.get("status")) for tj in listing})
-            return len(phases) == 200 and all(p in ("Complete", "Failed") for p in phases.values())
-        await eventually(all_done, 900, "all 200 TrainJobs finished", interval=2.0)
+            return len(phases) == len(jobs) and all(p in ("Complete", "Failed") for p in phases.values())
+        await eventually(all_done, 900, f"all {len(jobs)} TrainJobs finished", interval=2.0)
     finally:
         stop.set()
         await task
