@@ -345,25 +345,29 @@ _mount_sim()
 
 @app.command("explain")
 def explain_command(
-    target: str = typer.Argument(..., metavar="NAMESPACE/NAME", help="the TrainJob"),
+    target: str = typer.Argument(..., metavar="[pytorchjob/]NAMESPACE/NAME",
+                                 help="the TrainJob, or a PyTorchJob with the pytorchjob/ prefix"),
     output: Output = typer.Option(Output.text, "-o", "--output"),
 ) -> None:
-    """Why a TrainJob waits (or runs, or ended): its gang's requests against what the nodes have free."""
+    """Why a TrainJob or PyTorchJob waits (or runs, or ended): its gang's requests against what the nodes have free."""
     import asyncio
 
-    from gangctl.commands.explain import ExplainError, as_json, explain
+    from gangctl.commands.explain import ExplainError, as_json, explain, explain_pytorchjob
     from gangctl.kube.client import ApiError
 
-    namespace, _, name = target.partition("/")
-    if not name:
-        _fail(f"give the TrainJob as NAMESPACE/NAME, e.g. default/{target}")
+    parts = target.split("/")
+    kind = parts.pop(0).lower() if len(parts) == 3 else "trainjob"
+    readers = {"trainjob": explain, "trainjobs": explain, "pytorchjob": explain_pytorchjob, "pytorchjobs": explain_pytorchjob}
+    if len(parts) != 2 or not all(parts) or kind not in readers:
+        _fail(f"give the job as NAMESPACE/NAME (a TrainJob) or pytorchjob/NAMESPACE/NAME, e.g. default/{parts[-1]}")
+    namespace, name = parts
     settings = ControllerSettings()
     try:
-        trainjob, d = asyncio.run(explain(settings.kubeconfig, namespace, name, settings.gang_retry_seconds))
+        job, d = asyncio.run(readers[kind](settings.kubeconfig, namespace, name, settings.gang_retry_seconds))
     except (ExplainError, ApiError, ValueError) as exc:
         _fail(str(exc))
     if output is Output.json:
-        print(json.dumps(as_json(trainjob, d), indent=2))
+        print(json.dumps(as_json(job, d), indent=2))
         return
     out.print(f"[bold]{namespace}/{name}[/]: [bold]{d.reason}[/]")
     out.print(d.message)

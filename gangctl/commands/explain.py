@@ -1,4 +1,4 @@
-"""`gangctl explain NAMESPACE/NAME`: read what the decision needs from the cluster, then diagnose.
+"""`gangctl explain [pytorchjob/]NAMESPACE/NAME`: read what the decision needs from the cluster, then diagnose.
 
 The reading is here; the deciding is `gangctl.policy.explain` (pure). The gang is sized exactly as
 the controller sizes it (resolve over the runtime, then size_gang), so the numbers are the ones
@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, NODES, PODS, TRAINING_RUNTIMES, TRAINJOBS, Resource
+from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, NODES, PODS, PYTORCHJOBS, TRAINING_RUNTIMES, TRAINJOBS,
+                                   Resource)
 from gangctl.kube.client import ApiError, Kube
 from gangctl.plugins.names import TRAINJOB_NAME
-from gangctl.policy.explain import Diagnosis, diagnose, node_rooms
+from gangctl.policy import pytorchjob as pj
+from gangctl.policy.explain import Diagnosis, diagnose, diagnose_pytorchjob, node_rooms
 from gangctl.policy.gang import size_gang
 from gangctl.policy.resolve import resolve
 
@@ -46,17 +48,46 @@ async def explain(kubeconfig: Path | str | None, namespace: str, name: str,
             raise
         job = resolve(trainjob, runtime)
         gang = size_gang(job.num_nodes, job.requests, min_nodes=job.min_nodes)
-        nodes = (await kube.get(NODES.path()))["items"]
-        pods = (await kube.get(PODS.path(), fieldSelector="status.phase!=Succeeded,status.phase!=Failed"))["items"]
-        mine = [p for p in pods if p["metadata"]["namespace"] == namespace
-                and (p["metadata"].get("labels") or {}).get(TRAINJOB_NAME) == name]
-        bound = sum(1 for p in mine if (p.get("spec") or {}).get("nodeName"))
-        tolerations = (job.pod_template.get("spec") or {}).get("tolerations") or []
-        rooms = node_rooms(_selected(nodes, job.pod_template), pods, tolerations)
-        says = await _scheduler_says(kube, namespace, [p["metadata"]["name"] for p in mine if not p["spec"].get("nodeName")])
+        bound, rooms, says = await _room(kube, namespace, TRAINJOB_NAME, name, job.pod_template)
         return trainjob, diagnose(trainjob.get("status"), gang, bound, rooms, says, retry_seconds)
     finally:
         await kube.close()
+
+
+async def explain_pytorchjob(kubeconfig: Path | str | None, namespace: str, name: str,
+                             retry_seconds: float | None = None) -> tuple[dict, Diagnosis]:
+    """The same for a PyTorchJob: its gang as the controller maps it (floor = elasticPolicy.minReplicas
+    or schedulingPolicy.minAvailable), the room for its Worker pods."""
+    kube = await Kube.connect(kubeconfig)
+    try:
+        try:
+            obj = await kube.get(PYTORCHJOBS.path(namespace, name))
+        except ApiError as err:
+            if err.not_found:
+                raise ExplainError(f"PyTorchJob {namespace}/{name} not found (kubectl get pytorchjobs -n {namespace})") from None
+            raise
+        try:
+            mapped = pj.to_gang(obj)
+        except pj.PyTorchJobMappingError as err:
+            return obj, Diagnosis("InvalidSpec", str(err))
+        template = mapped.groups[-1].job.pod_template          # the Workers' (the gang's per-pod size)
+        bound, rooms, says = await _room(kube, namespace, pj.JOB_NAME, name, template)
+        return obj, diagnose_pytorchjob(obj.get("status"), mapped.gang(), bound, rooms, says, retry_seconds)
+    finally:
+        await kube.close()
+
+
+async def _room(kube: Kube, namespace: str, label: str, name: str, pod_template: dict) -> tuple[int, list, str]:
+    """The job's pods bound so far, the room of the nodes its pods may use, and the scheduler's word."""
+    nodes = (await kube.get(NODES.path()))["items"]
+    pods = (await kube.get(PODS.path(), fieldSelector="status.phase!=Succeeded,status.phase!=Failed"))["items"]
+    mine = [p for p in pods if p["metadata"]["namespace"] == namespace
+            and (p["metadata"].get("labels") or {}).get(label) == name]
+    bound = sum(1 for p in mine if (p.get("spec") or {}).get("nodeName"))
+    tolerations = (pod_template.get("spec") or {}).get("tolerations") or []
+    rooms = node_rooms(_selected(nodes, pod_template), pods, tolerations)
+    says = await _scheduler_says(kube, namespace, [p["metadata"]["name"] for p in mine if not p["spec"].get("nodeName")])
+    return bound, rooms, says
 
 
 def _selected(nodes: list[dict], pod_template: dict) -> list[dict]:
@@ -77,8 +108,8 @@ async def _scheduler_says(kube: Kube, namespace: str, pending: list[str]) -> str
     return (newest.get("message") or "").strip()
 
 
-def as_json(trainjob: dict, d: Diagnosis) -> dict:
-    meta = trainjob["metadata"]
+def as_json(job: dict, d: Diagnosis) -> dict:
+    meta = job["metadata"]
     out = asdict(d)
     out["rows"] = [{"resource": r.resource, "needed": float(r.needed), "free": float(r.free)} for r in d.rows]
-    return {"trainjob": f"{meta['namespace']}/{meta['name']}", **out}
+    return {job["kind"].lower(): f"{meta['namespace']}/{meta['name']}", **out}

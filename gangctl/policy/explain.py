@@ -1,4 +1,4 @@
-"""Why a TrainJob waits, in words and numbers: what its gang requests against what the nodes have free.
+"""Why a TrainJob or a PyTorchJob waits, in words and numbers: what its gang requests against what the nodes have free.
 
 Pure: the caller reads the cluster (nodes, the pods bound to them, the job's scheduler events) and
 passes it in. `gangctl explain` prints the result; the numbers are the same ones the scheduler
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Mapping, Sequence
 
+from gangctl.policy import pytorchjob as pj
 from gangctl.policy.gang import Gang
 from gangctl.policy.resolve import pod_requests
 from gangctl.policy.status import COMPLETE, FAILED, PENDING, RUNNING, SUSPENDED, gang_state
@@ -108,7 +109,31 @@ def diagnose(status: Mapping | None, gang: Gang, bound: int, rooms: Sequence[Nod
         return Diagnosis("GangScheduled", f"running: all {gang.min_member} pods of the gang are bound")
     if state.get("state") == PENDING and state.get("reason") != "Creating":
         return Diagnosis(state.get("reason", "NotCreated"), state.get("message", ""))
+    return _capacity(gang, bound, rooms, scheduler_says, retry_seconds)
 
+
+def diagnose_pytorchjob(status: Mapping | None, gang: Gang, bound: int, rooms: Sequence[NodeRoom],
+                        scheduler_says: str = "", retry_seconds: float | None = None) -> Diagnosis:
+    """The same for a PyTorchJob, whose status carries Training Operator v1's conditions."""
+    conds = {c["type"]: c for c in (status or {}).get("conditions") or []}
+
+    def true(t: str) -> bool:
+        return conds.get(t, {}).get("status") == "True"
+    for final in (pj.SUCCEEDED, pj.FAILED):
+        if true(final):
+            c = conds[final]
+            return Diagnosis(c.get("reason", final), f"{final}: {c.get('message', '')}".rstrip(": "))
+    if true(pj.SUSPENDED):
+        return Diagnosis("Suspended", "suspended by spec.runPolicy.suspend: it holds no gang and no node; "
+                                      "set spec.runPolicy.suspend=false to run it")
+    if true(pj.RUNNING):
+        return Diagnosis("GangScheduled", f"running: at least {gang.min_member} pods of the gang are bound")
+    return _capacity(gang, bound, rooms, scheduler_says, retry_seconds)
+
+
+def _capacity(gang: Gang, bound: int, rooms: Sequence[NodeRoom], scheduler_says: str,
+              retry_seconds: float | None) -> Diagnosis:
+    """Why a gang not yet bound waits: its missing pods against the free room of the nodes."""
     missing = max(0, gang.min_member - bound)
     per_pod = {r: q for r, q in gang.per_pod.items() if q > 0}
     slots = sum(slots_on(room, per_pod) for room in rooms)

@@ -2,7 +2,8 @@
 manifest runs real torchrun workers on process nodes to Succeeded with v1's env; an elastic gang on
 KWOK GPU nodes gets one PodGroup whose minMember honours elasticPolicy.minReplicas; a failing
 worker charges the restart budget (runPolicy.backoffLimit) and ends Failed with v1's reason; an
-invalid PyTorchJob is refused by the API naming the field."""
+invalid PyTorchJob is refused by the API naming the field; `gangctl explain pytorchjob/NS/NAME` gives a
+waiting gang's reason and numbers."""
 from __future__ import annotations
 
 import copy
@@ -19,9 +20,9 @@ from gangctl.config import REPO_ROOT
 from gangctl.kube.client import ApiError, Kube
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy.decide_pytorchjob import RESTARTS_ANNOTATION
-from tests.integration.conftest import wait_ready
-from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, condition, eventually, is_true,
-                                       on_kwok_nodes, pod_group)
+from tests.integration.conftest import GPU_NODES, wait_ready
+from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, condition, eventually, gangctl_cli,
+                                       is_true, on_kwok_nodes, pod_group)
 from tests.integration.test_process_nodes import kubectl
 
 pytestmark = pytest.mark.integration
@@ -237,3 +238,33 @@ async def test_a_controller_restart_keeps_the_budget_and_duplicates_nothing(kube
 
 async def _is_running(kube: Kube, namespace: str, name: str) -> bool:
     return is_true(await get(kube, namespace, name), "Running")
+
+
+async def test_explain_says_why_a_pytorchjob_waits_and_that_a_running_one_runs(kube, namespace, kubeconfig, controller):
+    too_big = GPU_NODES + 1                              # Workers of 8 GPUs: one more than the cluster has nodes
+    job = kwok_elastic("toobig", namespace)
+    job["spec"].pop("elasticPolicy")
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = too_big
+    await kube.create(PYTORCHJOBS.path(namespace), job)
+
+    async def all_pods() -> bool:
+        return len([p for p in await pods(kube, namespace, "toobig") if p["metadata"]["name"] != pj.store_name("toobig")]) == too_big
+    await eventually(all_pods, 60, "the waiting PyTorchJob's pods created", interval=0.5)
+    result = gangctl_cli("explain", f"pytorchjob/{namespace}/toobig", "-o", "json", kubeconfig=kubeconfig, timeout=60)
+    assert result.returncode == 0, result.stderr
+    d = json.loads(result.stdout)
+    assert d["pytorchjob"] == f"{namespace}/toobig" and d["reason"] == "InsufficientCapacity"
+    assert d["pods_missing"] == too_big
+    gpus = next(r for r in d["rows"] if r["resource"] == "nvidia.com/gpu")
+    assert gpus["needed"] == too_big * 8 and gpus["free"] < gpus["needed"]
+    await kube.delete(PYTORCHJOBS.path(namespace, "toobig"))
+
+    await kube.create(PYTORCHJOBS.path(namespace), kwok_elastic("fits", namespace))
+
+    async def running() -> bool:
+        return is_true(await get(kube, namespace, "fits"), "Running")
+    await eventually(running, 90, "the fitting PyTorchJob Running", interval=0.5)
+    text = gangctl_cli("explain", f"pytorchjob/{namespace}/fits", kubeconfig=kubeconfig, timeout=60)
+    assert text.returncode == 0 and "GangScheduled" in text.stdout, text.stdout + text.stderr
+    missing = gangctl_cli("explain", f"pytorchjob/{namespace}/no-such-job", kubeconfig=kubeconfig, timeout=60)
+    assert missing.returncode == 1 and "PyTorchJob" in missing.stderr and "not found" in missing.stderr

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from gangctl.policy.explain import NodeRoom, diagnose, node_rooms, slots_on
+from gangctl.policy.explain import NodeRoom, diagnose, diagnose_pytorchjob, node_rooms, slots_on
 from gangctl.policy.gang import size_gang
 
 GPU = "nvidia.com/gpu"
@@ -85,3 +85,30 @@ def test_slots_take_the_scarcest_resource():
     assert slots_on(room, {GPU: Fraction(2), "cpu": Fraction(4)}) == 2
     assert slots_on(room, {GPU: Fraction(2)}) == 4
     assert slots_on(room, {"example.com/fpga": Fraction(1)}) == 0
+
+
+def v1(*conditions: tuple[str, str, str]) -> dict:
+    """A PyTorchJob status with v1's conditions (type, status, reason)."""
+    return {"conditions": [{"type": t, "status": s, "reason": r, "message": f"PyTorchJob x is {t.lower()}."}
+                           for t, s, r in conditions]}
+
+
+def test_a_pytorchjob_is_read_by_v1_conditions_and_waits_on_the_same_numbers():
+    created = v1(("Created", "True", "PyTorchJobCreated"))
+    rooms = [NodeRoom(f"n{i}", {GPU: Fraction(8)}) for i in range(2)]
+    d = diagnose_pytorchjob(created, gang(4), 0, rooms)
+    assert d.reason == "InsufficientCapacity" and d.pods_missing == 4 and d.slots == 2
+    assert [(r.resource, r.needed, r.free) for r in d.rows if r.resource == GPU] == [(GPU, 32, 16)]
+    running = v1(("Created", "True", "PyTorchJobCreated"), ("Running", "True", "PyTorchJobRunning"))
+    assert diagnose_pytorchjob(running, gang(4), 4, []).reason == "GangScheduled"
+    restarting = v1(("Running", "False", "PyTorchJobRestarting"), ("Restarting", "True", "PyTorchJobRestarting"))
+    assert diagnose_pytorchjob(restarting, gang(2), 0, rooms).reason == "CapacityAvailable"
+    suspended = v1(("Suspended", "True", "PyTorchJobSuspended"))
+    assert "spec.runPolicy.suspend=false" in diagnose_pytorchjob(suspended, gang(2), 0, []).message
+    failed = v1(("Running", "False", "PyTorchJobFailed"), ("Failed", "True", "PyTorchJobFailed"))
+    d = diagnose_pytorchjob(failed, gang(2), 0, [])
+    assert d.reason == "PyTorchJobFailed" and d.message.startswith("Failed: PyTorchJob x is failed")
+    done = v1(("Running", "False", "PyTorchJobSucceeded"), ("Succeeded", "True", "PyTorchJobSucceeded"))
+    assert diagnose_pytorchjob(done, gang(2), 0, []).reason == "PyTorchJobSucceeded"
+    # a TrainJob's vocabulary means nothing here: Complete is not a v1 condition
+    assert diagnose_pytorchjob(v1(("Complete", "True", "Done")), gang(4), 0, rooms).reason == "InsufficientCapacity"
