@@ -219,11 +219,21 @@ def phase(status: dict | None) -> str:
     return gang_state(status).get("state") or (SUSPENDED if is_true(status, SUSPENDED) else PENDING)
 
 
-def stuck_hint(reason: str | None, message: str) -> str:
+def stuck_hint(reason: str | None, message: str, kind: str = "TrainJob") -> str:
     """What to do next, for a change the API server keeps refusing (gangctl keeps retrying)."""
     if "immutable" in message:
         return ("The running child Job cannot take this change (its pod template is immutable): suspend "
-                "the TrainJob and resume it, or delete and recreate it, to start from the new spec.")
+                f"the {kind} and resume it, or delete and recreate it, to start from the new spec.")
     if reason == "Forbidden":
         return "gangctl's ServiceAccount lacks a permission, or an admission policy refused it: check its RBAC."
-    return "gangctl keeps retrying with a growing delay; fix the TrainJob or its runtime."
+    return f"gangctl keeps retrying with a growing delay; fix the {kind}" + (" or its runtime." if kind == "TrainJob" else ".")
+
+
+def stuck(kind: str, error_reason: str | None, error_message: str | None, error: str) -> tuple[str, str]:
+    """(reason, message) for a job whose reconcile keeps failing: the API server's refusal with what to
+    do next (`error_reason`/`error_message` from its Status), or else gangctl's own error."""
+    if error_message is not None:
+        return (error_reason or "Invalid",
+                f"the API server refused gangctl's change: {error_message}. {stuck_hint(error_reason, error_message, kind)}")
+    return ("InternalError", f"gangctl failed on this {kind}: {error}. It keeps retrying; please report it with "
+                             f"the {kind}" + (" and its runtime" if kind == "TrainJob" else ""))

@@ -269,10 +269,11 @@ class Controller:
                 self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
 
     async def _report_stuck(self, key: str, err: Exception) -> None:
-        if key.startswith(PYTORCHJOB_KEY):
-            return  # not reported on PyTorchJobs yet (v1's status has no Synced condition)
         try:
-            await self.reconciler.report_stuck(key, err)
+            if key.startswith(PYTORCHJOB_KEY):
+                await self.pytorchjobs.report_stuck(key[len(PYTORCHJOB_KEY):], err)
+            else:
+                await self.reconciler.report_stuck(key, err)
         except Exception as again:  # noqa: BLE001 - reporting must never take a worker down
             log.info("could not record the error on %s: %s", key, again)
 

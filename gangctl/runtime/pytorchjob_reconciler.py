@@ -11,7 +11,7 @@ from gangctl.kube.client import ApiError
 from gangctl.kube.informer import Informer
 from gangctl.policy import decide_pytorchjob as dp
 from gangctl.policy.pytorchjob import JOB_NAME, group_name
-from gangctl.runtime.reconciler import Reconciler
+from gangctl.runtime.reconciler import Reconciler, stuck_words
 
 
 class PyTorchJobReconciler(Reconciler):
@@ -37,6 +37,15 @@ class PyTorchJobReconciler(Reconciler):
             key, self.clock(), obj, scheduler_name=self.scheduler_name, gang_scheduler=self.gang_scheduler,
             jobs=tuple(self.caches.jobs.list(ns, selector)), pods=tuple(self.caches.pods.list(ns, selector)),
             services=tuple(self.caches.services.list(ns, selector)), groups=groups)
+
+    async def report_stuck(self, key: str, err: Exception) -> None:
+        """v1's status has no condition for it (its conditions are the job's lifecycle): a Warning event
+        on the PyTorchJob, seen in `kubectl describe pytorchjob` and `kubectl get events`."""
+        obj = self.caches.pytorchjobs.get(key)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return
+        _, message = stuck_words("PyTorchJob", err)
+        await self.events.warning(obj, "ReconcileError", message)
 
     def _cache_for(self, resource: Resource) -> Informer | None:
         if resource == PYTORCHJOBS:

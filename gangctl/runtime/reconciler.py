@@ -270,19 +270,19 @@ class Reconciler:
         previous = trainjob.get("status") or {}
         if st.finished(previous):
             return
-        if isinstance(err, ApiError):
-            reason = err.reason or str(err.status)
-            message = f"the API server refused gangctl's change: {err.message}. {st.stuck_hint(err.reason, err.message)}"
-        else:
-            reason = "InternalError"
-            message = (f"gangctl failed on this TrainJob: {type(err).__name__}: {err}. It keeps retrying; please "
-                       "report it with the TrainJob and its runtime")
+        reason, message = stuck_words("TrainJob", err)
         # The state stays; its reason and message say what is stuck until a pass applies everything.
         status = st.set_state(previous, st.gang_state(previous).get("state") or st.PENDING, reason, message,
                               self.clock())
         if status != previous:
             await self._write_status(trainjob, status)
             await self.events.warning(trainjob, "ReconcileError", message)
+
+
+def stuck_words(kind: str, err: Exception) -> tuple[str, str]:
+    if isinstance(err, ApiError):
+        return st.stuck(kind, err.reason or str(err.status), err.message, str(err))
+    return st.stuck(kind, None, None, f"{type(err).__name__}: {err}")
 
 
 class _Rejected(Exception):

@@ -268,3 +268,28 @@ async def test_explain_says_why_a_pytorchjob_waits_and_that_a_running_one_runs(k
     assert text.returncode == 0 and "GangScheduled" in text.stdout, text.stdout + text.stderr
     missing = gangctl_cli("explain", f"pytorchjob/{namespace}/no-such-job", kubeconfig=kubeconfig, timeout=60)
     assert missing.returncode == 1 and "PyTorchJob" in missing.stderr and "not found" in missing.stderr
+
+
+async def test_an_edit_the_running_workers_cannot_take_is_reported_as_an_event(kube, namespace, controller):
+    await kube.create(PYTORCHJOBS.path(namespace), kwok_elastic("edited", namespace))
+
+    async def running() -> bool:
+        return is_true(await get(kube, namespace, "edited"), "Running")
+    await eventually(running, 90, "the PyTorchJob Running", interval=0.5)
+    # A new env var changes the Workers' pod template, which their Job keeps immutable once created.
+    path = PYTORCHJOBS.path(namespace, "edited")
+    containers = (await kube.get(path))["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    containers[0]["env"] = [{"name": "LR", "value": "0.1"}]
+    await kube.json_patch(path, [{"op": "replace", "path": "/spec/pytorchReplicaSpecs/Worker/template/spec/containers",
+                                  "value": containers}])
+    found: list[dict] = []
+
+    async def reported() -> bool:
+        events = (await kube.get(f"/api/v1/namespaces/{namespace}/events", fieldSelector="reason=ReconcileError"))["items"]
+        found[:] = [e for e in events if e["involvedObject"]["name"] == "edited"]
+        return bool(found)
+    await eventually(reported, 60, "a ReconcileError event on the PyTorchJob")
+    event = found[0]
+    assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "PyTorchJob"
+    assert "immutable" in event["message"] and "suspend the PyTorchJob" in event["message"], event["message"]
+    assert is_true(await get(kube, namespace, "edited"), "Running"), "the running Workers are left alone"
