@@ -162,14 +162,22 @@ def _fail(s: Snapshot, job: PyTorchJob, message: str, current: Mapping[str, dict
                        *_release(s, job)))
 
 
-def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
-    """Let go of the gang's group and apply cleanPodPolicy to the child Jobs."""
+def _let_go_of_gang(s: Snapshot) -> list[Step]:
+    """Delete the gang's group and the rendezvous store pod: a finished or suspended job holds neither."""
     ns, name = _ns_name(s)
     steps: list[Step] = []
     for backend_name, group in s.groups.items():
         resource = BACKENDS[backend_name].group_resource
         if resource is not None and group is not None and not group["metadata"].get("deletionTimestamp"):
             steps.append(Delete(resource, ns, pj.group_name(name)))
+    return steps + [Delete(PODS, ns, p["metadata"]["name"]) for p in store_pods(s.pods)
+                    if not p["metadata"].get("deletionTimestamp")]
+
+
+def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
+    """Let go of the gang and apply cleanPodPolicy to the child Jobs."""
+    ns, _ = _ns_name(s)
+    steps = _let_go_of_gang(s)
     cleanup = pj.cleanup(job)
     for child in s.jobs:
         meta = child["metadata"]
@@ -180,8 +188,6 @@ def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
         elif cleanup == "suspend" and not (child.get("spec") or {}).get("suspend") \
                 and not st.ChildJob.from_job(child, "").finished:
             steps.append(Patch(JOBS, ns, meta["name"], {"spec": {"suspend": True}}))
-    steps += [Delete(PODS, ns, p["metadata"]["name"]) for p in store_pods(s.pods)
-              if not p["metadata"].get("deletionTimestamp")]
     return steps
 
 
@@ -299,10 +305,13 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
     steps: list[Step] = []
     for svc in gang.services:
         steps += _ensure(SERVICES, services.get(svc["metadata"]["name"]), _service(svc, owner))
-    if base.wants_group(backend) and not job.run_policy.suspend:
-        steps += _ensure(backend.group_resource, s.groups.get(backend.name), gang_group(gang, backend, owner))
-    if gang.rdzv_store and not job.run_policy.suspend:
-        steps += ensure_store(store_pods(s.pods), store_pod(gang, owner), s.scheduler_name)
+    if job.run_policy.suspend:   # the Jobs below are applied suspended: their pods go, and so does the gang
+        steps += _let_go_of_gang(s)
+    else:
+        if base.wants_group(backend):
+            steps += _ensure(backend.group_resource, s.groups.get(backend.name), gang_group(gang, backend, owner))
+        if gang.rdzv_store:
+            steps += ensure_store(store_pods(s.pods), store_pod(gang, owner), s.scheduler_name)
     for group in gang.groups:
         steps += _ensure(JOBS, current[group.child_name], child_job(group, owner, backend, s.scheduler_name))
     for pod in _attempt_pods(s, current):

@@ -293,3 +293,31 @@ async def test_an_edit_the_running_workers_cannot_take_is_reported_as_an_event(k
     assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "PyTorchJob"
     assert "immutable" in event["message"] and "suspend the PyTorchJob" in event["message"], event["message"]
     assert is_true(await get(kube, namespace, "edited"), "Running"), "the running Workers are left alone"
+
+
+async def test_suspend_releases_the_gang_and_resume_runs_it_again(kube, namespace, controller):
+    await kube.create(PYTORCHJOBS.path(namespace), kwok_elastic("pause", namespace))
+
+    async def running() -> bool:
+        return is_true(await get(kube, namespace, "pause"), "Running")
+    await eventually(running, 90, "the PyTorchJob Running", interval=0.5)
+    path = PYTORCHJOBS.path(namespace, "pause")
+    await kube.merge_patch(path, {"spec": {"runPolicy": {"suspend": True}}})
+    groups = f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups"
+
+    async def released() -> bool:
+        obj = await get(kube, namespace, "pause")
+        return (is_true(obj, "Suspended") and not await pods(kube, namespace, "pause")
+                and not (await kube.get(groups))["items"])
+    await eventually(released, 60, "Suspended, with no pod (Workers and store) and no PodGroup left", interval=0.5)
+    suspended = condition(await get(kube, namespace, "pause"), "Suspended")
+    assert suspended["reason"] == "Suspended" and not is_true(await get(kube, namespace, "pause"), "Running")
+
+    await kube.merge_patch(path, {"spec": {"runPolicy": {"suspend": False}}})
+
+    async def resumed() -> bool:
+        obj = await get(kube, namespace, "pause")
+        workers = [p for p in await pods(kube, namespace, "pause") if p["metadata"]["labels"].get(pj.REPLICA_TYPE) == "worker"]
+        return is_true(obj, "Running") and not is_true(obj, "Suspended") and len(workers) == 4
+    await eventually(resumed, 90, "Running again with its 4 Workers after resume", interval=0.5)
+    assert [g["metadata"]["name"] for g in (await kube.get(groups))["items"]] == ["pause-pytorch"]

@@ -227,6 +227,22 @@ def test_no_store_with_rdzv_host_or_while_suspended():
     assert not dp.decide(snap(pytorchjob(elasticPolicy=ELASTIC, runPolicy={"suspend": True}))).of(Create)
 
 
+def test_suspending_lets_go_of_the_gang_and_suspends_the_jobs():
+    obj = pytorchjob(elasticPolicy=ELASTIC, runPolicy={"suspend": True})
+    group = {"metadata": {"name": "ddp-pytorch", "namespace": "team-a"}}
+    plan = dp.decide(snap(obj, groups={"coscheduling": group}, pods=(store("ddp-rdzv-pt"),)))
+    assert sorted((d.resource.plural, d.name) for d in plan.of(Delete)) == [("podgroups", "ddp-pytorch"),
+                                                                          ("pods", "ddp-rdzv-pt")]
+    jobs = [a.obj for a in plan.of(Apply) if a.resource == JOBS]
+    assert sorted(j["metadata"]["name"] for j in jobs) == ["ddp-master", "ddp-worker"]
+    assert all(j["spec"]["suspend"] for j in jobs)
+    assert not plan.of(Create)
+    resumed = pytorchjob(elasticPolicy=ELASTIC)
+    plan = dp.decide(snap(resumed))
+    assert [c.obj["metadata"]["name"] for c in plan.of(Create)] == ["ddp-rdzv-pt"]
+    assert any(a.resource == POD_GROUPS for a in plan.of(Apply)) and not plan.of(Delete)
+
+
 def test_a_live_store_is_kept_and_a_lost_one_replaced_under_a_new_name():
     obj = pytorchjob(elasticPolicy=ELASTIC)
     assert not dp.decide(snap(obj, pods=(store("ddp-rdzv-pt"),))).of(Create)
