@@ -311,7 +311,7 @@ async def test_suspend_releases_the_gang_and_resume_runs_it_again(kube, namespac
                 and not (await kube.get(groups))["items"])
     await eventually(released, 60, "Suspended, with no pod (Workers and store) and no PodGroup left", interval=0.5)
     suspended = condition(await get(kube, namespace, "pause"), "Suspended")
-    assert suspended["reason"] == "Suspended" and not is_true(await get(kube, namespace, "pause"), "Running")
+    assert suspended["reason"] == "PyTorchJobSuspended" and not is_true(await get(kube, namespace, "pause"), "Running")
 
     await kube.merge_patch(path, {"spec": {"runPolicy": {"suspend": False}}})
 
