@@ -661,31 +661,7 @@ def _elastic_size(s: Snapshot, job: ResolvedJob, gang: Gang, max_nodes: int, obs
 
 
 def _workers(s: Snapshot, job: dict, hints: Mapping[str, PodFailure]) -> list[elastic.Worker]:
-    pods = _pods_of(s, job["metadata"].get("uid", ""))
-    present = {p["metadata"]["name"] for p in pods}
-    # Pods seen disrupted that are already gone (a lost node's pod is deleted within seconds).
-    out = [elastic.Worker(index=seen.index, bound=True, healthy=False, lost=True)
-           for seen in hints.values() if seen.index is not None and seen.name not in present]
-    for pod in pods:
-        meta, status = pod["metadata"], pod.get("status") or {}
-        index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
-        if index is None or not index.isdigit():
-            continue
-        conds = {c.get("type"): c for c in status.get("conditions") or []}
-        disrupted = (conds.get("DisruptionTarget") or {}).get("status") == "True"
-        deleting = bool(meta.get("deletionTimestamp"))
-        bound = bool((pod.get("spec") or {}).get("nodeName"))
-        phase = status.get("phase")
-        sched = conds.get("PodScheduled") or {}
-        since = (st.parse_time(sched["lastTransitionTime"])
-                 if sched.get("status") == "False" and sched.get("reason") == "Unschedulable"
-                 and sched.get("lastTransitionTime") else None)
-        out.append(elastic.Worker(
-            index=int(index), bound=bound,
-            healthy=bound and not deleting and not disrupted and phase in ("Pending", "Running"),
-            lost=disrupted or (deleting and bound and phase not in ("Succeeded",)),
-            unschedulable_since=since, succeeded=phase == "Succeeded"))
-    return out
+    return elastic.workers_of(_pods_of(s, job["metadata"].get("uid", "")), hints)
 
 
 def _elastic_status(s: Snapshot, job: ResolvedJob, observed: dict, hints: Mapping[str, PodFailure],

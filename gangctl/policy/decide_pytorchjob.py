@@ -14,6 +14,11 @@ What one pass does, in order (docs/pytorchjob.md):
   nothing else is written in that pass. The next pass reads the judgement back: Restart deletes
   every child Job of the attempt (foreground, by uid) and reports Restarting; Fail reports Failed
   and releases. The counters only grow, so a controller restart never resets the budget.
+- **An elastic Worker Job** is sized by `gangctl.policy.elastic.plan` between
+  `elasticPolicy.minReplicas` and the Worker replicas (clamped to maxReplicas), as a TrainJob's:
+  trailing workers with no node (lost, or unschedulable for a few seconds) are cut, and one is added
+  back at a time while all are healthy. A resize is written alone to the annotation
+  `gangctl.io/elastic` (guarded by resourceVersion); the next pass applies the Job at that size.
 - **Otherwise**: apply the per-pod Services, the backend's group (PodGroup minMember = the
   PyTorchJob's gang floor), one Indexed Job per replica type, stamp each pod's RANK and
   replica-index labels (lifting the RANK scheduling gate), and report v1's status.
@@ -35,6 +40,7 @@ from gangctl.plugins.names import MANAGED_BY, MANAGER, SPEC_HASH
 from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.workload import (ELASTIC_BACKOFF_LIMIT, ELASTIC_SUCCESS_POLICY, gang_pod,
                                       owner_reference, with_spec_hash)
+from gangctl.policy import elastic
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store
@@ -48,6 +54,10 @@ SERVED_MANAGERS = {None, "", "kubeflow.org/training-operator"}
 # The sticky restart counters (gangctl.policy.failure.Restarts), as JSON: v1's status schema has no
 # field for them and prunes unknown ones.
 RESTARTS_ANNOTATION = "gangctl.io/restarts"
+# The elastic Worker Job's size and when it last shrank, as JSON (same reason): {"size", "resizes",
+# "lastResizeReason", "lastResizeTime", "lastShrinkTime", "lostAccounted"}.
+ELASTIC_ANNOTATION = "gangctl.io/elastic"
+ELASTIC_RECHECK_SECONDS = 2.0   # an elastic job short of its replicas is looked at again this often
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,15 @@ def restarts_of(obj: dict) -> Restarts:
         return Restarts.from_status({"restarts": json.loads(text)}) if text else Restarts()
     except (ValueError, TypeError, AttributeError):
         return Restarts()
+
+
+def elastic_of(obj: dict) -> dict:
+    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(ELASTIC_ANNOTATION)
+    try:
+        memo = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return memo if isinstance(memo, dict) else {}
 
 
 def _finished(status: dict) -> bool:
@@ -242,9 +261,11 @@ def _carry_out(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, restarts: Res
 
 
 # --- the running job ----------------------------------------------------------------------------
-def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str) -> dict:
-    """The Indexed Job of one replica type: pod i's hostname is `<job>-<type>-<i>`, as v1's pod name."""
+def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str, size: int | None = None) -> dict:
+    """The Indexed Job of one replica type: pod i's hostname is `<job>-<type>-<i>`, as v1's pod name.
+    `size`: an elastic Worker Job's current size (completions = parallelism, changed together)."""
     job = group.job
+    size = job.num_nodes if size is None else size
     template = copy.deepcopy(job.pod_template)
     meta = template.setdefault("metadata", {})
     labels = {**(meta.get("labels") or {}), MANAGED_BY: MANAGER}
@@ -260,8 +281,8 @@ def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str)
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": group.child_name, "namespace": job.namespace, "labels": child_labels,
                      "ownerReferences": [owner]},
-        "spec": {"backoffLimit": 0, **job_spec, "completionMode": "Indexed", "completions": job.num_nodes,
-                 "parallelism": job.num_nodes, "suspend": job.suspend or base.controls_suspend(backend),
+        "spec": {"backoffLimit": 0, **job_spec, "completionMode": "Indexed", "completions": size,
+                 "parallelism": size, "suspend": job.suspend or base.controls_suspend(backend),
                  "template": template},
     })
 
@@ -301,6 +322,13 @@ def _ensure(resource: Resource, cached: dict | None, obj: dict) -> list[Step]:
 
 def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None]) -> Plan:
     owner = owner_reference(s.pytorchjob)  # type: ignore[arg-type]
+    workers = gang.groups[-1]
+    size, recheck = None, False
+    if workers.job.elastic and not job.run_policy.suspend:
+        sized = _elastic_size(s, workers, current[workers.child_name])
+        if isinstance(sized, Plan):
+            return sized
+        size, recheck = sized
     services = {svc["metadata"]["name"]: svc for svc in s.services}
     steps: list[Step] = []
     for svc in gang.services:
@@ -313,7 +341,8 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
         if gang.rdzv_store:
             steps += ensure_store(store_pods(s.pods), store_pod(gang, owner), s.scheduler_name)
     for group in gang.groups:
-        steps += _ensure(JOBS, current[group.child_name], child_job(group, owner, backend, s.scheduler_name))
+        steps += _ensure(JOBS, current[group.child_name],
+                         child_job(group, owner, backend, s.scheduler_name, size if group is workers else None))
     for pod in _attempt_pods(s, current):
         stamp = pj.pod_stamp(job, pod)
         if stamp is not None and not pod["metadata"].get("deletionTimestamp"):
@@ -326,9 +355,43 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
             kind = next(c for c in status["conditions"] if c["status"] == "True" and c["type"] in (pj.SUCCEEDED, pj.FAILED))
             steps.append(Event("Normal" if kind["type"] == pj.SUCCEEDED else "Warning", kind["reason"], kind["message"]))
             steps += _release(s, job)
-    requeue = None
+    requeue = ELASTIC_RECHECK_SECONDS if recheck and not _finished(status) else None
     limit, start = job.run_policy.active_deadline_seconds, status.get("startTime")
     if limit is not None and start is not None and not _finished(status):
-        requeue = max(0.0, limit - (s.now - st.parse_time(start)).total_seconds())
+        left = max(0.0, limit - (s.now - st.parse_time(start)).total_seconds())
+        requeue = left if requeue is None else min(requeue, left)
     return Plan(steps=tuple(steps), requeue_after=requeue)
+
+
+def _elastic_size(s: Snapshot, workers: pj.ReplicaGroup, observed: dict | None) -> tuple[int, bool] | Plan:
+    """(size, look again soon) for the elastic Worker Job, or the Plan that records a resize alone."""
+    top = workers.job.num_nodes                              # the Worker replicas, within [min, max]
+    floor = workers.job.min_nodes or top
+    memo = elastic_of(s.pytorchjob)  # type: ignore[arg-type]
+    size = max(floor, min(top, int(memo.get("size") or top)))
+    if observed is None or st.ChildJob.from_job(observed, "").finished:
+        return size, False
+    uid = observed["metadata"].get("uid")
+    pods = [p for p in s.pods if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
+    found = elastic.workers_of(pods)
+    counted = int((observed.get("status") or {}).get("failed") or 0)
+    gone = counted - sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Failed")
+    last = memo.get("lastShrinkTime")
+    resize = elastic.plan(size, floor, top, found, s.now, st.parse_time(last) if last else None,
+                          lost_unseen=gone > int(memo.get("lostAccounted") or 0))
+    if resize is None:
+        return size, size < top or any(not w.healthy for w in found)
+    stamp = st.timestamp(s.now)
+    after = {**memo, "size": resize.size, "resizes": int(memo.get("resizes") or 0) + 1,
+             "lastResizeReason": resize.cause, "lastResizeTime": stamp}
+    if resize.direction == "shrink":
+        after["lastShrinkTime"] = stamp
+    if resize.cause == "NodeLost":
+        after["lostAccounted"] = max(int(memo.get("lostAccounted") or 0), gone)
+    ns, name = _ns_name(s)
+    meta = s.pytorchjob["metadata"]  # type: ignore[index]
+    patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": {
+        ELASTIC_ANNOTATION: json.dumps(after, sort_keys=True, separators=(",", ":"))}}}
+    return Plan(steps=(Patch(PYTORCHJOBS, ns, name, patch), Event("Normal", "Resized", resize.message)),
+                metrics=(Metric("resizes", "inc", (resize.direction, resize.cause)),))
 

@@ -1,4 +1,5 @@
-"""Elastic sizing of a TrainJob's node Job between minNodes and maxNodes.
+"""Elastic sizing of a TrainJob's node Job between minNodes and maxNodes (and of a PyTorchJob's Worker Job
+between elasticPolicy.minReplicas and its replicas).
 
 Pure: the caller passes what the current attempt's pods show, the Job's current size and `now`.
 
@@ -22,6 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Iterable, Mapping
+
+from gangctl.policy.failure import PodFailure
+from gangctl.policy.status import parse_time
 
 SHRINK_AFTER = timedelta(seconds=3)    # a replacement unschedulable this long is given up
 GROW_BACKOFF = timedelta(seconds=30)   # after giving up a probe, wait this long before the next
@@ -48,6 +53,35 @@ class Resize:
     @property
     def direction(self) -> str:
         return "grow" if self.cause == "CapacityProbe" else "shrink"
+
+
+def workers_of(pods: Iterable[dict], hints: Mapping[str, PodFailure] = {}) -> list[Worker]:  # noqa: B006 - read only
+    """The current attempt's pods as the sizing sees them. `hints`: pods seen disrupted before, by name;
+    those already gone count as lost workers of their index (a lost node's pod is deleted within seconds)."""
+    pods = list(pods)
+    present = {p["metadata"]["name"] for p in pods}
+    out = [Worker(index=seen.index, bound=True, healthy=False, lost=True)
+           for seen in hints.values() if seen.index is not None and seen.name not in present]
+    for pod in pods:
+        meta, status = pod["metadata"], pod.get("status") or {}
+        index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
+        if index is None or not index.isdigit():
+            continue
+        conds = {c.get("type"): c for c in status.get("conditions") or []}
+        disrupted = (conds.get("DisruptionTarget") or {}).get("status") == "True"
+        deleting = bool(meta.get("deletionTimestamp"))
+        bound = bool((pod.get("spec") or {}).get("nodeName"))
+        phase = status.get("phase")
+        sched = conds.get("PodScheduled") or {}
+        since = (parse_time(sched["lastTransitionTime"])
+                 if sched.get("status") == "False" and sched.get("reason") == "Unschedulable"
+                 and sched.get("lastTransitionTime") else None)
+        out.append(Worker(
+            index=int(index), bound=bound,
+            healthy=bound and not deleting and not disrupted and phase in ("Pending", "Running"),
+            lost=disrupted or (deleting and bound and phase not in ("Succeeded",)),
+            unschedulable_since=since, succeeded=phase == "Succeeded"))
+    return out
 
 
 def healthy_count(workers: list[Worker]) -> int:

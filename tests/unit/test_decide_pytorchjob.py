@@ -268,3 +268,97 @@ def test_a_trainjob_of_the_same_name_keeps_its_own_gang_and_store():
     assert group["metadata"]["labels"] == {"gangctl.io/managed-by": "gangctl", pj.JOB_NAME: "ddp"}
     for obj in [*(a.obj for a in plan.of(Apply)), *(c.obj for c in plan.of(Create))]:
         assert "trainer.kubeflow.org/trainjob-name" not in (obj["metadata"].get("labels") or {}), obj["metadata"]
+
+
+# --- elastic sizing of the Worker Job --------------------------------------------------------------
+WORKERS_4 = {"minReplicas": 2, "maxReplicas": 4, "rdzvHost": "etcd", "rdzvPort": 2379}
+
+
+def worker_job(size: int, uid: str = "w1", failed: int = 0) -> dict:
+    j = child("ddp-worker", uid)
+    j["spec"] = {"parallelism": size, "completions": size}
+    j["status"]["failed"] = failed
+    return j
+
+
+def worker(index: int, uid: str = "w1", *, node: str | None = "n", phase: str = "Running",
+           unschedulable_for: float | None = None, disrupted: bool = False) -> dict:
+    p = pod(f"ddp-worker-{index}-x", uid, "worker", index, phase=phase)
+    p["spec"]["nodeName"] = node
+    conds = []
+    if unschedulable_for is not None:
+        at = (NOW - timedelta(seconds=unschedulable_for)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        conds.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastTransitionTime": at})
+    if disrupted:
+        conds.append({"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"})
+    p["status"]["conditions"] = conds
+    return p
+
+
+def elastic_job(memo: dict | None = None) -> dict:
+    obj = pytorchjob(workers=4, elasticPolicy=WORKERS_4)
+    if memo is not None:
+        obj["metadata"]["annotations"] = {dp.ELASTIC_ANNOTATION: json.dumps(memo)}
+    return obj
+
+
+def resizes(plan) -> list[dict]:
+    """The elastic memos the plan records on the PyTorchJob."""
+    return [json.loads(p.patch["metadata"]["annotations"][dp.ELASTIC_ANNOTATION]) for p in plan.of(Patch)
+            if p.resource == PYTORCHJOBS]
+
+
+def worker_apply(plan) -> dict:
+    return next(a.obj for a in plan.of(Apply) if a.resource == JOBS and a.obj["metadata"]["name"] == "ddp-worker")
+
+
+def test_a_worker_whose_replacement_finds_no_node_is_cut_and_recorded_alone():
+    running = [worker(i) for i in range(3)]
+    waiting = worker(3, node=None, phase="Pending", unschedulable_for=10)
+    plan = dp.decide(snap(elastic_job(), jobs=(child("ddp-master", "m1"), worker_job(4)), pods=(*running, waiting)))
+    [patch] = plan.of(Patch)
+    assert patch.resource == PYTORCHJOBS and patch.patch["metadata"]["resourceVersion"] == "7"
+    [memo] = resizes(plan)
+    assert memo["size"] == 3 and memo["lastResizeReason"] == "Unschedulable" and memo["lastShrinkTime"]
+    assert not plan.of(Apply) and not plan.of(WriteStatus), "the resize is recorded alone"
+    assert [e.reason for e in plan.of(Event)] == ["Resized"]
+    # the next pass applies the Worker Job at the recorded size
+    after = dp.decide(snap(elastic_job(memo), jobs=(child("ddp-master", "m1"), worker_job(4)), pods=(*running, waiting)))
+    spec = worker_apply(after)["spec"]
+    assert spec["parallelism"] == spec["completions"] == 3
+    assert after.requeue_after == dp.ELASTIC_RECHECK_SECONDS, "short of its replicas: it looks again soon"
+
+
+def test_a_lost_worker_is_cut_at_once_never_below_min_replicas():
+    lost = worker(3, disrupted=True)
+    plan = dp.decide(snap(elastic_job(), jobs=(worker_job(4),), pods=(*[worker(i) for i in range(3)], lost)))
+    [memo] = resizes(plan)
+    assert memo["size"] == 3 and memo["lastResizeReason"] == "NodeLost"
+    # at the floor: two workers left, the rest lost, nothing more is cut
+    memo2 = {"size": 2, "lastShrinkTime": NOW.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    plan = dp.decide(snap(elastic_job(memo2), jobs=(worker_job(2),), pods=(worker(0), worker(1, disrupted=True))))
+    assert not resizes(plan) and worker_apply(plan)["spec"]["parallelism"] == 2
+
+
+def test_all_healthy_below_the_replicas_grows_by_one_after_the_backoff():
+    shrunk = (NOW - timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    plan = dp.decide(snap(elastic_job({"size": 3, "lastShrinkTime": shrunk}), jobs=(worker_job(3),),
+                          pods=tuple(worker(i) for i in range(3))))
+    [memo] = resizes(plan)
+    assert memo["size"] == 4 and memo["lastResizeReason"] == "CapacityProbe" and memo["resizes"] == 1
+    recent = (NOW - timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    plan = dp.decide(snap(elastic_job({"size": 3, "lastShrinkTime": recent}), jobs=(worker_job(3),),
+                          pods=tuple(worker(i) for i in range(3))))
+    assert not resizes(plan), "no probe within the backoff after a shrink"
+    assert plan.requeue_after == dp.ELASTIC_RECHECK_SECONDS
+
+
+def test_a_full_elastic_job_is_left_alone_and_a_new_one_starts_at_its_replicas():
+    plan = dp.decide(snap(elastic_job(), jobs=(worker_job(4),), pods=tuple(worker(i) for i in range(4))))
+    assert not resizes(plan) and plan.requeue_after is None
+    first = dp.decide(snap(elastic_job()))
+    assert worker_apply(first)["spec"]["parallelism"] == 4
+    # a memo bigger than the replicas (scaled down since) is clamped to them
+    job = elastic_job({"size": 4})
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 3
+    assert worker_apply(dp.decide(snap(job)))["spec"]["parallelism"] == 3
