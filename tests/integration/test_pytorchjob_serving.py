@@ -3,7 +3,8 @@ manifest runs real torchrun workers on process nodes to Succeeded with v1's env;
 KWOK GPU nodes gets one PodGroup whose minMember honours elasticPolicy.minReplicas; a failing
 worker charges the restart budget (runPolicy.backoffLimit) and ends Failed with v1's reason; an
 invalid PyTorchJob is refused by the API naming the field; `gangctl explain pytorchjob/NS/NAME` gives a
-waiting gang's reason and numbers."""
+waiting gang's reason and numbers; suspend lets go of the gang; an edit the running Workers cannot take
+is reported as an event; an elastic Worker Job shrinks on node loss and grows back."""
 from __future__ import annotations
 
 import copy
@@ -15,14 +16,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gangctl.api.resources import PODS, PYTORCHJOBS
+from gangctl.api.resources import JOBS, NODES, PODS, PYTORCHJOBS, TRAINJOBS
 from gangctl.config import REPO_ROOT
 from gangctl.kube.client import ApiError, Kube
 from gangctl.policy import pytorchjob as pj
+from gangctl.policy import decide_pytorchjob as dp
 from gangctl.policy.decide_pytorchjob import RESTARTS_ANNOTATION
 from tests.integration.conftest import GPU_NODES, wait_ready
-from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, condition, eventually, gangctl_cli,
-                                       is_true, on_kwok_nodes, pod_group)
+from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, bound, condition, eventually,
+                                       gangctl_cli, is_true, on_kwok_nodes, pod_group, pods_of, submit, trainjob)
+from tests.integration.test_elastic import NOT_READY_LABEL
 from tests.integration.test_process_nodes import kubectl
 
 pytestmark = pytest.mark.integration
@@ -131,13 +134,18 @@ async def test_v1_ddp_manifest_runs_torchrun_to_succeeded_with_v1_env(kube, name
         shutil.rmtree(script.parent, ignore_errors=True)
 
 
-def kwok_elastic(name: str, namespace: str) -> dict:
+def kwok_elastic(name: str, namespace: str, *, long_running: bool = False, **elastic) -> dict:
+    """4 Workers of 8 GPUs on KWOK nodes, elastic down to 2; `long_running`: KWOK keeps the pods Running
+    for an hour (else it completes them within seconds)."""
     pod = on_kwok_nodes({"containers": [{"name": "pytorch", "image": "pytorch/pytorch:2.7.1", "command": ["torchrun", "t.py"],
                                          "resources": {"limits": {"nvidia.com/gpu": "8"}}}]})
+    template: dict = {"spec": pod}
+    if long_running:
+        template["metadata"] = {"annotations": {KWOK_COMPLETE_DELAY: "3600s", KWOK_COMPLETE_JITTER: "3601s"}}
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"elasticPolicy": {"minReplicas": 2, "maxReplicas": 4, "rdzvBackend": "c10d"},
+            "spec": {"elasticPolicy": {"minReplicas": 2, "maxReplicas": 4, "rdzvBackend": "c10d", **elastic},
                      "pytorchReplicaSpecs": {"Worker": {"replicas": 4, "restartPolicy": "OnFailure",
-                                                        "template": {"spec": pod}}}}}
+                                                        "template": template}}}}
 
 
 async def test_elastic_gang_on_kwok_gpu_nodes_gets_one_podgroup_floored_at_min_replicas(kube, namespace, controller):
@@ -242,7 +250,7 @@ async def _is_running(kube: Kube, namespace: str, name: str) -> bool:
 
 async def test_explain_says_why_a_pytorchjob_waits_and_that_a_running_one_runs(kube, namespace, kubeconfig, controller):
     too_big = GPU_NODES + 1                              # Workers of 8 GPUs: one more than the cluster has nodes
-    job = kwok_elastic("toobig", namespace)
+    job = kwok_elastic("toobig", namespace, long_running=True)
     job["spec"].pop("elasticPolicy")
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = too_big
     await kube.create(PYTORCHJOBS.path(namespace), job)
@@ -259,7 +267,7 @@ async def test_explain_says_why_a_pytorchjob_waits_and_that_a_running_one_runs(k
     assert gpus["needed"] == too_big * 8 and gpus["free"] < gpus["needed"]
     await kube.delete(PYTORCHJOBS.path(namespace, "toobig"))
 
-    await kube.create(PYTORCHJOBS.path(namespace), kwok_elastic("fits", namespace))
+    await kube.create(PYTORCHJOBS.path(namespace), kwok_elastic("fits", namespace, long_running=True))
 
     async def running() -> bool:
         return is_true(await get(kube, namespace, "fits"), "Running")
@@ -271,7 +279,7 @@ async def test_explain_says_why_a_pytorchjob_waits_and_that_a_running_one_runs(k
 
 
 async def test_an_edit_the_running_workers_cannot_take_is_reported_as_an_event(kube, namespace, controller):
-    await kube.create(PYTORCHJOBS.path(namespace), kwok_elastic("edited", namespace))
+    await kube.create(PYTORCHJOBS.path(namespace), kwok_elastic("edited", namespace, long_running=True))
 
     async def running() -> bool:
         return is_true(await get(kube, namespace, "edited"), "Running")
@@ -296,7 +304,7 @@ async def test_an_edit_the_running_workers_cannot_take_is_reported_as_an_event(k
 
 
 async def test_suspend_releases_the_gang_and_resume_runs_it_again(kube, namespace, controller):
-    await kube.create(PYTORCHJOBS.path(namespace), kwok_elastic("pause", namespace))
+    await kube.create(PYTORCHJOBS.path(namespace), kwok_elastic("pause", namespace, long_running=True))
 
     async def running() -> bool:
         return is_true(await get(kube, namespace, "pause"), "Running")
@@ -321,3 +329,50 @@ async def test_suspend_releases_the_gang_and_resume_runs_it_again(kube, namespac
         return is_true(obj, "Running") and not is_true(obj, "Suspended") and len(workers) == 4
     await eventually(resumed, 90, "Running again with its 4 Workers after resume", interval=0.5)
     assert [g["metadata"]["name"] for g in (await kube.get(groups))["items"]] == ["pause-pytorch"]
+
+
+async def test_an_elastic_job_shrinks_on_node_loss_and_grows_back_to_its_replicas(kube, namespace, controller):
+    filler = GPU_NODES - 4  # leaves 4 free GPU nodes
+    await submit(kube, trainjob("filler", namespace, nodes=filler, run_for="3600s"))
+
+    async def filler_bound() -> bool:
+        return len(bound(await pods_of(kube, namespace, "filler"))) == filler
+    await eventually(filler_bound, 120, "the filler gang bound")
+    # rdzvHost given: no store pod of gangctl's takes a node, so the 4 Workers have exactly 4 nodes.
+    await kube.create(PYTORCHJOBS.path(namespace), kwok_elastic("el", namespace, long_running=True,
+                                                                rdzvHost="rdzv.example", rdzvPort=2379))
+    job_path = JOBS.path(namespace, "el-worker")
+
+    async def healthy() -> list[dict]:
+        return [p for p in await pods(kube, namespace, "el") if p["spec"].get("nodeName")
+                and not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Running"]
+
+    async def size_is(n: int) -> bool:
+        try:
+            spec = (await kube.get(job_path))["spec"]
+        except ApiError:
+            return False
+        return spec.get("parallelism") == n and spec.get("completions") == n and len(await healthy()) == n
+    await eventually(lambda: size_is(4), 90, "the elastic PyTorchJob running its 4 Workers")
+    workers = await healthy()
+    victim = max(workers, key=lambda p: int(p["metadata"]["annotations"][pj.COMPLETION_INDEX]))
+    node = victim["spec"]["nodeName"]
+    survivors = {p["metadata"]["uid"] for p in workers} - {victim["metadata"]["uid"]}
+    await kube.merge_patch(NODES.path(name=node), {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
+    try:
+        await eventually(lambda: size_is(3), 90, "the Worker Job shrunk to 3 after the node loss")
+        obj = await get(kube, namespace, "el")
+        memo = json.loads(obj["metadata"]["annotations"][dp.ELASTIC_ANNOTATION])
+        assert memo["lastResizeReason"] in ("NodeLost", "Unschedulable") and memo["resizes"] >= 1
+        assert survivors <= {p["metadata"]["uid"] for p in await healthy()}, "no healthy worker was killed"
+        assert is_true(obj, "Running") and not is_true(obj, "Failed") and RESTARTS_ANNOTATION not in obj["metadata"]["annotations"]
+
+        await kube.delete(TRAINJOBS.path(namespace, "filler"))   # capacity returns
+        await eventually(lambda: size_is(4), 120, "the Worker Job grown back to its 4 replicas")
+        assert survivors <= {p["metadata"]["uid"] for p in await healthy()}, "growing kills no worker"
+        assert json.loads((await get(kube, namespace, "el"))["metadata"]["annotations"][dp.ELASTIC_ANNOTATION])[
+            "lastResizeReason"] == "CapacityProbe"
+    finally:
+        await kube.request("PATCH", NODES.path(name=node), body=[
+            {"op": "remove", "path": "/metadata/labels/" + NOT_READY_LABEL.replace("/", "~1")}],
+            content_type="application/json-patch+json")
