@@ -108,6 +108,8 @@ def _decide(s: Snapshot) -> Plan:
         if child["metadata"].get("uid") == judged:
             return _carry_out(s, job, gang, restarts, current)
         failure = st.ChildJob.from_job(child, group.replica_type.lower()).failure
+        if failure is None and group.job.elastic:
+            failure = _elastic_worker_failure(s, child)
         if failure is not None:
             return _judge(s, gang, group, child, failure, restarts)
     if any(c is not None and c["metadata"].get("deletionTimestamp") for c in current.values()):
@@ -131,6 +133,22 @@ def elastic_of(obj: dict) -> dict:
     except ValueError:
         return {}
     return memo if isinstance(memo, dict) else {}
+
+
+def _elastic_worker_failure(s: Snapshot, child: dict) -> tuple[str, str] | None:
+    """An elastic Worker Job never fails on its own (huge backoffLimit): a Worker in range that exited
+    non-zero without a disruption is the attempt's failure, judged like any other."""
+    meta = child["metadata"]
+    size = int((child.get("spec") or {}).get("parallelism") or 0)
+    for pod in s.pods:
+        if not any(r.get("uid") == meta.get("uid") for r in pod["metadata"].get("ownerReferences") or []):
+            continue
+        failed = PodFailure.from_pod(pod, container=DEFAULT_CONTAINER)
+        if (failed is not None and failed.disruption is None and failed.index is not None and failed.index < size
+                and (pod.get("status") or {}).get("phase") == "Failed"):
+            code = f" with exit code {failed.exit_code}" if failed.exit_code is not None else ""
+            return "PodFailed", f"worker {meta['namespace']}/{failed.name} failed{code}"
+    return None
 
 
 def _finished(status: dict) -> bool:

@@ -362,3 +362,20 @@ def test_a_full_elastic_job_is_left_alone_and_a_new_one_starts_at_its_replicas()
     job = elastic_job({"size": 4})
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 3
     assert worker_apply(dp.decide(snap(job)))["spec"]["parallelism"] == 3
+
+
+def test_an_elastic_worker_that_exits_non_zero_is_judged_against_the_budget():
+    failed = worker(1, phase="Failed")
+    failed["status"]["containerStatuses"] = [{"name": "pytorch", "state": {"terminated": {
+        "exitCode": 3, "reason": "Error", "finishedAt": "2026-11-23T11:59:00Z"}}}]
+    obj = elastic_job()
+    obj["spec"]["runPolicy"] = {"backoffLimit": 2}
+    plan = dp.decide(snap(obj, jobs=(worker_job(4, failed=1),), pods=(worker(0), failed, worker(2), worker(3))))
+    [patch] = [p for p in plan.of(Patch) if p.resource == PYTORCHJOBS]
+    restarts = json.loads(patch.patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])
+    assert restarts["lastFailure"]["action"] == "Restart" and "exit code 3" in restarts["lastFailure"]["message"]
+    # a Worker evicted from a lost node is the sizing's business, not a failure
+    evicted = worker(1, phase="Failed", disrupted=True)
+    plan = dp.decide(snap(elastic_job(), jobs=(worker_job(4, failed=1),), pods=(worker(0), evicted, worker(2), worker(3))))
+    assert not [p for p in plan.of(Patch) if p.resource == PYTORCHJOBS and dp.RESTARTS_ANNOTATION in
+                p.patch["metadata"]["annotations"]]
