@@ -110,17 +110,20 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
         "suspend": job.suspend or base.controls_suspend(backend),
         "template": template,
     }
+    # The runtime's (and its runtimePatches') Job labels and annotations; gangctl's own win.
     metadata = {
         "name": child_job_name(job.name, NODE_JOB),
         "namespace": job.namespace,
-        "labels": child_labels(job.name, NODE_JOB),
+        "labels": {**(job.job_metadata.get("labels") or {}), **child_labels(job.name, NODE_JOB)},
         "ownerReferences": [owner],
         "finalizers": [RESULT_FINALIZER],
     }
+    annotations = dict(job.job_metadata.get("annotations") or {})
     if gang is not None:
         metadata["labels"].update(base.job_labels(backend, job, gang))
-        if (extra := base.job_annotations(backend, job, gang)):
-            metadata["annotations"] = extra
+        annotations.update(base.job_annotations(backend, job, gang))
+    if annotations:
+        metadata["annotations"] = annotations
     return with_spec_hash({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec})
 
 

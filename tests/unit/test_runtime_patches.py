@@ -103,8 +103,12 @@ def test_sdk_patch_then_kueue_patch_give_the_pod_template_in_order():
     assert job.job_metadata == {"labels": {"cost-center": "42",
                                            "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}}
 
+    # The child Job carries the Job labels the runtime and its patches give, beside gangctl's own.
+    child = node_job(job, owner_reference(trainjob()), Coscheduling(), "scheduler")
+    assert child["metadata"]["labels"]["cost-center"] == "42"
+    assert child["metadata"]["labels"]["trainer.kubeflow.org/trainjob-name"] == job.name
     # What the user's pods finally carry: the builder keeps the patch's tolerations and adds node-loss ones.
-    built = node_job(job, owner_reference(trainjob()), Coscheduling(), "scheduler")["spec"]["template"]["spec"]
+    built = child["spec"]["template"]["spec"]
     assert {t["key"] for t in built["tolerations"]} == {"flavor", "node.kubernetes.io/not-ready",
                                                         "node.kubernetes.io/unreachable"}
     assert built["serviceAccountName"] == "trainer" and built["schedulingGates"] == pod["schedulingGates"]
