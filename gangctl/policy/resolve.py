@@ -136,6 +136,8 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
     job_metadata = _merge_metadata({}, template.get("metadata"))
     _apply_runtime_patches(spec.get("runtimePatches") or [], jobs, job_metadata, runtime_name)
     job_metadata = _merge_metadata(job_metadata, node.job_metadata)
+    # spec.labels / spec.annotations (Trainer v2.0: "to apply for the derivative JobSet and Jobs") last.
+    job_metadata = _merge_metadata(job_metadata, {"labels": spec.get("labels"), "annotations": spec.get("annotations")})
 
     num_nodes = int(trainer.get("numNodes") or ml.get("numNodes") or 1)
     elastic = {**(torch.get("elasticPolicy") or {}), **(trainer.get("elasticPolicy") or {})}

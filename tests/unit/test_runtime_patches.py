@@ -114,6 +114,15 @@ def test_sdk_patch_then_kueue_patch_give_the_pod_template_in_order():
     assert built["serviceAccountName"] == "trainer" and built["schedulingGates"] == pod["schedulingGates"]
 
 
+def test_the_trainjobs_labels_and_annotations_go_on_the_child_job_over_the_runtimes():
+    runtime = runtime_with_initializer()
+    runtime["spec"]["template"]["metadata"] = {"labels": {"cost-center": "1", "tier": "gold"}}
+    job = resolve(trainjob(labels={"cost-center": "42"}, annotations={"owner": "nlp"}), runtime)
+    meta = node_job(job, owner_reference(trainjob()), Coscheduling(), "scheduler")["metadata"]
+    assert meta["labels"]["cost-center"] == "42" and meta["labels"]["tier"] == "gold"
+    assert meta["annotations"]["owner"] == "nlp"
+
+
 def test_no_patch_leaves_the_runtime_template_as_it_was():
     runtime = runtime_with_initializer()
     job = resolve(trainjob(runtimePatches=[{"manager": SDK}]), runtime)
