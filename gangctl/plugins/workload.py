@@ -91,7 +91,8 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
     spec["subdomain"] = job.name
     gang_pod(meta, spec, labels, annotations, job, backend, scheduler_name)
     for container in spec.get("containers") or []:
-        if container.get("name") == NODE_CONTAINER or len(spec["containers"]) == 1:
+        if (container.get("name") == NODE_CONTAINER or len(spec["containers"]) == 1
+                or container.get("name") in job.env_containers):
             env = {e["name"]: e for e in container.get("env") or []}
             env.update({e["name"]: e for e in torch_env(job)})
             container["env"] = list(env.values())

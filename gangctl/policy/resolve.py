@@ -80,6 +80,8 @@ class ResolvedJob:
     initializer: dict | None = None     # spec.initializer as given ({dataset: {...}, model: {...}})
     active_deadline_seconds: int | None = None  # spec.activeDeadlineSeconds
     group_name: str | None = None       # the gang group's name when not the job's (see gang_name)
+    env_containers: tuple[str, ...] = ()  # mlPolicy.torch.envInjection: the node job's other containers
+    #                                       that also get the PET_* variables
 
     @property
     def gang_name(self) -> str:
@@ -171,6 +173,8 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
         steps=tuple(part.step() for name, part in jobs.items() if name != NODE_JOB),
         initializer=copy.deepcopy(spec["initializer"]) if spec.get("initializer") else None,
         active_deadline_seconds=spec.get("activeDeadlineSeconds"),
+        env_containers=tuple(name for target in (torch.get("envInjection") or {}).get("targets") or []
+                             if target.get("jobName") == NODE_JOB for name in target.get("containerNames") or []),
     )
 
 

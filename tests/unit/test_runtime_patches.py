@@ -123,6 +123,20 @@ def test_the_trainjobs_labels_and_annotations_go_on_the_child_job_over_the_runti
     assert meta["annotations"]["owner"] == "nlp"
 
 
+def test_env_injection_gives_the_named_containers_of_the_node_job_the_pet_variables():
+    def env_of(runtime: dict) -> dict[str, set[str]]:
+        pod = node_job(resolve(trainjob(), runtime), owner_reference(trainjob()), Coscheduling(), "s")["spec"]["template"]["spec"]
+        return {c["name"]: {e["name"] for e in c.get("env") or []} for c in pod["containers"]}
+    plain = env_of(runtime_with_initializer())
+    assert "PET_NNODES" in plain["node"] and "PET_NNODES" not in plain["sidecar"]
+    runtime = runtime_with_initializer()
+    runtime["spec"].setdefault("mlPolicy", {}).setdefault("torch", {})["envInjection"] = {"targets": [
+        {"jobName": "node", "containerNames": ["sidecar"]},
+        {"jobName": "dataset-initializer", "containerNames": ["node-helper"]}]}
+    injected = env_of(runtime)
+    assert {"PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR"} <= injected["sidecar"] and "MODE" in injected["sidecar"]
+
+
 def test_no_patch_leaves_the_runtime_template_as_it_was():
     runtime = runtime_with_initializer()
     job = resolve(trainjob(runtimePatches=[{"manager": SDK}]), runtime)
