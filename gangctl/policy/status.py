@@ -229,11 +229,18 @@ def stuck_hint(reason: str | None, message: str, kind: str = "TrainJob") -> str:
     return f"gangctl keeps retrying with a growing delay; fix the {kind}" + (" or its runtime." if kind == "TrainJob" else ".")
 
 
+def _elide(message: str, keep: int = 240) -> str:
+    """A long API message (a 422 quotes the whole object it refused) cut in the middle: its head names
+    the object and field, its tail says why (e.g. "field is immutable")."""
+    return message if len(message) <= 2 * keep else f"{message[:keep]} … {message[-keep:]}"
+
+
 def stuck(kind: str, error_reason: str | None, error_message: str | None, error: str) -> tuple[str, str]:
     """(reason, message) for a job whose reconcile keeps failing: the API server's refusal with what to
     do next (`error_reason`/`error_message` from its Status), or else gangctl's own error."""
     if error_message is not None:
         return (error_reason or "Invalid",
-                f"the API server refused gangctl's change: {error_message}. {stuck_hint(error_reason, error_message, kind)}")
+                f"the API server refused gangctl's change: {_elide(error_message)}. "
+                f"{stuck_hint(error_reason, error_message, kind)}")
     return ("InternalError", f"gangctl failed on this {kind}: {error}. It keeps retrying; please report it with "
                              f"the {kind}" + (" and its runtime" if kind == "TrainJob" else ""))

@@ -108,3 +108,13 @@ def test_the_crd_schema_allows_every_state():
 
     from gangctl.api.trainjob import GangState
     assert set(get_args(GangState)) == set(st.STATES)
+
+
+def test_a_stuck_job_is_told_why_with_a_long_api_message_cut_in_the_middle():
+    refused = ('Job.batch "x-worker" is invalid: spec.template: Invalid value: core.PodTemplateSpec{'
+               + "Labels: map[...] " * 300 + "}: field is immutable")
+    reason, message = st.stuck("PyTorchJob", "Invalid", refused, "")
+    assert reason == "Invalid" and len(message) < 1024, "fits an event's message"
+    assert 'Job.batch "x-worker" is invalid: spec.template' in message and "field is immutable" in message
+    assert "suspend the PyTorchJob and resume it" in message
+    assert st.stuck("TrainJob", None, None, "KeyError: 'x'")[0] == "InternalError"
