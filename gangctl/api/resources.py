@@ -46,11 +46,13 @@ CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "Cust
 POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 
+PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
+
 # The kinds gangctl server-side applies from manifests it holds as plain objects (quota policies'
 # objects, the install's kubeflow-system ConfigMap and its RBAC), by (apiVersion, kind).
 APPLIED_KINDS = {(r.api_version, r.kind): r for r in (
     NAMESPACES, CONFIGMAPS,
-    Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False),
+    PRIORITY_CLASSES,
     Resource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
     Resource("kueue.x-k8s.io", "v1beta1", "resourceflavors", "ResourceFlavor", namespaced=False),

@@ -76,6 +76,7 @@ class Snapshot:
     # Pods of the node Job seen disrupted on earlier passes (a hint: they may be gone by now).
     disruptions: Mapping[str, PodFailure] = field(default_factory=dict)
     nudge: bool = False                    # capacity was freed since this gang last tried
+    priority_classes: frozenset[str] | None = None  # the PriorityClasses that exist (None: not checked)
 
 
 # --- what one pass does -------------------------------------------------------------------------
@@ -242,6 +243,8 @@ def _decide(s: Snapshot) -> Plan:
     left = _deadline_left(s, job)
     if left is not None and left <= 0:
         return _deadline_exceeded(s, job)
+    if s.node_job is None and (missing := missing_priority_class(job.pod_template, s.priority_classes)):
+        return _fail(s, "JobRejected", missing)
     plan = _run(s, job, backend, gang)
     if left is not None:  # come back when the deadline passes, if nothing else brings us back first
         plan = dataclasses.replace(plan, requeue_after=min(plan.requeue_after or left, left))
@@ -269,6 +272,16 @@ def _deadline_exceeded(s: Snapshot, job: ResolvedJob) -> Plan:
     message = (f"the TrainJob was active longer than spec.activeDeadlineSeconds ({job.active_deadline_seconds}s); "
                "its pods were stopped and its gang released")
     return _fail(s, "DeadlineExceeded", message, metric=Metric("policy_failures", "inc", ("DeadlineExceeded",)))
+
+
+def missing_priority_class(pod_template: dict, known: frozenset[str] | None) -> str | None:
+    """The Job API accepts a template naming a PriorityClass that does not exist, and then every pod
+    create is refused by admission (only the Job's FailedCreate events say so): say it before."""
+    name = (pod_template.get("spec") or {}).get("priorityClassName")
+    if not name or known is None or name in known:
+        return None
+    return (f"priorityClassName: no PriorityClass {name!r} exists (kubectl get priorityclasses), so none of the "
+            "pods could be created; create it, or fix the runtime or the TrainJob's overrides, and create the job again")
 
 
 def rejected(s: Snapshot, message: str) -> Plan:

@@ -44,7 +44,8 @@ from gangctl.policy import elastic
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store
-from gangctl.policy.decide import Apply, Delete, Event, Metric, Patch, Plan, Step, WriteStatus, ensure_store, store_pods
+from gangctl.policy.decide import (Apply, Delete, Event, Metric, Patch, Plan, Step, WriteStatus, ensure_store,
+                                   missing_priority_class, store_pods)
 from gangctl.policy.failure import PodFailure, Restarts, classify
 from gangctl.policy.failure import decide as judge
 
@@ -71,6 +72,7 @@ class Snapshot:
     pods: tuple[dict, ...] = ()            # pods labelled with the PyTorchJob's name
     services: tuple[dict, ...] = ()        # Services labelled with the PyTorchJob's name
     groups: Mapping[str, dict | None] = field(default_factory=dict)   # backend -> its group (see decide)
+    priority_classes: frozenset[str] | None = None   # the PriorityClasses that exist (None: not checked)
 
 
 def decide(s: Snapshot) -> Plan:
@@ -114,6 +116,10 @@ def _decide(s: Snapshot) -> Plan:
             return _judge(s, gang, group, child, failure, restarts)
     if any(c is not None and c["metadata"].get("deletionTimestamp") for c in current.values()):
         return Plan()  # a restart is under way: the deletion of the old attempt requeues us
+    for group in gang.groups:
+        if current[group.child_name] is None and (
+                missing := missing_priority_class(group.job.pod_template, s.priority_classes)):
+            return _fail(s, job, f"spec.pytorchReplicaSpecs.{group.replica_type}.template.spec.{missing}")
     return _run(s, job, gang, backend, current)
 
 

@@ -10,8 +10,8 @@ from collections import Counter
 
 from prometheus_client import CollectorRegistry
 
-from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, JOBS, NODES, PODS, PYTORCHJOBS, SERVICES, TRAINING_RUNTIMES,
-                                   TRAINJOBS)
+from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, JOBS, NODES, PODS, PRIORITY_CLASSES, PYTORCHJOBS, SERVICES,
+                                   TRAINING_RUNTIMES, TRAINJOBS)
 from gangctl.config import ControllerSettings
 from gangctl.kube.access_review import AccessReviewer
 from gangctl.kube.client import UNREACHABLE, ApiError, Kube
@@ -46,6 +46,11 @@ PERMANENT_STATUSES = frozenset({400, 403, 422})
 GANG_RESOURCES = {name: backend.watch for name, backend in BACKENDS.items()}
 # PyTorchJob keys share the work queue with TrainJob keys under this prefix.
 PYTORCHJOB_KEY = "pytorchjob:"
+
+
+def _name_only(obj: dict) -> dict:
+    """What the priority-class cache keeps of a PriorityClass: its name."""
+    return {"metadata": {"name": obj["metadata"]["name"], "resourceVersion": obj["metadata"].get("resourceVersion")}}
 
 
 async def served_backends(kube: Kube) -> set[str]:
@@ -99,6 +104,9 @@ class Controller:
                               index_label=TRAINJOB_NAME),
             groups={name: self._gang_informer(kube, name, resource, ns, managed)
                     for name, resource in GANG_RESOURCES.items() if name in backends},
+            # A child Job whose template names a PriorityClass that does not exist is created, and
+            # then none of its pods is: gangctl checks the name before it creates the Job.
+            priority_classes=Informer(kube, PRIORITY_CLASSES, transform=_name_only),
         )
         events = EventRecorder(kube)
         # gangctl's own quota admission for coscheduling (which has none): the policy that

@@ -36,7 +36,8 @@ class PyTorchJobReconciler(Reconciler):
         return dp.Snapshot(
             key, self.clock(), obj, scheduler_name=self.scheduler_name, gang_scheduler=self.gang_scheduler,
             jobs=tuple(self.caches.jobs.list(ns, selector)), pods=tuple(self.caches.pods.list(ns, selector)),
-            services=tuple(self.caches.services.list(ns, selector)), groups=groups)
+            services=tuple(self.caches.services.list(ns, selector)), groups=groups,
+            priority_classes=self.caches.priority_class_names())
 
     async def report_stuck(self, key: str, err: Exception) -> None:
         """v1's status has no condition for it (its conditions are the job's lifecycle): a Warning event

@@ -39,10 +39,15 @@ class Caches:
     # backends this cluster serves are present.
     groups: dict[str, Informer]
     pytorchjobs: Informer | None = None   # kubeflow.org/v1, when the cluster serves its CRD
+    priority_classes: Informer | None = None  # names a pod template may give (None: not checked)
 
     def all(self) -> list[Informer]:
         return [self.trainjobs, self.runtimes, self.cluster_runtimes, self.jobs, self.pods,
-                self.services, *self.groups.values(), *([self.pytorchjobs] if self.pytorchjobs else [])]
+                self.services, *self.groups.values(),
+                *[i for i in (self.pytorchjobs, self.priority_classes) if i is not None]]
+
+    def priority_class_names(self) -> frozenset[str] | None:
+        return frozenset(self.priority_classes.cache) if self.priority_classes is not None else None
 
 
 class Reconciler:
@@ -118,7 +123,8 @@ class Reconciler:
         return d.Snapshot(
             key, self.clock(), trainjob, scheduler_name=self.scheduler_name, runtime=self._runtime_for(trainjob),
             jobs=jobs, node_job=node_job, service=service, pods=tuple(self.caches.pods.list(ns, {TRAINJOB_NAME: name})),
-            groups=groups, gate=gate, disruptions=dict(self._disruptions.get(uid, {})), nudge=key in self.nudge)
+            groups=groups, gate=gate, disruptions=dict(self._disruptions.get(uid, {})), nudge=key in self.nudge,
+            priority_classes=self.caches.priority_class_names())
 
     async def apply(self, plan: d.Plan) -> None:
         """Carry out a plan: in-memory intents first (the gate, requeues, hints), then the writes in

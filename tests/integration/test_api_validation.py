@@ -261,10 +261,7 @@ CASES: dict[str, Case] = {
         Fails("JobRejected", ("serviceAccountName",))),
     "podTemplateOverride priorityClassName absent": tj(
         {"spec.podTemplateOverrides": [{"targetJobs": [{"name": "node"}], "spec": {"priorityClassName": "nope"}}]},
-        Fails("JobRejected", ("nope",)),
-        known_gap="the child Job is created, then the Job controller's pod creates are refused by admission "
-                  "(no PriorityClass 'nope'): only a FailedCreate event says so; the TrainJob waits forever "
-                  "(needs the reconciler: see the report of issue 12 item 8)"),
+        Fails("JobRejected", ("nope", "priorityClassName"))),
     "podTemplateOverride invalid label": tj(
         {"spec.podTemplateOverrides": [{"targetJobs": [{"name": "node"}], "metadata": {"labels": {"bad key!": "v"}}}]},
         Fails("JobRejected", ("bad key!",))),

@@ -274,6 +274,19 @@ def test_rejected_children_fail_the_trainjob_with_the_api_message():
     assert all(a.rejectable for a in steady.of(Apply)), "a first create is refused for good only then"
 
 
+def test_a_priority_class_that_does_not_exist_fails_the_trainjob_before_its_job_is_made():
+    overrides = [{"targetJobs": [{"name": "node"}], "spec": {"priorityClassName": "nope"}}]
+    tj = trainjob(podTemplateOverrides=overrides)
+    plan = decide(snap(tj, priority_classes=frozenset({"high", "system-cluster-critical"})))
+    failed = condition(plan.status, "Failed")
+    assert failed["reason"] == "JobRejected" and "'nope'" in failed["message"] and "kubectl get priorityclasses" in failed["message"]
+    assert not plan.of(Apply) and not plan.of(Create)
+    assert decide(snap(tj, priority_classes=frozenset({"nope"}))).of(Apply), "it exists: the job is made"
+    assert decide(snap(tj)).of(Apply), "not known (no cache): not checked"
+    running = decide(snap(tj, node_job=child(), jobs=(child(),), priority_classes=frozenset()))
+    assert not condition(running.status, "Failed"), "a running job is never failed for a class deleted since"
+
+
 def test_deleted_trainjob_releases_result_finalizers():
     job = child(conditions=COMPLETE)
     plan = decide(Snapshot("team-a/llm", NOW, None, jobs=(job,)))

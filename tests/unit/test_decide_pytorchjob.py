@@ -379,3 +379,14 @@ def test_an_elastic_worker_that_exits_non_zero_is_judged_against_the_budget():
     plan = dp.decide(snap(elastic_job(), jobs=(worker_job(4, failed=1),), pods=(worker(0), evicted, worker(2), worker(3))))
     assert not [p for p in plan.of(Patch) if p.resource == PYTORCHJOBS and dp.RESTARTS_ANNOTATION in
                 p.patch["metadata"]["annotations"]]
+
+
+def test_a_priority_class_that_does_not_exist_fails_the_pytorchjob_naming_the_replica():
+    obj = pytorchjob()
+    obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["priorityClassName"] = "nope"
+    plan = dp.decide(snap(obj, priority_classes=frozenset({"high"})))
+    failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "PyTorchJobFailed"
+    assert "spec.pytorchReplicaSpecs.Worker.template.spec.priorityClassName" in failed["message"] and "'nope'" in failed["message"]
+    assert not [a for a in plan.of(Apply) if a.resource == JOBS]
+    assert [a for a in dp.decide(snap(obj, priority_classes=frozenset({"nope"}))).of(Apply) if a.resource == JOBS]
