@@ -46,6 +46,9 @@ MANAGER_NAME = "gangctl.io/controller"
 SERVED_MANAGERS = {None, "", MANAGER_NAME}
 RETRY_ANNOTATION = "gangctl.io/retry-requested-at"
 ELASTIC_RECHECK_SECONDS = 2.0
+# How long a name a job refers to may be missing from a cache before the job fails for it: an object
+# created just before the job can reach its watch a little after the job's.
+CACHE_GRACE_SECONDS = 10.0
 STORE_ROLE = "rendezvous-store"
 
 
@@ -244,6 +247,9 @@ def _decide(s: Snapshot) -> Plan:
     if left is not None and left <= 0:
         return _deadline_exceeded(s, job)
     if s.node_job is None and (missing := missing_priority_class(job.pod_template, s.priority_classes)):
+        wait = cache_grace_left(s.trainjob, s.now)
+        if wait > 0:   # a PriorityClass created just before the job may not be in the cache yet
+            return dataclasses.replace(_not_created(s, "PriorityClassNotFound", missing), requeue_after=wait)
         return _fail(s, "JobRejected", missing)
     plan = _run(s, job, backend, gang)
     if left is not None:  # come back when the deadline passes, if nothing else brings us back first
@@ -282,6 +288,14 @@ def missing_priority_class(pod_template: dict, known: frozenset[str] | None) -> 
         return None
     return (f"priorityClassName: no PriorityClass {name!r} exists (kubectl get priorityclasses), so none of the "
             "pods could be created; create it, or fix the runtime or the TrainJob's overrides, and create the job again")
+
+
+def cache_grace_left(obj: dict, now: datetime) -> float:
+    """Seconds until a job is CACHE_GRACE_SECONDS old (0 when it is, or its age is unknown)."""
+    created = obj["metadata"].get("creationTimestamp")
+    if not created:
+        return 0.0
+    return max(0.0, CACHE_GRACE_SECONDS - (now - st.parse_time(created)).total_seconds())
 
 
 def rejected(s: Snapshot, message: str) -> Plan:

@@ -45,7 +45,7 @@ from gangctl.policy import pytorchjob as pj
 from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store
 from gangctl.policy.decide import (Apply, Delete, Event, Metric, Patch, Plan, Step, WriteStatus, ensure_store,
-                                   missing_priority_class, store_pods)
+                                   cache_grace_left, missing_priority_class, store_pods)
 from gangctl.policy.failure import PodFailure, Restarts, classify
 from gangctl.policy.failure import decide as judge
 
@@ -119,6 +119,8 @@ def _decide(s: Snapshot) -> Plan:
     for group in gang.groups:
         if current[group.child_name] is None and (
                 missing := missing_priority_class(group.job.pod_template, s.priority_classes)):
+            if (wait := cache_grace_left(s.pytorchjob, s.now)) > 0:  # type: ignore[arg-type]
+                return Plan(requeue_after=wait)   # the PriorityClass may be newer than the cache
             return _fail(s, job, f"spec.pytorchReplicaSpecs.{group.replica_type}.template.spec.{missing}")
     return _run(s, job, gang, backend, current)
 

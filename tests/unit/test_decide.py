@@ -285,6 +285,12 @@ def test_a_priority_class_that_does_not_exist_fails_the_trainjob_before_its_job_
     assert decide(snap(tj)).of(Apply), "not known (no cache): not checked"
     running = decide(snap(tj, node_job=child(), jobs=(child(),), priority_classes=frozenset()))
     assert not condition(running.status, "Failed"), "a running job is never failed for a class deleted since"
+    # A job 2 s old waits for the cache (the class may have been created just before it)
+    young = copy.deepcopy(tj)
+    young["metadata"]["creationTimestamp"] = st.timestamp(NOW - timedelta(seconds=2))
+    plan = decide(snap(young, priority_classes=frozenset()))
+    assert not condition(plan.status, "Failed") and plan.status["gang"]["reason"] == "PriorityClassNotFound"
+    assert plan.requeue_after == 8 and not plan.of(Apply)
 
 
 def test_deleted_trainjob_releases_result_finalizers():
