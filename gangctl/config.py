@@ -62,6 +62,8 @@ class ControllerSettings(BaseSettings):
     workers: int = Field(16, description="concurrent reconciles (each waits on the apiserver, not the CPU)")
     field_manager: str = "gangctl"
     scheduler_name: str = Field("scheduler-plugins-scheduler", description="scheduler profile with Coscheduling")
+    pytorchjob_gang_scheduler: str | None = Field("coscheduling", description="gang backend of PyTorchJobs (v1's "
+                                                  "--gang-scheduler-name); a kueue.x-k8s.io/queue-name label means Kueue")
     resync_seconds: float = 300.0
     gang_retry_seconds: float = Field(20.0, description="how often waiting gangs are handed back to the scheduler")
     lost_pod_seconds: float | None = Field(None, description="force-finish gangctl's pods Terminating that long on a "

@@ -161,8 +161,8 @@ def build_crds() -> dict[str, dict[str, Any]]:
         "TrainJob: a distributed training job, run by gangctl as a gang.",
         root_rules=[NAME_RULE],
         columns=[
-            # JSONPath cannot pick "the last True condition": the controller keeps the current one last.
-            {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
+            {"name": "State", "type": "string", "jsonPath": ".status.gang.state"},
+            {"name": "Reason", "type": "string", "jsonPath": ".status.gang.reason"},
             {"name": "Runtime", "type": "string", "jsonPath": ".spec.runtimeRef.name", "priority": 1},
             {"name": "Nodes", "type": "integer", "jsonPath": ".spec.trainer.numNodes", "priority": 1},
         ],

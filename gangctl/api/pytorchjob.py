@@ -41,9 +41,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "PyTorchJob"
 PLURAL = "pytorchjobs"
 CRD_FILE = f"{GROUP}_{PLURAL}.yaml"
-# Not deploy/crds yet: everything there is installed by `gangctl cluster up`, rendered by the Helm
-# chart and held to gangctl.api.crds's generated set; moving it there is the integrator's step.
-DEFAULT_OUT = Path("deploy/pytorchjob")
+# Beside the TrainJob CRDs: installed by `gangctl cluster up`, `kubectl apply -k deploy/` and the Helm
+# chart (whose crds/ links there); generated from the upstream module, not by gangctl.api.crds.
+DEFAULT_OUT = Path("deploy/crds")
 
 UPSTREAM_MODULE = "github.com/kubeflow/training-operator"
 UPSTREAM_VERSION = "v1.9.4"
@@ -442,7 +442,7 @@ def check(committed_text: str | None, upstream: dict | None = None) -> list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Write or check deploy/pytorchjob/kubeflow.org_pytorchjobs.yaml (file I/O at this edge only)."""
+    """Write or check deploy/crds/kubeflow.org_pytorchjobs.yaml (file I/O at this edge only)."""
     import argparse
     import os
     import sys

@@ -35,6 +35,7 @@ TRAINER_GROUP = "trainer.kubeflow.org"
 TRAINJOBS = Resource(TRAINER_GROUP, "v1alpha1", "trainjobs", "TrainJob")
 TRAINING_RUNTIMES = Resource(TRAINER_GROUP, "v1alpha1", "trainingruntimes", "TrainingRuntime")
 CLUSTER_TRAINING_RUNTIMES = Resource(TRAINER_GROUP, "v1alpha1", "clustertrainingruntimes", "ClusterTrainingRuntime", namespaced=False)
+PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
 JOBS = Resource("batch", "v1", "jobs", "Job")
 PODS = Resource("", "v1", "pods", "Pod")
 SERVICES = Resource("", "v1", "services", "Service")

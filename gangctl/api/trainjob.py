@@ -82,14 +82,15 @@ def _check_metadata_map(value: dict[str, str] | None, values: bool) -> dict[str,
 
 
 class ConditionType:
-    """status.conditions[].type values."""
+    """status.conditions[].type values: Kubeflow Trainer v2.3's, with Trainer's meaning."""
 
-    CREATED = "Created"
-    RUNNING = "Running"
     SUSPENDED = "Suspended"
     COMPLETE = "Complete"
     FAILED = "Failed"
     FINISHED = (COMPLETE, FAILED)
+
+
+GangState = Literal["Pending", "Waiting", "Running", "Suspended", "Restarting", "Complete", "Failed"]
 
 
 class RuntimeRef(K8sModel):
@@ -316,6 +317,9 @@ def _unique_managers(patches: list[RuntimePatch] | None) -> list[RuntimePatch] |
     return patches
 
 
+IMMUTABLE = {"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "field is immutable"}]}
+
+
 class TrainJobSpec(K8sModel):
     """What to train and with which runtime."""
 
@@ -331,8 +335,9 @@ class TrainJobSpec(K8sModel):
         }
     )
 
-    runtime_ref: RuntimeRef
-    initializer: Initializer | None = None
+    # Trainer v2.3's rule and message (its CEL on TrainJobSpec.runtimeRef and .initializer).
+    runtime_ref: RuntimeRef = Field(json_schema_extra=IMMUTABLE)
+    initializer: Initializer | None = Field(None, json_schema_extra=IMMUTABLE)
     trainer: Trainer | None = None
     labels: dict[str, Annotated[str, Field(max_length=63)]] | None = _metadata_map(values=True)
     annotations: dict[str, str] | None = _metadata_map(values=False)
@@ -386,8 +391,21 @@ class JobStatus(K8sModel):
 
 
 class GangStatus(K8sModel):
-    """gangctl extension: how the gang was scheduled."""
+    """gangctl extension: the TrainJob's state as gangctl sees it, and how its gang was scheduled.
 
+    status.conditions holds only Trainer's types (a running job has none, as under Trainer): the
+    finer state is here. Pending: no child Job yet (reason: RuntimeNotFound, BackendNotInstalled,
+    Creating…); Waiting: the gang is not bound yet (reason: WaitingForGang, WaitingForQuota, the
+    backend's); Running: every pod of the gang is bound; Suspended; Restarting: a failed attempt
+    is replaced; Complete; Failed. A change the API keeps refusing shows in reason and message."""
+
+    state: GangState | None = None
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = Field(None, json_schema_extra={"format": "date-time"},
+                                             description="when state last changed")
+    resumed_at: str | None = Field(None, json_schema_extra={"format": "date-time"},
+                                   description="the last resume from spec.suspend (activeDeadlineSeconds counts from it)")
     wait_seconds: float | None = Field(None, ge=0)
     bound_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
     created_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
@@ -477,7 +495,7 @@ class TrainJobStatus(K8sModel):
     )
     trainer_status: TrainerStatus | None = None
     restart_count: int | None = Field(None, ge=0, description="gangctl extension: restarts charged to the job")
-    gang: GangStatus | None = Field(None, description="gangctl extension: gang scheduling times")
+    gang: GangStatus | None = Field(None, description="gangctl extension: state, reason, message and gang scheduling times")
     restarts: RestartsStatus | None = Field(None, description="gangctl extension: restarts by cause")
     elastic: ElasticStatus | None = Field(None, description="gangctl extension: elastic size")
     admission: AdmissionStatus | None = Field(

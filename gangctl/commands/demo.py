@@ -147,8 +147,8 @@ def _table(jobs: list[dict], pods: list[dict], elapsed: float, progress: dict[st
         bound = sum(1 for p in mine if p["spec"].get("nodeName"))
         status = job.get("status") or {}
         wait = (status.get("gang") or {}).get("waitSeconds")
-        running = next((c for c in status.get("conditions") or [] if c["type"] == "Running"), None)
-        why = running["message"] if running and running.get("reason") == "WaitingForGang" else ""
+        state = status.get("gang") or {}
+        why = state.get("message", "") if state.get("reason") == "WaitingForGang" else ""
         where = "process" if job["spec"]["runtimeRef"]["name"] == "torch-process-nodes" else "KWOK GPU"
         table.add_row(name, where, phase(status), f"{bound}/{job['spec']['trainer']['numNodes']}",
                       "" if wait is None else f"{wait:.1f}s", why or progress.get(name, ""))

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-PHASES = ("Pending", "Created", "Running", "Suspended", "Complete", "Failed")
+from gangctl.policy.status import STATES
+
+PHASES = STATES  # status.gang.state
 
 
 class Metrics:

@@ -25,7 +25,7 @@ class Coscheduling:
     needs_nudge = True
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]:
-        return {POD_GROUP_LABEL: job.name}
+        return {POD_GROUP_LABEL: job.gang_name}
 
     def pod_annotations(self, job: ResolvedJob) -> dict[str, str]:
         return {}
@@ -38,7 +38,7 @@ class Coscheduling:
             "apiVersion": POD_GROUPS.api_version,
             "kind": POD_GROUPS.kind,
             "metadata": {
-                "name": job.name,
+                "name": job.gang_name,
                 "namespace": job.namespace,
                 "labels": {MANAGED_BY: MANAGER, TRAINJOB_NAME: job.name},
                 "ownerReferences": [owner],

@@ -20,7 +20,7 @@ from gangctl.plugins.names import (COMPLETION_INDEX_ANNOTATION, MANAGED_BY, MANA
 from gangctl.policy.resolve import ResolvedJob
 
 RDZV_PORT = 29400
-STORE_ROLE = "gangctl.io/role"
+STORE_ROLE, STORE_ROLE_VALUE = "gangctl.io/role", "rendezvous-store"
 # Rendezvous timeouts sized for fast recovery (torch defaults: join 600 s, last_call 30 s, close 30 s,
 # keep-alive every 5 s x 3). A dead agent is dropped after keep_alive_interval x keep_alive_max_attempt
 # = 3 s; survivors then wait last_call 2 s for late joiners before the new round closes.
@@ -87,16 +87,25 @@ def nnodes(job: ResolvedJob) -> str:
     return str(job.num_nodes)
 
 
-def rendezvous_store(job: ResolvedJob, owner: dict, pod_labels: dict[str, str]) -> dict:
-    """The store pod: the worker image (it has torch), the workers' node selection, off their nodes."""
+def rendezvous_store(job: ResolvedJob, owner: dict, pod_labels: dict[str, str], *, name: str | None = None,
+                     job_labels: dict[str, str] | None = None, workers: dict[str, str] | None = None,
+                     container: str = "node") -> dict:
+    """The store pod: the worker image (it has torch), the workers' node selection, off their nodes.
+
+    The defaults are a TrainJob's (`<trainjob>-rdzv` under the job's headless Service, labelled with
+    the TrainJob's name, off the pods of its `node` replicated job). Another kind passes its own
+    `name` (also the pod's hostname; reached through a Service of that name), `job_labels` (what its
+    reconciler observes the pod by) and `workers` (the labels of the pods to stay off)."""
     template = job.pod_template
     spec = template.get("spec") or {}
-    worker = next((c for c in spec.get("containers") or [] if c.get("name") == "node"),
+    worker = next((c for c in spec.get("containers") or [] if c.get("name") == container),
                   (spec.get("containers") or [{}])[0])
-    labels = {MANAGED_BY: MANAGER, TRAINJOB_NAME: job.name, STORE_ROLE: "rendezvous-store"}
+    labels = {MANAGED_BY: MANAGER, **(job_labels if job_labels is not None else {TRAINJOB_NAME: job.name}),
+              STORE_ROLE: STORE_ROLE_VALUE}
+    workers = workers if workers is not None else {TRAINJOB_NAME: job.name, REPLICATED_JOB: "node"}
     pod_spec: dict = {
-        "hostname": store_name(job.name),
-        "subdomain": job.name,
+        "hostname": name or store_name(job.name),
+        **({} if name else {"subdomain": job.name}),
         "restartPolicy": "Never",
         "containers": [{
             "name": "store",
@@ -106,7 +115,7 @@ def rendezvous_store(job: ResolvedJob, owner: dict, pod_labels: dict[str, str]) 
             "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
         }],
         "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-            "labelSelector": {"matchLabels": {TRAINJOB_NAME: job.name, REPLICATED_JOB: "node"}},
+            "labelSelector": {"matchLabels": dict(workers)},
             "topologyKey": "kubernetes.io/hostname"}]}},
     }
     for key in ("nodeSelector", "tolerations", "imagePullSecrets", "priorityClassName", "serviceAccountName"):
@@ -114,7 +123,7 @@ def rendezvous_store(job: ResolvedJob, owner: dict, pod_labels: dict[str, str]) 
             pod_spec[key] = copy.deepcopy(spec[key])
     return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": store_name(job.name), "namespace": job.namespace,
+        "metadata": {"name": name or store_name(job.name), "namespace": job.namespace,
                      "labels": {**pod_labels, **labels}, "ownerReferences": [owner]},
         "spec": pod_spec,
     }

@@ -41,7 +41,7 @@ class Volcano:
         return {}
 
     def pod_annotations(self, job: ResolvedJob) -> dict[str, str]:
-        return {GROUP_NAME_ANNOTATION: job.name, TASK_SPEC_ANNOTATION: TASK}
+        return {GROUP_NAME_ANNOTATION: job.gang_name, TASK_SPEC_ANNOTATION: TASK}
 
     def scheduler_name(self, job: ResolvedJob, default: str) -> str | None:
         return SCHEDULER_NAME
@@ -69,7 +69,7 @@ class Volcano:
             "apiVersion": VOLCANO_POD_GROUPS.api_version,
             "kind": VOLCANO_POD_GROUPS.kind,
             "metadata": {
-                "name": job.name,
+                "name": job.gang_name,
                 "namespace": job.namespace,
                 "labels": {MANAGED_BY: MANAGER, TRAINJOB_NAME: job.name},
                 "ownerReferences": [owner],

@@ -49,7 +49,7 @@ def pod_view(pod: dict) -> dict:
     """The cached form of a Pod."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     out: dict = {"metadata": _metadata(pod.get("metadata") or {}),
-                 "spec": _pick(spec, ("nodeName", "schedulerName")),
+                 "spec": _pick(spec, ("nodeName", "schedulerName", "schedulingGates")),
                  "status": _pick(status, ("phase", "reason", "message"))}
     for key in ("apiVersion", "kind"):
         if key in pod:

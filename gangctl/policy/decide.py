@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Mapping, Union
+from typing import Iterable, Mapping, Union
 
 from gangctl.api.resources import JOBS, PODS, SERVICES, Resource
 from gangctl.api.trainjob import parse_trainjob
@@ -28,7 +28,8 @@ from gangctl.plugins import base
 from gangctl.plugins.kueue import QUEUE_LABEL
 from gangctl.plugins.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, TRAINJOB_NAME, child_job_name
 from gangctl.plugins.registry import BACKENDS, backend_for
-from gangctl.plugins.torch import rendezvous_store, store_name
+from gangctl.plugins.torch import STORE_ROLE as TORCH_STORE_ROLE
+from gangctl.plugins.torch import rendezvous_store
 from gangctl.plugins.workload import headless_service, node_job, owner_reference, with_spec_hash
 from gangctl.policy import elastic
 from gangctl.policy import status as st
@@ -254,9 +255,13 @@ def _deadline_left(s: Snapshot, job: ResolvedJob) -> float | None:
     if job.active_deadline_seconds is None or job.suspend or not created:
         return None
     start = st.parse_time(created)
-    for cond in _previous(s).get("conditions") or []:
-        if cond.get("type") == st.SUSPENDED and cond.get("status") == "False" and cond.get("lastTransitionTime"):
-            start = max(start, st.parse_time(cond["lastTransitionTime"]))
+    previous = _previous(s)
+    # gangctl keeps the resume time in status.gang; Trainer (and an older gangctl) in Suspended=False.
+    resumed = [st.gang_state(previous).get("resumedAt")] + [
+        c.get("lastTransitionTime") for c in previous.get("conditions") or []
+        if c.get("type") == st.SUSPENDED and c.get("status") == "False"]
+    for when in filter(None, resumed):
+        start = max(start, st.parse_time(when))
     return job.active_deadline_seconds - (s.now - start).total_seconds()
 
 
@@ -290,7 +295,12 @@ def _let_go(*jobs: dict) -> list[Step]:
 
 
 def _store_pods(s: Snapshot) -> list[dict]:
-    return [p for p in s.pods if (p["metadata"].get("labels") or {}).get("gangctl.io/role") == STORE_ROLE]
+    return store_pods(s.pods)
+
+
+def store_pods(pods: Iterable[dict]) -> list[dict]:
+    """The rendezvous store pods among a job's pods (every incarnation: see ensure_store)."""
+    return [p for p in pods if (p["metadata"].get("labels") or {}).get(TORCH_STORE_ROLE) == STORE_ROLE]
 
 
 def _release(s: Snapshot, child: dict | None, applied_group: str | None = None) -> list[Step]:
@@ -338,10 +348,10 @@ def _fail(s: Snapshot, reason: str, message: str, *, status: dict | None = None,
 
 def _not_created(s: Snapshot, reason: str, message: str) -> Plan:
     previous = _previous(s)
-    conditions = st.set_condition(list(previous.get("conditions") or []), st.CREATED, False, reason, message, s.now)
-    if conditions == previous.get("conditions"):
+    status = st.set_state(previous, st.PENDING, reason, message, s.now)
+    if status == previous:
         return Plan()
-    return Plan(steps=(WriteStatus({**previous, "conditions": conditions}),))
+    return Plan(steps=(WriteStatus(status),))
 
 
 def _runtime_missing(s: Snapshot) -> Plan:
@@ -479,18 +489,25 @@ def _ensure(resource: Resource, cached: dict | None, obj: dict, rejectable: bool
 
 
 def _ensure_store(s: Snapshot, job: ResolvedJob, owner: dict, backend) -> list[Step]:
-    """The rendezvous store pod; recreated when it is lost (a new name, since a pod on a lost node
-    can stay Terminating until the node comes back)."""
-    pods = _store_pods(s)
+    return ensure_store(_store_pods(s), rendezvous_store(job, owner, {}), s.scheduler_name)
+
+
+def ensure_store(pods: list[dict], pod: dict, scheduler_name: str) -> list[Step]:
+    """The rendezvous store `pod` when none of `pods` (the store pods observed) is alive; recreated
+    when it is lost, under a new name (`<name>-<n>`), since a pod on a lost node can stay
+    Terminating until the node comes back."""
     if any(not p["metadata"].get("deletionTimestamp") and (p.get("status") or {}).get("phase")
            not in ("Failed", "Succeeded") for p in pods):
         return []
-    steps: list[Step] = [Delete(PODS, job.namespace, p["metadata"]["name"])
+    ns = pod["metadata"]["namespace"]
+    steps: list[Step] = [Delete(PODS, ns, p["metadata"]["name"])
                          for p in pods if not p["metadata"].get("deletionTimestamp")]
-    pod = rendezvous_store(job, owner, {})
-    pod["spec"]["schedulerName"] = s.scheduler_name
+    pod["spec"]["schedulerName"] = scheduler_name
+    taken, n, base_name = {p["metadata"]["name"] for p in pods}, len(pods), pod["metadata"]["name"]
+    while pods and f"{base_name}-{n}" in taken:
+        n += 1
     if pods:
-        pod["metadata"]["name"] = f"{store_name(job.name)}-{len(pods)}"
+        pod["metadata"]["name"] = f"{base_name}-{n}"
     return [*steps, Create(PODS, pod, cached=False)]
 
 
@@ -506,7 +523,6 @@ def _steady_status(s: Snapshot, job: ResolvedJob, backend, gang: Gang, quota: _Q
     status = st.derive_status(previous, jobs, gang_obs, quota.user_suspend, s.now,
                               s.trainjob["metadata"].get("generation"), success_policy=job.success_policy,
                               waiting=quota.wait or waiting)
-    status = st.drop_condition(status, st.SYNCED)  # this pass applied everything: nothing stuck
     restarts = Restarts.from_status(previous)
     if restarts.total or restarts.last_failure:
         status["restarts"] = restarts.to_status()
@@ -577,9 +593,9 @@ def _failed_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.Chi
     if decision.action == "Fail":  # observed is s.node_job: _fail releases it
         return _fail(s, decision.reason, decision.message, status=status,
                      metric=Metric("policy_failures", "inc", (decision.reason,)))
-    status["conditions"] = st.set_condition(list(status.get("conditions") or []), st.RUNNING, False,
-                                            "Restarting", decision.message, s.now)
-    status.pop("gang", None)  # the new attempt's gang is measured from its own creation
+    status = st.set_state(status, st.RESTARTING, "Restarting", decision.message, s.now)
+    for key in st.GANG_TIMING:
+        status["gang"].pop(key, None)  # the new attempt's gang is measured from its own creation
     kind = "Normal" if decision.counter == "infrastructure" else "Warning"
     return Plan(steps=(WriteStatus(status), Event(kind, "Restarting", f"{decision.reason}: {decision.message}"),
                        *_delete_attempt(observed)),

@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 
 from gangctl.policy.gang import Gang
 from gangctl.policy.resolve import pod_requests
-from gangctl.policy.status import COMPLETE, FAILED, RUNNING, SUSPENDED
+from gangctl.policy.status import COMPLETE, FAILED, PENDING, RUNNING, SUSPENDED, gang_state
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -103,11 +103,11 @@ def diagnose(status: Mapping | None, gang: Gang, bound: int, rooms: Sequence[Nod
     if true(SUSPENDED):
         return Diagnosis("Suspended", "suspended by spec.suspend: it holds no gang and no node; "
                                       "set spec.suspend=false to run it")
-    if true(RUNNING):
+    state = gang_state(status)
+    if state.get("state") == RUNNING:
         return Diagnosis("GangScheduled", f"running: all {gang.min_member} pods of the gang are bound")
-    created = conds.get("Created")
-    if created is not None and created.get("status") == "False":
-        return Diagnosis(created.get("reason", "NotCreated"), created.get("message", ""))
+    if state.get("state") == PENDING and state.get("reason") != "Creating":
+        return Diagnosis(state.get("reason", "NotCreated"), state.get("message", ""))
 
     missing = max(0, gang.min_member - bound)
     per_pod = {r: q for r, q in gang.per_pod.items() if q > 0}

@@ -44,6 +44,7 @@ from typing import Any
 from gangctl.api.pytorchjob import (DEFAULT_CONTAINER, DEFAULT_PORT_NAME, KIND, MASTER, WORKER, PyTorchJob, ReplicaSpec,
                                     parse)
 from gangctl.api.quantity import parse_quantity
+from gangctl.plugins.torch import RDZV_PORT, STORE_ROLE, STORE_ROLE_VALUE
 from gangctl.policy.failure import FAIL_JOBSET, RESTART_JOBSET, FailurePolicy, FailureRule
 from gangctl.policy.gang import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, Gang
 from gangctl.policy.resolve import ResolvedJob, pod_requests
@@ -61,8 +62,8 @@ RANK_ANNOTATION = "training.kubeflow.org/rank"
 RANK_GATE = "gangctl.io/pytorchjob-rank"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-# The rendezvous store pod gangctl runs for elastic jobs (gangctl.plugins.torch serves the same port).
-RDZV_STORE_PORT = 29400
+# The rendezvous store pod gangctl runs for elastic jobs (gangctl.plugins.torch builds it).
+RDZV_STORE_PORT = RDZV_PORT
 UNLIMITED_RESTARTS = 2147483647
 MAX_NAME = 63
 # Exit codes v1's ExitCode policy treats as permanent (below 128: the program's own error; 128+ are
@@ -222,8 +223,32 @@ def rdzv_endpoint(job: PyTorchJob) -> str:
     return f"{e.rdzv_host}:{port}"
 
 
+def group_name(job: str) -> str:
+    """The gang's group (PodGroup): not the job's own name, which a TrainJob's group of the same
+    name has (TrainJob children keep their names, so running gangs survive an upgrade)."""
+    return f"{job}-pytorch"   # never longer than a replica name (`-worker-0`): no name refused for it
+
+
 def store_name(job: str) -> str:
-    return f"{job}-rdzv"
+    """The store pod and its Service: not a TrainJob's `<job>-rdzv[-n]`, so a TrainJob and a
+    PyTorchJob of one name keep separate stores."""
+    return f"{job}-rdzv-pt"   # never longer than a replica name (`-worker-0`)
+
+
+def store_labels(job: str) -> dict[str, str]:
+    """What the store pod carries and its Service selects (the reconciler observes it by JOB_NAME)."""
+    return {JOB_NAME: job, STORE_ROLE: STORE_ROLE_VALUE}
+
+
+def store_service(job: PyTorchJob) -> dict:
+    """The headless Service PET_RDZV_ENDPOINT names; it selects whichever store pod is alive."""
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": store_name(job.name), "namespace": job.namespace,
+                     "labels": {OPERATOR_NAME: CONTROLLER_NAME, JOB_NAME: job.name}},
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": store_labels(job.name),
+                 "ports": [{"name": "rdzv", "port": RDZV_STORE_PORT}]},
+    }
 
 
 def uses_store(job: PyTorchJob) -> bool:
@@ -307,6 +332,7 @@ def to_gang(obj: dict | PyTorchJob, *, default_backend: str | None = None) -> Py
             suspend=job.run_policy.suspend, gang_backend=backend, gang_settings=settings,
             pod_template=template, job_spec=job_spec, requests=pod_requests(pod_spec),
             failure_policy=_jobset_failure_policy(failure), success_policy=success_policy(job), elastic=elastic,
+            group_name=group_name(job.name),
         )
         groups.append(ReplicaGroup(rtype, resolved, offset, gated))
     min_member, size = gang_floor(job)
@@ -315,7 +341,7 @@ def to_gang(obj: dict | PyTorchJob, *, default_backend: str | None = None) -> Py
         min_member=min_member, size=size, min_resources=min_resources(job, groups, min_member),
         gang_backend=backend, gang_settings=settings, failure_policy=failure,
         success_policy=success_policy(job), suspend=job.run_policy.suspend, rdzv_store=uses_store(job),
-        services=tuple(services(job)),
+        services=tuple(services(job)) + ((store_service(job),) if uses_store(job) else ()),
     )
 
 

@@ -79,6 +79,13 @@ class ResolvedJob:
     steps: tuple[ResolvedStep, ...] = ()  # the runtime's other replicated jobs, in its order
     initializer: dict | None = None     # spec.initializer as given ({dataset: {...}, model: {...}})
     active_deadline_seconds: int | None = None  # spec.activeDeadlineSeconds
+    group_name: str | None = None       # the gang group's name when not the job's (see gang_name)
+
+    @property
+    def gang_name(self) -> str:
+        """The name of the gang's group (PodGroup) and what its pods point at: the TrainJob's name;
+        another kind sets `group_name` so a TrainJob of the same name keeps its own."""
+        return self.group_name or self.name
 
     @property
     def max_nodes(self) -> int:

@@ -1,8 +1,13 @@
-"""A TrainJob's status from what its children show: conditions, jobsStatus and gang timing.
+"""A TrainJob's status from what its children show: conditions, jobsStatus and status.gang.
+
+`status.conditions` holds only what Kubeflow Trainer v2.3 writes, with Trainer's meaning: Suspended
+(True while spec.suspend is), Complete, Failed. A job that runs has no condition, as under Trainer,
+so the kubeflow SDK reports it Running. gangctl's own state (Pending, Waiting with the reason,
+Running, Suspended, Restarting, Complete, Failed) is `status.gang`, with its gang timing.
 
 Pure: the caller passes the previous status, a summary of the observed children, and `now`.
-A condition keeps its lastTransitionTime until its status flips, so repeated reconciles of an
-unchanged job produce an identical status (and no write).
+A condition keeps its lastTransitionTime until its status flips, and status.gang until its state
+changes, so repeated reconciles of an unchanged job produce an identical status (and no write).
 """
 from __future__ import annotations
 
@@ -11,8 +16,13 @@ from datetime import datetime, timezone
 
 from gangctl.policy.failure import succeeded
 
-CREATED, RUNNING, SUSPENDED, COMPLETE, FAILED = "Created", "Running", "Suspended", "Complete", "Failed"
-CONDITION_ORDER = (CREATED, SUSPENDED, RUNNING, COMPLETE, FAILED)
+# Trainer v2.3's condition types: the only ones in status.conditions.
+SUSPENDED, COMPLETE, FAILED = "Suspended", "Complete", "Failed"
+CONDITION_ORDER = (SUSPENDED, COMPLETE, FAILED)
+# status.gang.state: gangctl's view, every phase (the State printer column).
+PENDING, WAITING, RUNNING, RESTARTING = "Pending", "Waiting", "Running", "Restarting"
+STATES = (PENDING, WAITING, RUNNING, SUSPENDED, RESTARTING, COMPLETE, FAILED)
+GANG_TIMING = ("createdAt", "boundAt", "waitSeconds")
 
 
 @dataclass(frozen=True)
@@ -79,9 +89,30 @@ def set_condition(conditions: list[dict], ctype: str, status: bool, reason: str,
     if generation is not None:
         cond["observedGeneration"] = generation
     out.append(cond)
-    # True conditions last, so the printer column (the last condition) shows the current state.
-    return sorted(out, key=lambda c: (c["status"] == "True",
-                                      CONDITION_ORDER.index(c["type"]) if c["type"] in CONDITION_ORDER else 99))
+    return sorted(out, key=lambda c: CONDITION_ORDER.index(c["type"]) if c["type"] in CONDITION_ORDER else 99)
+
+
+def gang_state(status: dict | None) -> dict:
+    """status.gang: state, reason, message, lastTransitionTime (and the gang timing)."""
+    return (status or {}).get("gang") or {}
+
+
+def set_state(status: dict | None, state: str, reason: str, message: str, now: datetime) -> dict:
+    """`status` with status.gang's state, reason and message; lastTransitionTime changes only when
+    the state does."""
+    gang = dict(gang_state(status))
+    if gang.get("state") != state or "lastTransitionTime" not in gang:
+        gang["lastTransitionTime"] = timestamp(now)
+    gang.update(state=state, reason=reason, message=message)
+    return {**(status or {}), "gang": gang}
+
+
+LEGACY_CONDITIONS = ("Created", "Running", "Synced")
+
+
+def trainer_conditions(status: dict | None) -> list[dict]:
+    """The conditions, without those an older gangctl wrote beside Trainer's (now in status.gang)."""
+    return [c for c in (status or {}).get("conditions") or [] if c["type"] not in LEGACY_CONDITIONS]
 
 
 def bound_progress(bound: int, size: int) -> str:
@@ -98,8 +129,8 @@ def is_true(status: dict | None, ctype: str) -> bool:
 
 
 def waiting_for_gang(status: dict | None) -> bool:
-    return any(c["type"] == RUNNING and c["status"] == "False" and c.get("reason") == "WaitingForGang"
-               for c in (status or {}).get("conditions") or [])
+    gang = gang_state(status)
+    return gang.get("state") == WAITING and gang.get("reason") == "WaitingForGang"
 
 
 def finished(status: dict | None) -> bool:
@@ -108,11 +139,8 @@ def finished(status: dict | None) -> bool:
 
 
 def failed_status(previous: dict | None, reason: str, message: str, now: datetime) -> dict:
-    status = dict(previous or {})
-    conds = list(status.get("conditions") or [])
-    if is_true(status, RUNNING):
-        conds = set_condition(conds, RUNNING, False, reason, "the TrainJob failed", now)
-    status["conditions"] = set_condition(conds, FAILED, True, reason, message, now)
+    status = set_state(previous, FAILED, reason, message, now)
+    status["conditions"] = set_condition(trainer_conditions(status), FAILED, True, reason, message, now)
     return status
 
 
@@ -122,53 +150,58 @@ def derive_status(previous: dict | None, jobs: list[ChildJob], gang: GangObserva
     """`waiting`: the backend's (reason, message) for a gang not bound yet (queue full, evicted, …);
     without it a gang short of pods is WaitingForGang."""
     status = dict(previous or {})
-    conds: list[dict] = list(status.get("conditions") or [])
+    conds = trainer_conditions(status)
     gen = generation
-    if jobs:
-        names = ", ".join(j.name for j in jobs)
-        conds = set_condition(conds, CREATED, True, "JobsCreated", f"created Job {names}", now, gen)
-
+    gang_status = dict(gang_state(status))
+    was_suspended = next((c for c in conds if c["type"] == SUSPENDED), None)
     if suspend:
-        conds = set_condition(conds, SUSPENDED, True, "Suspended", "spec.suspend is true; no pods run", now, gen)
-    elif any(c["type"] == SUSPENDED for c in conds):
-        conds = set_condition(conds, SUSPENDED, False, "Resumed", "spec.suspend is false", now, gen)
+        conds = set_condition(conds, SUSPENDED, True, "Suspended", "TrainJob is suspended", now, gen)
+    elif was_suspended is not None:
+        # Trainer leaves Suspended=False/"Resumed" here, which makes the kubeflow SDK say "Created"
+        # for good: gangctl drops the condition and keeps the resume time (the deadline's start).
+        conds = [c for c in conds if c["type"] != SUSPENDED]
+        gang_status["resumedAt"] = (timestamp(now) if was_suspended["status"] == "True"
+                                    else was_suspended.get("lastTransitionTime") or timestamp(now))
 
     failure = next((j for j in jobs if j.failure), None)
     complete = succeeded(success_policy, {j.replicated_job: bool(j.complete) for j in jobs})
-    gang_status = dict(status.get("gang") or {})
+    state: tuple[str, str, str] | None = None
     if failure:
         reason, message = failure.failure  # type: ignore[misc]
         conds = set_condition(conds, FAILED, True, reason, f"Job {failure.name}: {message}", now, gen)
-        conds = set_condition(conds, RUNNING, False, "Failed", "the TrainJob failed", now, gen)
+        state = (FAILED, reason, f"Job {failure.name}: {message}")
     elif complete:
         reason, message = jobs[0].complete  # type: ignore[misc]
         conds = set_condition(conds, COMPLETE, True, "JobsCompleted", f"all Jobs completed: {message or reason}", now, gen)
-        conds = set_condition(conds, RUNNING, False, "Completed", "the TrainJob completed", now, gen)
+        state = (COMPLETE, "JobsCompleted", f"all Jobs completed: {message or reason}")
     elif suspend:
-        if any(c["type"] == RUNNING for c in conds):
-            conds = set_condition(conds, RUNNING, False, "Suspended", "suspended", now, gen)
-        for key in ("createdAt", "boundAt", "waitSeconds"):
+        state = (SUSPENDED, "Suspended", "spec.suspend is true: it holds no gang and no node")
+        for key in GANG_TIMING:
             gang_status.pop(key, None)  # the gang is measured again from the resume
     elif gang is not None and jobs:
         if gang.bound >= gang.min_member:
-            conds = set_condition(conds, RUNNING, True, "GangScheduled",
-                                  f"all {gang.min_member} pods of the gang are bound", now, gen)
+            state = (RUNNING, "GangScheduled", f"all {gang.min_member} pods of the gang are bound")
             gang_status.setdefault("boundAt", precise_timestamp(now))
         else:
             bound = bound_progress(gang.bound, gang.min_member)
             reason, message = waiting if waiting else ("WaitingForGang", bound)
-            conds = set_condition(conds, RUNNING, False, reason, message if not waiting else f"{message} ({bound})",
-                                  now, gen)
+            state = (WAITING, reason, message if not waiting else f"{message} ({bound})")
+    elif not jobs and gang is not None:
+        state = (PENDING, "Creating", "gangctl is creating the child Jobs")
     if jobs and not suspend:
         gang_status.setdefault("createdAt", precise_timestamp(now))
     if "boundAt" in gang_status and "createdAt" in gang_status:
         wait = parse_time(gang_status["boundAt"]) - parse_time(gang_status["createdAt"])
         gang_status["waitSeconds"] = round(wait.total_seconds(), 3)
-    if gang_status:
-        status["gang"] = gang_status
+    status["gang"] = gang_status
+    if state is not None:
+        status = set_state(status, *state, now)
+    if not status["gang"]:
+        status.pop("gang")
+    if conds:
+        status["conditions"] = conds
     else:
-        status.pop("gang", None)
-    status["conditions"] = conds
+        status.pop("conditions", None)  # a running job has none, as under Trainer
     status["jobsStatus"] = [
         {"name": j.replicated_job, "active": j.active, "ready": j.ready, "succeeded": j.succeeded,
          "failed": j.failed, "suspended": j.parallelism if j.suspended else 0}
@@ -178,14 +211,13 @@ def derive_status(previous: dict | None, jobs: list[ChildJob], gang: GangObserva
 
 
 def phase(status: dict | None) -> str:
-    """One word for a TrainJob's state (metrics and CLI)."""
-    for ctype in (FAILED, COMPLETE, SUSPENDED, RUNNING, CREATED):
+    """One word for a TrainJob's state (metrics and CLI): status.gang.state, Trainer's conditions
+    for a status without it."""
+    for ctype in (FAILED, COMPLETE):
         if is_true(status, ctype):
             return ctype
-    return "Pending"
+    return gang_state(status).get("state") or (SUSPENDED if is_true(status, SUSPENDED) else PENDING)
 
-
-SYNCED = "Synced"
 
 def stuck_hint(reason: str | None, message: str) -> str:
     """What to do next, for a change the API server keeps refusing (gangctl keeps retrying)."""
@@ -195,11 +227,3 @@ def stuck_hint(reason: str | None, message: str) -> str:
     if reason == "Forbidden":
         return "gangctl's ServiceAccount lacks a permission, or an admission policy refused it: check its RBAC."
     return "gangctl keeps retrying with a growing delay; fix the TrainJob or its runtime."
-
-
-def drop_condition(status: dict, ctype: str) -> dict:
-    """`status` without the `ctype` condition (the same dict when it has none)."""
-    conds = status.get("conditions") or []
-    if not any(c["type"] == ctype for c in conds):
-        return status
-    return {**status, "conditions": [c for c in conds if c["type"] != ctype]}

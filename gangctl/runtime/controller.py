@@ -10,7 +10,8 @@ from collections import Counter
 
 from prometheus_client import CollectorRegistry
 
-from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, NODES, PODS, SERVICES, TRAINING_RUNTIMES, TRAINJOBS
+from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, JOBS, NODES, PODS, PYTORCHJOBS, SERVICES, TRAINING_RUNTIMES,
+                                   TRAINJOBS)
 from gangctl.config import ControllerSettings
 from gangctl.kube.access_review import AccessReviewer
 from gangctl.kube.client import UNREACHABLE, ApiError, Kube
@@ -24,8 +25,10 @@ from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy.cached import node_view, pod_view
 from gangctl.policy.leader import LeaseTimings
+from gangctl.policy.pytorchjob import JOB_NAME as PYTORCHJOB_NAME
 from gangctl.policy.status import phase, waiting_for_gang
 from gangctl.runtime.quota_gate import QuotaGate, policy_informer
+from gangctl.runtime.pytorchjob_reconciler import PyTorchJobReconciler
 from gangctl.runtime.reconciler import Caches, Reconciler
 from gangctl.runtime.volcano_preemptor import VolcanoPreemptor
 from gangctl.runtime.lost_pods import LostPodReaper
@@ -34,13 +37,15 @@ from gangctl.runtime.workqueue import WorkQueue
 log = logging.getLogger(__name__)
 
 # A key whose reconcile the API refuses this many times in a row, for a reason a retry will not
-# change (400 Bad Request, 403 Forbidden, 422 Invalid), gets a Synced=False condition saying why.
+# change (400 Bad Request, 403 Forbidden, 422 Invalid), gets its reason and message in status.gang saying why.
 STUCK_AFTER_FAILURES = 3
 PERMANENT_STATUSES = frozenset({400, 403, 422})
 
 # The object each backend's gang is watched through. Kueue's Workloads are Kueue's, not labelled by
 # gangctl: they are watched whole and mapped to their TrainJob through the child Job they belong to.
 GANG_RESOURCES = {name: backend.watch for name, backend in BACKENDS.items()}
+# PyTorchJob keys share the work queue with TrainJob keys under this prefix.
+PYTORCHJOB_KEY = "pytorchjob:"
 
 
 async def served_backends(kube: Kube) -> set[str]:
@@ -59,9 +64,20 @@ async def served_backends(kube: Kube) -> set[str]:
     return out
 
 
+async def serves_pytorchjobs(kube: Kube) -> bool:
+    """Whether the PyTorchJob CRD (kubeflow.org/v1) is installed: without it, its informer is not run."""
+    try:
+        listing = await kube.get(f"/apis/{PYTORCHJOBS.group}/{PYTORCHJOBS.version}")
+    except ApiError as err:
+        if err.not_found:
+            return False
+        raise
+    return any(r.get("name") == PYTORCHJOBS.plural for r in listing.get("resources") or [])
+
+
 class Controller:
     def __init__(self, kube: Kube, settings: ControllerSettings, registry: CollectorRegistry | None = None,
-                 backends: set[str] | frozenset[str] = frozenset(GANG_RESOURCES)):
+                 backends: set[str] | frozenset[str] = frozenset(GANG_RESOURCES), pytorchjobs: bool = True):
         self.kube = kube
         self.settings = settings
         self.metrics = Metrics(registry or CollectorRegistry())
@@ -70,6 +86,8 @@ class Controller:
         ns = settings.namespace
         managed = f"{MANAGED_BY}={MANAGER}"
         self.caches = Caches(
+            pytorchjobs=(Informer(kube, PYTORCHJOBS, namespace=ns, handlers=[self._on_pytorchjob])
+                         if pytorchjobs else None),
             trainjobs=Informer(kube, TRAINJOBS, namespace=ns, handlers=[self._on_trainjob]),
             runtimes=Informer(kube, TRAINING_RUNTIMES, namespace=ns, handlers=[self._on_runtime]),
             cluster_runtimes=Informer(kube, CLUSTER_TRAINING_RUNTIMES, handlers=[self._on_runtime]),
@@ -108,6 +126,11 @@ class Controller:
         self.reconciler.gate = self.gate
         self.reconciler.on_capacity_freed = self.capacity_changed
         self.reconciler.requeue_after = self.queue.add_after
+        self.pytorchjobs = PyTorchJobReconciler(kube, self.caches, self.metrics, events,
+                                                field_manager=settings.field_manager,
+                                                scheduler_name=settings.scheduler_name)
+        self.pytorchjobs.gang_scheduler = settings.pytorchjob_gang_scheduler
+        self.pytorchjobs.requeue_after = lambda key, delay: self.queue.add_after(PYTORCHJOB_KEY + key, delay)
         self._retry_timer: asyncio.TimerHandle | None = None
 
     def _gang_informer(self, kube: Kube, name: str, resource, ns: str | None, managed: str) -> Informer:
@@ -133,15 +156,23 @@ class Controller:
             self.queue.forget(key)
         self.queue.add(key)
 
+    def _on_pytorchjob(self, event: str, obj: dict) -> None:
+        key = PYTORCHJOB_KEY + object_key(obj)
+        if event == "DELETED":
+            self.queue.forget(key)
+        self.queue.add(key)
+
     def _on_child(self, event: str, obj: dict) -> None:
         meta = obj["metadata"]
         if event == "DELETED" and obj.get("kind") in ("Pod", "PodGroup"):
             self.capacity_changed()
         if event == "DELETED" and obj.get("kind") == "Job":
             self.reconciler.forget_job(meta.get("uid", ""))
-        owner = (meta.get("labels") or {}).get(TRAINJOB_NAME)
-        if owner:
-            self.queue.add(f"{meta['namespace']}/{owner}")
+        labels = meta.get("labels") or {}
+        if labels.get(TRAINJOB_NAME):
+            self.queue.add(f"{meta['namespace']}/{labels[TRAINJOB_NAME]}")
+        if labels.get(PYTORCHJOB_NAME):
+            self.queue.add(f"{PYTORCHJOB_KEY}{meta['namespace']}/{labels[PYTORCHJOB_NAME]}")
 
     def _on_workload(self, uid_label: str, event: str, obj: dict) -> None:
         """An object a backend made from a child Job (Kueue's Workload, the Job's uid in `uid_label`):
@@ -213,9 +244,12 @@ class Controller:
         while (key := await self.queue.get()) is not None:
             started = time.perf_counter()
             try:
-                epoch = self.gate.epoch
-                await self.reconciler.reconcile(key)
-                self.gate.reconciled(key, epoch)   # a starting gate decides once it has heard of every job
+                if key.startswith(PYTORCHJOB_KEY):
+                    await self.pytorchjobs.reconcile(key[len(PYTORCHJOB_KEY):])
+                else:
+                    epoch = self.gate.epoch
+                    await self.reconciler.reconcile(key)
+                    self.gate.reconciled(key, epoch)   # a starting gate decides once it has heard of every job
                 self.queue.forget(key)
             except ApiError as err:
                 reason = "Conflict" if err.conflict else err.reason or str(err.status)
@@ -235,6 +269,8 @@ class Controller:
                 self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
 
     async def _report_stuck(self, key: str, err: Exception) -> None:
+        if key.startswith(PYTORCHJOB_KEY):
+            return  # not reported on PyTorchJobs yet (v1's status has no Synced condition)
         try:
             await self.reconciler.report_stuck(key, err)
         except Exception as again:  # noqa: BLE001 - reporting must never take a worker down
@@ -245,6 +281,8 @@ class Controller:
             await asyncio.sleep(self.settings.resync_seconds)
             for key in list(self.caches.trainjobs.cache):
                 self.queue.add(key)
+            for key in list(self.caches.pytorchjobs.cache if self.caches.pytorchjobs else ()):
+                self.queue.add(PYTORCHJOB_KEY + key)
 
     async def _retry_waiting(self) -> None:
         # Capacity can also appear from pods and nodes gangctl does not manage.
@@ -285,7 +323,7 @@ async def run_controller(settings: ControllerSettings) -> int:
     try:
         backends = await served_backends(kube)
         log.info("gang backends served by this cluster: %s", ", ".join(sorted(backends)) or "none")
-        controller = Controller(kube, settings, backends=backends)
+        controller = Controller(kube, settings, backends=backends, pytorchjobs=await serves_pytorchjobs(kube))
         authorize = AccessReviewer(control).check if settings.metrics_auth else None
         runner = await serve(make_app(controller.metrics.registry, controller.problems, authorize),
                              settings.metrics_host, settings.metrics_port)

@@ -11,7 +11,7 @@ simulator runs; this module is the I/O around it:
   edit, or a bad policy stored where there was none) holds the coscheduling TrainJobs of every
   namespace the invalid text still names (`quota_coscheduling.held_namespaces`: teams' namespaces,
   else their names), or of every namespace when it names none that can be read (not YAML, no list
-  of teams), with `Running=False` reason `QuotaPolicyInvalid` and the validation error; jobs
+  of teams), with `status.gang` state `Waiting`, reason `QuotaPolicyInvalid` and the validation error; jobs
   admitted before keep their admission. A valid version admits them normally; deleting the
   ConfigMap turns the gate off.
 - the gate decides nothing before both informers have synced and every TrainJob of the policy's
@@ -204,14 +204,14 @@ class QuotaGate:
         return "waiting for quota admission" if key in self._pending else None
 
     def waiting(self, key: str) -> tuple[str, str]:
-        """The Running=False (reason, message) of a TrainJob this gate holds."""
+        """The waiting (reason, message) of a TrainJob this gate holds (status.gang)."""
         if self.policy is None and self.hold is not None:
             return POLICY_INVALID, self.hold[1]
         return WAITING_FOR_QUOTA, f"gangctl quota admission: {self.pending_reason(key) or 'waiting for admission'}"
 
     def hold_reason(self, key: str) -> tuple[str, str]:
         """What `waiting` answers once `wants(key, …)` has been told (the reconciler observes this
-        before its plan tells the gate): the Running=False (reason, message) of a held TrainJob."""
+        before its plan tells the gate): the waiting (reason, message) of a held TrainJob (status.gang)."""
         if self.policy is None and self.hold is not None:
             return POLICY_INVALID, self.hold[1]
         return WAITING_FOR_QUOTA, f"gangctl quota admission: {self._reasons.get(key) or 'waiting for quota admission'}"

@@ -38,10 +38,11 @@ class Caches:
     # Backend name -> what its gangs are watched through (PodGroups; Kueue's Workloads). Only the
     # backends this cluster serves are present.
     groups: dict[str, Informer]
+    pytorchjobs: Informer | None = None   # kubeflow.org/v1, when the cluster serves its CRD
 
     def all(self) -> list[Informer]:
         return [self.trainjobs, self.runtimes, self.cluster_runtimes, self.jobs, self.pods,
-                self.services, *self.groups.values()]
+                self.services, *self.groups.values(), *([self.pytorchjobs] if self.pytorchjobs else [])]
 
 
 class Reconciler:
@@ -276,10 +277,11 @@ class Reconciler:
             reason = "InternalError"
             message = (f"gangctl failed on this TrainJob: {type(err).__name__}: {err}. It keeps retrying; please "
                        "report it with the TrainJob and its runtime")
-        conditions = st.set_condition(list(previous.get("conditions") or []), st.SYNCED, False,
-                                      reason, message, self.clock())
-        if conditions != previous.get("conditions"):
-            await self._write_status(trainjob, {**previous, "conditions": conditions})
+        # The state stays; its reason and message say what is stuck until a pass applies everything.
+        status = st.set_state(previous, st.gang_state(previous).get("state") or st.PENDING, reason, message,
+                              self.clock())
+        if status != previous:
+            await self._write_status(trainjob, status)
             await self.events.warning(trainjob, "ReconcileError", message)
 
 

@@ -104,7 +104,7 @@ async def replay(kube: Kube, submissions: list[Submission], run_id: str, *, time
     async def picked_up() -> None:
         """Fail fast when no controller serves TrainJobs."""
         await asyncio.sleep(picked_up_within)
-        if not any((o.get("status") or {}).get("conditions") for o in record.objects.values()):
+        if not any(o.get("status") for o in record.objects.values()):  # status.gang at least
             raise ReplayError(f"no TrainJob got a status within {picked_up_within:.0f}s: is `gangctl controller` running?")
 
     deadline = time.monotonic() + timeout

@@ -124,8 +124,8 @@ async def get_trainjob(kube: Kube, namespace: str, name: str) -> dict:
 
 
 async def running(kube: Kube, namespace: str, name: str) -> bool:
-    """The TrainJob's Running condition is True."""
-    return is_true(await get_trainjob(kube, namespace, name), "Running")
+    """gangctl reports the TrainJob Running (status.gang.state: every pod of its gang is bound)."""
+    return is_running(await get_trainjob(kube, namespace, name))
 
 
 def gangctl_cli(*args: str, kubeconfig: Path | None = None, cluster_name: str | None = None,
@@ -144,9 +144,36 @@ def condition(obj: dict, ctype: str) -> dict | None:
     return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == ctype), None)
 
 
+TRAINER_CONDITIONS = ("Suspended", "Complete", "Failed")
+# Training Operator v1's, which a PyTorchJob's status keeps.
+V1_CONDITIONS = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+
+
 def is_true(obj: dict, ctype: str) -> bool:
+    """A condition is True. A TrainJob has only Kubeflow Trainer's (gangctl's own state is in
+    `gang_state`); a PyTorchJob has Training Operator v1's."""
+    kinds = V1_CONDITIONS if obj.get("kind") == "PyTorchJob" else TRAINER_CONDITIONS
+    assert ctype in kinds, f"{ctype} is not a {obj.get('kind')} condition; for a TrainJob read gang_state()"
     cond = condition(obj, ctype)
     return bool(cond and cond["status"] == "True")
+
+
+def gang_state(obj: dict) -> dict:
+    """status.gang: gangctl's state (Pending, Waiting, Running, Suspended, Restarting, Complete, Failed),
+    reason and message."""
+    return (obj.get("status") or {}).get("gang") or {}
+
+
+def is_running(obj: dict) -> bool:
+    """Every pod of the gang is bound. Trainer's way holds too: no condition (the SDK says Running)."""
+    running = gang_state(obj).get("state") == "Running"
+    assert not running or not (obj.get("status") or {}).get("conditions"), obj.get("status")
+    return running
+
+
+def waiting_with(obj: dict, reason: str) -> bool:
+    state = gang_state(obj)
+    return (state.get("state"), state.get("reason")) == ("Waiting", reason)
 
 
 async def pods_of(kube: Kube, namespace: str, name: str) -> list[dict]:

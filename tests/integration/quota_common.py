@@ -234,7 +234,7 @@ async def preempt_low_with_high(kube: Kube, wait_reasons: tuple[str, ...]) -> di
     (Running=False with one of `wait_reasons`), is not failed, is not charged, and holds no node;
     returns the batch TrainJob as it was then. Both are deleted afterwards."""
     from gangctl.api.resources import TRAINJOBS
-    from tests.integration.helpers import (condition, eventually, get_trainjob, holds_no_node, is_true, running,
+    from tests.integration.helpers import (eventually, gang_state, get_trainjob, holds_no_node, is_true, running,
                                            submit, trainjob)
 
     ns = TEAMS["team-a"]
@@ -246,8 +246,8 @@ async def preempt_low_with_high(kube: Kube, wait_reasons: tuple[str, ...]) -> di
     await eventually(lambda: running(kube, ns, "high"), 90, "the high-priority job running after preempting")
 
     async def low_waits_again() -> bool:
-        cond = condition(await get_trainjob(kube, ns, "low"), "Running") or {}
-        return cond.get("status") == "False" and cond.get("reason") in wait_reasons
+        state = gang_state(await get_trainjob(kube, ns, "low"))
+        return state.get("state") == "Waiting" and state.get("reason") in wait_reasons
     await eventually(low_waits_again, 60, "the preempted job waiting again")
     low = await get_trainjob(kube, ns, "low")
     assert not is_true(low, "Failed")

@@ -14,7 +14,7 @@ import pytest
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, NODES, PODS, TRAINJOBS
 from gangctl.kube.client import ApiError
 from tests.integration.conftest import GPU_NODES
-from tests.integration.helpers import (bound, eventually, get_trainjob, is_true, on_kwok_nodes, pod_group, pods_of,
+from tests.integration.helpers import (bound, eventually, get_trainjob, is_running, is_true, on_kwok_nodes, pod_group, pods_of,
                                        submit, trainjob)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
@@ -102,7 +102,7 @@ async def test_elastic_job_shrinks_on_node_loss_and_grows_back(kube, controller,
     assert tj["status"]["elastic"]["currentNodes"] == start
     if start == 3:
         assert tj["status"]["elastic"]["lastResizeReason"] == "Unschedulable"
-    assert is_true(tj, "Running")
+    assert is_running(tj)
 
     pods = await healthy()
     env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}

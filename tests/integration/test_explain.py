@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from tests.integration.conftest import GPU_NODES, GPUS_PER_NODE
-from tests.integration.helpers import bound, eventually, gangctl_cli, get_trainjob, is_true, pods_of, submit, trainjob
+from tests.integration.helpers import bound, eventually, gangctl_cli, get_trainjob, is_running, pods_of, submit, trainjob
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -21,7 +21,7 @@ async def test_explain_gives_the_reason_and_numbers_of_a_waiting_gang(kube, kube
     await submit(kube, trainjob("holder", namespace, nodes=holder_nodes))
 
     async def held() -> bool:
-        return is_true(await get_trainjob(kube, namespace, "holder"), "Running")
+        return is_running(await get_trainjob(kube, namespace, "holder"))
     await eventually(held, 90, "the holder gang running")
     await submit(kube, trainjob("waiter", namespace, nodes=waiter_nodes))
 

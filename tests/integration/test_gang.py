@@ -7,8 +7,8 @@ import pytest
 
 from gangctl.api.resources import TRAINJOBS
 from tests.integration.conftest import GPU_NODES, GPUS_PER_NODE
-from tests.integration.helpers import (bound, eventually, get_trainjob, is_true, jobs_in, pod_group, pods_of,
-                                       submit, trainjob, condition)
+from tests.integration.helpers import (bound, eventually, get_trainjob, is_running, jobs_in, pod_group, pods_of,
+                                       submit, trainjob, waiting_with)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -37,7 +37,7 @@ async def test_whole_cluster_gang_is_bound_whole_and_cleaned_up(kube, controller
     assert "job-completion-index" in env["PET_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
 
     async def running() -> bool:
-        return is_true(await get_trainjob(kube, namespace, "big"), "Running")
+        return is_running(await get_trainjob(kube, namespace, "big"))
     await eventually(running, 30, "TrainJob Running")
     gang = (await get_trainjob(kube, namespace, "big"))["status"]["gang"]
     assert gang["waitSeconds"] >= 0
@@ -74,14 +74,13 @@ async def test_gang_larger_than_free_capacity_binds_nothing_until_capacity_appea
         # gangctl reports the gang as waiting.
         refused = [p for p in pods if any(c["type"] == "PodScheduled" and c["status"] == "False"
                                           for c in (p.get("status") or {}).get("conditions") or [])]
-        cond = condition(await get_trainjob(kube, namespace, "second"), "Running") or {}
-        return (len(refused) == second_nodes
-                and (cond.get("status"), cond.get("reason")) == ("False", "WaitingForGang"))
+        return len(refused) == second_nodes and waiting_with(await get_trainjob(kube, namespace, "second"),
+                                                             "WaitingForGang")
     await eventually(refused_whole, 60, "every pod of the second gang refused by the scheduler, none bound")
     assert bound(await pods_of(kube, namespace, "second")) == [], "a gang that does not fit binds no pod"
     waiting = await get_trainjob(kube, namespace, "second")
-    running = condition(waiting, "Running")
-    assert running and running["status"] == "False" and running["reason"] == "WaitingForGang"
+    assert waiting_with(waiting, "WaitingForGang"), waiting["status"]
+    assert not waiting["status"].get("conditions"), "Trainer's conditions say nothing of a waiting gang"
 
     await kube.delete(TRAINJOBS.path(namespace, "first"), propagation="Background")
     without_capacity = time.monotonic() - pods_seen
@@ -91,7 +90,7 @@ async def test_gang_larger_than_free_capacity_binds_nothing_until_capacity_appea
     await eventually(second_bound, 150, "the second gang bound whole once capacity appeared")
 
     async def second_running() -> bool:
-        return is_true(await get_trainjob(kube, namespace, "second"), "Running")
+        return is_running(await get_trainjob(kube, namespace, "second"))
     await eventually(second_running, 30, "the second TrainJob Running")
     gang = (await get_trainjob(kube, namespace, "second"))["status"]["gang"]
     # It could not bind before the first gang's deletion (see above): it waited at least that long

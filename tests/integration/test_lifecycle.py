@@ -7,7 +7,7 @@ import pytest
 
 from gangctl.api.resources import JOBS, TRAINJOBS
 from tests.integration.conftest import wait_ready
-from tests.integration.helpers import (bound, eventually, get_trainjob, is_true, jobs_in, pod_group, pods_of,
+from tests.integration.helpers import (bound, eventually, get_trainjob, is_running, is_true, jobs_in, pod_group, pods_of,
                                        reconciles, settled, submit, trainjob)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
@@ -57,8 +57,11 @@ async def test_suspend_then_resume(kube, controller, namespace):
 
     async def running() -> bool:
         tj = await get_trainjob(kube, namespace, "paused")
-        return is_true(tj, "Running") and not is_true(tj, "Suspended")
+        return is_running(tj) and not is_true(tj, "Suspended")
     await eventually(running, 60, "TrainJob Running after resume")
+    resumed = (await get_trainjob(kube, namespace, "paused"))["status"]
+    assert "conditions" not in resumed, "no Suspended=False left behind: the SDK reads the job as Running"
+    assert resumed["gang"]["resumedAt"], "the resume time (activeDeadlineSeconds' start) is kept"
     assert len(bound(await pods_of(kube, namespace, "paused"))) == 2
     assert await pod_group(kube, namespace, "paused") is not None
 
@@ -86,14 +89,14 @@ async def test_active_deadline_fails_the_job_and_releases_its_gang(kube, control
 
 
 async def _running(kube, namespace: str, name: str) -> bool:
-    return is_true(await get_trainjob(kube, namespace, name), "Running")
+    return is_running(await get_trainjob(kube, namespace, name))
 
 
 async def test_controller_restart_creates_no_duplicates(kube, controller, namespace):
     await submit(kube, trainjob("steady", namespace, nodes=4))
 
     async def running() -> bool:
-        return is_true(await get_trainjob(kube, namespace, "steady"), "Running")
+        return is_running(await get_trainjob(kube, namespace, "steady"))
     await eventually(running, 60, "TrainJob Running")
     before_pods = sorted(p["metadata"]["uid"] for p in await pods_of(kube, namespace, "steady"))
     before_jobs = [j["metadata"]["uid"] for j in await jobs_in(kube, namespace)]
@@ -110,5 +113,5 @@ async def test_controller_restart_creates_no_duplicates(kube, controller, namesp
     assert sorted(p["metadata"]["uid"] for p in await pods_of(kube, namespace, "steady")) == before_pods
     assert [j["metadata"]["uid"] for j in await jobs_in(kube, namespace)] == before_jobs
     after_status = (await get_trainjob(kube, namespace, "steady"))["status"]
-    assert after_status["gang"] == before_status["gang"], "gang timing survives a restart"
-    assert after_status["conditions"] == before_status["conditions"]
+    assert after_status["gang"] == before_status["gang"], "gang state and timing survive a restart"
+    assert "conditions" not in before_status and "conditions" not in after_status, "running: none, as under Trainer"

@@ -26,7 +26,7 @@ async def test_metrics_health_and_readiness(kube, controller, namespace):
     # reconciles are counted and the controller has nothing left to do.
     await settled(controller, before)
     metrics = await scrape(controller.url)
-    assert metrics[RECONCILES] >= before + 3, "Created, Running and Complete were each decided in a reconcile"
+    assert metrics[RECONCILES] >= before + 3, "creating, Running and Complete were each decided in a reconcile"
     assert metrics["gangctl_gang_wait_seconds_count"] >= 1
     assert metrics[QUEUE_DEPTH] == 0
     async with aiohttp.ClientSession() as session:

@@ -194,7 +194,9 @@ async def test_killing_an_agent_is_a_node_loss(kube, namespace, kubeconfig, cont
 
         os.kill(launch.agent_pid(state, doomed), signal.SIGKILL)
         killed = time.monotonic()
-        await eventually(lambda: _async(not _alive(shim)), 5, "the pod's processes to die with the agent")
+        # PDEATHSIG kills them within milliseconds (benchmarks/leader_failover.py measures it); the bound
+        # only has to outlast a loaded machine (5 s once timed out in a cold CI run at load ~4).
+        await eventually(lambda: _async(not _alive(shim)), 15, "the pod's processes to die with the agent")
         assert not _pgrep(f"torchrun /tmp/allreduce") or all(
             str(shim) not in p for p in _pgrep("torchrun /tmp/allreduce"))
 

@@ -17,7 +17,7 @@ from gangctl.config import REPO_ROOT
 from gangctl.kube.client import Kube
 from gangctl.policy.status import phase
 from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_NAMESPACE
-from tests.integration.helpers import (bound, condition, eventually, get_trainjob, pods_of, reconciles, running,
+from tests.integration.helpers import (bound, eventually, gang_state, get_trainjob, pods_of, reconciles, running,
                                        settled, submit, trainjob)
 from tests.integration.quota_common import (TEAMS, UsageSampler, apply_policy_cli, assert_preempted_event,
                                             assert_same_jobs_within_policy, install_runtimes, preempt_low_with_high,
@@ -50,8 +50,8 @@ async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(
     await submit(kube, trainjob("a-waits", ns, nodes=1, **rt))
 
     async def waits_for_quota() -> bool:
-        cond = condition(await get_trainjob(kube, ns, "a-waits"), "Running") or {}
-        return cond.get("reason") == "WaitingForQuota" and "team team-a uses 24" in cond.get("message", "")
+        state = gang_state(await get_trainjob(kube, ns, "a-waits"))
+        return state.get("reason") == "WaitingForQuota" and "team team-a uses 24" in state.get("message", "")
     await eventually(waits_for_quota, 60, "a-waits waiting for quota, with the numbers")
     tj = await get_trainjob(kube, ns, "a-waits")
     assert "admission" not in tj["status"]

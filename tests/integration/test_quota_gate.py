@@ -34,7 +34,7 @@ from gangctl.api.resources import TRAINING_RUNTIMES
 from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, policy_configmap
 from gangctl.commands.policy_apply import apply_policy
 from gangctl.runtime.quota_gate import FIELD_MANAGER, QuotaGate, policy_informer
-from tests.integration.helpers import (bound, condition, eventually, get_trainjob, pods_of, running, submit,
+from tests.integration.helpers import (bound, condition, eventually, gang_state, get_trainjob, pods_of, running, submit,
                                        trainjob)
 from tests.integration.quota_common import runtime, runtime_name
 
@@ -112,7 +112,7 @@ async def admitted_names(kube: Kube, ns: str, names) -> set[str]:
 
 
 async def write_status_as_another_manager(kube: Kube, ns: str, name: str, condition: dict | None = None,
-                                          copy_admission: bool = True) -> None:
+                                          copy_admission: bool = True, gang: dict | None = None) -> None:
     """What the (not yet wired) reconciler does: apply the WHOLE status it read, under its own manager.
 
     Copying status.admission back makes that manager co-own the field; the gate must still be able
@@ -125,9 +125,15 @@ async def write_status_as_another_manager(kube: Kube, ns: str, name: str, condit
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         status["conditions"] = [*(status.get("conditions") or []),
                                 {"lastTransitionTime": now, "message": "", **condition}]
+    if gang:
+        status["gang"] = gang
     body = {"apiVersion": tj["apiVersion"], "kind": tj["kind"], "metadata": {"name": name, "namespace": ns},
             "status": status}
     await kube.apply(TRAINJOBS.path(ns, name, "status"), body, "test-reconciler")
+
+
+WAITING = {"state": "Waiting", "reason": "WaitingForGang", "message": "0/1 pods of the gang are bound",
+           "lastTransitionTime": "2026-01-01T00:00:00Z"}  # a status field of the reconciler's
 
 
 async def finish(kube: Kube, ns: str, name: str) -> None:
@@ -177,8 +183,7 @@ async def test_admission_preemption_release_and_restart(kube, namespace, clean_p
 
         # The reconciler as written today sends the whole status back (co-owning status.admission).
         for n in ("j1", "j2"):
-            await write_status_as_another_manager(kube, ns, n, {"type": "Created", "status": "True",
-                                                                "reason": "JobsCreated"})
+            await write_status_as_another_manager(kube, ns, n, gang=WAITING)
 
         # A high-priority job preempts the most recently admitted low one (j2).
         hi = await new_job(kube, ns, "urgent")
@@ -187,7 +192,7 @@ async def test_admission_preemption_release_and_restart(kube, namespace, clean_p
                          "urgent admitted after evicting j2")
         j2 = await get_trainjob(kube, ns, "j2")
         assert "admission" not in j2["status"], "the victim's admission must be gone on the server"
-        assert any(c["type"] == "Created" for c in j2["status"]["conditions"]), "other status fields stay"
+        assert j2["status"]["gang"] == WAITING, "other status fields stay"
         events = (await kube.get(CORE_EVENTS.path(ns), fieldSelector="involvedObject.name=j2"))["items"]
         preempted = [e for e in events if e["reason"] == "Preempted"]
         assert preempted and f"{ns}/urgent" in preempted[0]["message"]
@@ -221,15 +226,14 @@ async def test_admission_preemption_release_and_restart(kube, namespace, clean_p
         # A job the user suspends releases its quota (its admission goes), and j3 gets in. Its other
         # status fields belong to another manager that never sent status.admission: server-side
         # apply alone (the gate applying a status without the field) must remove it.
-        await write_status_as_another_manager(kube, ns, "urgent", {"type": "Created", "status": "True",
-                                                                   "reason": "JobsCreated"}, copy_admission=False)
+        await write_status_as_another_manager(kube, ns, "urgent", gang=WAITING, copy_admission=False)
         caplog.clear()
         await kube.merge_patch(TRAINJOBS.path(ns, "urgent"), {"spec": {"suspend": True}})
         gate.forget(f"{ns}/urgent")
         await eventually(lambda: _eq(admitted_names(kube, ns, ["j3", "urgent"]), {"j3"}), 15,
                          "urgent's quota released, j3 admitted")
         urgent = await get_trainjob(kube, ns, "urgent")
-        assert "admission" not in urgent["status"] and urgent["status"]["conditions"][0]["type"] == "Created"
+        assert "admission" not in urgent["status"] and urgent["status"]["gang"] == WAITING
         assert "co-owned" not in caplog.text, "SSA alone should have removed the field"
 
 
@@ -288,7 +292,7 @@ def prio_job(name: str, ns: str, priority: str) -> dict:
 
 
 async def waits_with(kube: Kube, ns: str, name: str, reason: str, *fragments: str) -> bool:
-    cond = condition(await get_trainjob(kube, ns, name), "Running") or {}
+    cond = gang_state(await get_trainjob(kube, ns, name))
     return cond.get("reason") == reason and all(f in cond.get("message", "") for f in fragments)
 
 

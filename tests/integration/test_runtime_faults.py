@@ -15,7 +15,7 @@ from gangctl.api.resources import JOBS, TRAINJOBS
 from gangctl.kube.client import ApiError
 from gangctl.plugins.names import RESULT_FINALIZER
 from tests.integration.conftest import APISERVER_RESTARTS, wait_ready
-from tests.integration.helpers import condition, eventually, get_trainjob, is_true, jobs_in, submit, trainjob
+from tests.integration.helpers import condition, eventually, gang_state, get_trainjob, is_running, is_true, jobs_in, submit, trainjob
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -52,34 +52,32 @@ async def test_an_edit_the_running_child_cannot_take_is_reported_then_cleared(ku
     await submit(kube, trainjob("edited", namespace, nodes=2))
 
     async def running() -> bool:
-        return is_true(await get_trainjob(kube, namespace, "edited"), "Running")
+        return is_running(await get_trainjob(kube, namespace, "edited"))
     await eventually(running, 60, "TrainJob Running")
     path = TRAINJOBS.path(namespace, "edited")
     # A new env var changes the pod template, which a Job keeps immutable once created.
     await kube.merge_patch(path, {"spec": {"trainer": {"env": [{"name": "LR", "value": "0.1"}]}}})
 
     async def reported() -> bool:
-        cond = condition(await get_trainjob(kube, namespace, "edited"), "Synced")
-        return bool(cond and cond["status"] == "False")
-    await eventually(reported, 30, "Synced=False on the TrainJob")
+        return gang_state(await get_trainjob(kube, namespace, "edited")).get("reason") == "Invalid"
+    await eventually(reported, 30, "status.gang.reason Invalid on the TrainJob")
     obj = await get_trainjob(kube, namespace, "edited")
-    synced = condition(obj, "Synced")
-    assert synced["reason"] == "Invalid"
-    assert "immutable" in synced["message"] and "suspend the TrainJob" in synced["message"], synced["message"]
-    assert is_true(obj, "Running"), "the running attempt is left alone"
+    stuck = gang_state(obj)
+    assert "immutable" in stuck["message"] and "suspend the TrainJob" in stuck["message"], stuck["message"]
+    assert is_running(obj), "the running attempt is left alone (state Running, no condition)"
 
     await kube.merge_patch(path, {"spec": {"trainer": {"env": None}}})
 
     async def cleared() -> bool:
-        return condition(await get_trainjob(kube, namespace, "edited"), "Synced") is None
-    await eventually(cleared, 30, "the Synced condition gone once the edit is undone")
+        return gang_state(await get_trainjob(kube, namespace, "edited")).get("reason") == "GangScheduled"
+    await eventually(cleared, 30, "the refusal gone from status.gang once the edit is undone")
 
 
 async def test_a_finished_child_deleted_while_gangctl_is_down_is_recorded_not_rerun(kube, controller, namespace):
     await submit(kube, trainjob("ttl", namespace, nodes=2, run_for="4s"))
 
     async def running() -> bool:
-        return is_true(await get_trainjob(kube, namespace, "ttl"), "Running")
+        return is_running(await get_trainjob(kube, namespace, "ttl"))
     await eventually(running, 60, "TrainJob Running")
     [job] = await jobs_in(kube, namespace)
     assert RESULT_FINALIZER in job["metadata"]["finalizers"]

@@ -11,7 +11,7 @@ from gangctl.kube.client import Kube
 from gangctl.plugins.kueue import WORKLOADS, Kueue
 from gangctl.commands.policy_apply import apply_policy
 from gangctl.policy.quota import QuotaPolicy
-from tests.integration.helpers import (bound, condition, eventually, get_trainjob, pods_of, running, submit,
+from tests.integration.helpers import (bound, eventually, gang_state, get_trainjob, pods_of, running, submit,
                                        trainjob)
 from tests.integration.quota_common import (TEAMS, assert_same_jobs_within_policy, preempt_low_with_high,
                                             runtime_name)
@@ -98,7 +98,7 @@ async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(
 
     async def waits_for_quota() -> bool:
         # Kueue first says "not evaluated yet", then why it does not admit: wait for the why.
-        cond = condition(await get_trainjob(kube, ns, "a-waits"), "Running") or {}
+        cond = gang_state(await get_trainjob(kube, ns, "a-waits"))
         message = cond.get("message", "")
         return (cond.get("reason") == "WaitingForQuota" and "Kueue" in message and "insufficient" in message
                 and "nvidia.com/gpu" in message)

@@ -9,7 +9,7 @@ import pytest
 from gangctl.api.resources import JOBS, PODS, TRAINJOBS
 from gangctl.kube.client import ApiError, Kube
 from gangctl.plugins.volcano import VOLCANO_POD_GROUPS, VOLCANO_QUEUES, Volcano
-from tests.integration.helpers import (bound, condition, eventually, get_trainjob, pods_of, running, submit,
+from tests.integration.helpers import (bound, eventually, gang_state, get_trainjob, pods_of, running, submit,
                                        trainjob)
 from tests.integration.quota_common import (POLICY_FILE, TEAMS, assert_preempted_event, assert_same_jobs_within_policy,
                                             preempt_low_with_high, runtime_name)
@@ -113,7 +113,7 @@ async def test_trainjobs_wait_for_their_queue_with_the_reason_and_start_when_it_
     await submit(kube, trainjob("a-waits", ns, nodes=2, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime"))
 
     async def waits_for_queue() -> bool:
-        cond = condition(await get_trainjob(kube, ns, "a-waits"), "Running") or {}
+        cond = gang_state(await get_trainjob(kube, ns, "a-waits"))
         return cond.get("reason") == "WaitingForQuota" and "queue team-a" in cond.get("message", "")
     await eventually(waits_for_queue, 60, "a-waits waiting for its Volcano queue, with the reason")
     assert bound(await pods_of(kube, ns, "a-waits")) == [], "a gang beyond its queue holds no node"
@@ -136,7 +136,7 @@ async def test_a_higher_priority_trainjob_preempts_within_the_team(volcano_contr
     # Volcano keeps the urgent PodGroup Pending while team-a's queue is full, and its preempt action
     # only looks at Inqueue jobs: gangctl evicts the batch gang, which queues again behind it.
     low = await preempt_low_with_high(kube, ("WaitingForQuota",))
-    assert "queue team-a" in (condition(low, "Running") or {}).get("message", "")
+    assert "queue team-a" in gang_state(low).get("message", "")
     await assert_preempted_event(kube)
 
 

@@ -98,8 +98,9 @@ def test_invalid_spec_fails_the_trainjob_with_the_reason():
 
 def test_missing_runtime_is_reported_and_nothing_is_created():
     plan = decide(Snapshot("team-a/llm", NOW, trainjob(), runtime=None, groups=ALL_BACKENDS))
-    created = condition(plan.status, "Created")
-    assert (created["status"], created["reason"]) == ("False", "RuntimeNotFound")
+    created = plan.status["gang"]
+    assert (created["state"], created["reason"]) == ("Pending", "RuntimeNotFound")
+    assert "conditions" not in plan.status, "Trainer has no condition for it either"
     assert "torch-distributed" in created["message"]
     assert kinds(plan) == ["WriteStatus"]
     again = decide(Snapshot("team-a/llm", NOW, trainjob(status=plan.status), runtime=None, groups=ALL_BACKENDS))
@@ -108,8 +109,8 @@ def test_missing_runtime_is_reported_and_nothing_is_created():
 
 def test_backend_the_cluster_does_not_serve_is_reported():
     plan = decide(snap(trainjob(), rt=runtime(gang={"volcano": {}}), groups={"coscheduling": None}))
-    created = condition(plan.status, "Created")
-    assert (created["status"], created["reason"]) == ("False", "BackendNotInstalled")
+    created = plan.status["gang"]
+    assert (created["state"], created["reason"]) == ("Pending", "BackendNotInstalled")
     assert "volcano" in created["message"] and not plan.of(Apply)
 
 
@@ -127,16 +128,16 @@ def test_steady_state_creates_service_podgroup_and_job_then_reports_them():
     again = decide(snap(trainjob(nodes=3, status=plan.status), node_job=job, service=service,
                         groups={**ALL_BACKENDS, "coscheduling": group}))
     assert not again.of(Apply)
-    running = condition(again.status or plan.status, "Running")
-    assert running.get("reason") in (None, "WaitingForGang")
+    state = (again.status or plan.status)["gang"]
+    assert (state["state"], state["reason"]) == ("Waiting", "WaitingForGang")
 
 
 def test_gang_bound_reports_running():
     job = child()
     plan = decide(snap(trainjob(), node_job=job, pods=(pod(0), pod(1))))
-    running = condition(plan.status, "Running")
-    assert (running["status"], running["reason"]) == ("True", "GangScheduled")
-    assert condition(plan.status, "Created")["status"] == "True"
+    running = plan.status["gang"]
+    assert (running["state"], running["reason"]) == ("Running", "GangScheduled")
+    assert "conditions" not in plan.status, "a running job has no condition, as under Trainer"
 
 
 def test_failed_attempt_within_budget_records_the_restart_before_deleting():
@@ -148,7 +149,7 @@ def test_failed_attempt_within_budget_records_the_restart_before_deleting():
     assert (deleted.resource, deleted.uid, deleted.propagation) == (JOBS, "job-1", "Foreground")
     assert plan.status["restartCount"] == 1
     assert plan.status["restarts"]["lastFailure"]["jobUID"] == "job-1"
-    assert condition(plan.status, "Running")["reason"] == "Restarting"
+    assert (plan.status["gang"]["state"], plan.status["gang"]["reason"]) == ("Restarting", "Restarting")
     assert not condition(plan.status, "Failed"), "the TrainJob goes on"
     # After a crash between the two writes, the next pass only deletes: the restart is not counted twice.
     again = decide(snap(trainjob(status=plan.status), rt=rt, node_job=child(conditions=FAILED)))
@@ -202,7 +203,7 @@ def test_kueue_owned_job_is_created_once_suspended_and_never_applied():
     again = decide(snap(trainjob(status=plan.status), rt=rt, node_job=observed))
     assert not again.of(Create) and all(a.resource != JOBS for a in again.of(Apply)), \
         "Kueue owns spec.suspend once the Job exists"
-    assert condition(again.status, "Running")["reason"] == "WaitingForQuota"
+    assert (again.status["gang"]["state"], again.status["gang"]["reason"]) == ("Waiting", "WaitingForQuota")
 
 
 def test_elastic_shrinks_on_a_lost_worker_and_looks_again_soon():
@@ -327,7 +328,11 @@ def test_the_clock_stops_while_suspended_and_restarts_on_resume():
     resumed = {"conditions": [{"type": "Suspended", "status": "False", "reason": "Resumed", "message": "",
                                "lastTransitionTime": st.timestamp(NOW - timedelta(seconds=60))}]}
     plan = decide(snap(_deadline_job(600, 10_000, status=resumed)))
-    assert not condition(plan.status, "Failed") and abs(plan.requeue_after - 540) < 1
+    assert not condition(plan.status, "Failed") and abs(plan.requeue_after - 540) < 1, "as Trainer wrote it"
+    assert "conditions" not in plan.status and plan.status["gang"]["resumedAt"] == resumed["conditions"][0][
+        "lastTransitionTime"], "gangctl drops Suspended=False and keeps its time"
+    plan = decide(snap(_deadline_job(600, 10_000, status=plan.status)))
+    assert not condition(plan.status, "Failed") and abs(plan.requeue_after - 540) < 1, "as gangctl keeps it"
 
 
 def test_a_trainjob_managed_by_kubeflow_trainer_is_left_to_trainer():

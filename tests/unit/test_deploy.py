@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gangctl.api.resources import TRAINJOBS, Resource
+from gangctl.api import pytorchjob as pytorchjob_api
+from gangctl.api.resources import PYTORCHJOBS, TRAINJOBS, Resource
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -109,6 +110,10 @@ def controller_modules() -> list[str]:
             elif isinstance(node, ast.Import):
                 todo += [a.name for a in node.names if a.name.startswith("gangctl")]
     return sorted(seen)
+
+
+# The pure deciders whose Plans the reconcilers' writers carry out.
+PLANNERS = ("gangctl.policy.decide", "gangctl.policy.decide_pytorchjob")
 
 
 class Unresolved(Exception):
@@ -221,21 +226,23 @@ class CallScanner:
 
     def _planned(self, expr: ast.expr, fn, depth: int) -> list[tuple[str, str]] | None:
         """`step.resource` where `step: d.<Kind>` is a step of gangctl.policy.decide's Plan: the
-        resources decide builds that kind of step with (the first argument of each `<Kind>(...)`)."""
+        resources the deciders (TrainJob's and PyTorchJob's) build that kind of step with (the first
+        argument of each `<Kind>(...)`)."""
         if not (isinstance(expr, ast.Attribute) and expr.attr == "resource" and isinstance(expr.value, ast.Name)
                 and fn is not None):
             return None
         arg = next((a for a in fn.args.args if a.arg == expr.value.id), None)
         if arg is None or not isinstance(arg.annotation, ast.Attribute):
             return None
-        kind, planner = arg.annotation.attr, CallScanner("gangctl.policy.decide")
-        if not isinstance(getattr(planner.module, kind, None), type):
+        kind = arg.annotation.attr
+        if not isinstance(getattr(importlib.import_module("gangctl.policy.decide"), kind, None), type):
             return None
         out = []
-        for node in ast.walk(planner.tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == kind:
-                first = node.args[0] if node.args else next(k.value for k in node.keywords if k.arg == "resource")
-                out += planner.resources_of(first, getattr(node, "parent_function", None), depth + 1)
+        for planner in map(CallScanner, PLANNERS):
+            for node in ast.walk(planner.tree):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == kind:
+                    first = node.args[0] if node.args else next(k.value for k in node.keywords if k.arg == "resource")
+                    out += planner.resources_of(first, getattr(node, "parent_function", None), depth + 1)
         if not out:
             raise Unresolved(f"no {kind}(...) in gangctl.policy.decide")
         return out
@@ -344,6 +351,8 @@ def derived_permissions() -> tuple[set[tuple[str, str, str, str]], list[str]]:
                                                and isinstance(v, ast.Constant) and v.value is True
                                                for k, v in zip(n.keys, n.values)) for n in ast.walk(tree)):
             needed.add((CLUSTER, TRAINJOBS.group, TRAINJOBS.plural + "/finalizers", "update"))
+    if "gangctl.policy.decide_pytorchjob" in controller_modules():  # PyTorchJobs own their children too
+        needed.add((CLUSTER, PYTORCHJOBS.group, PYTORCHJOBS.plural + "/finalizers", "update"))
     return needed, problems
 
 
@@ -511,6 +520,9 @@ def test_crds_and_runtimes_are_the_generated_ones(base):
     assert check.returncode == 0, check.stderr
     crds = {d["metadata"]["name"]: d for d in find(base, "CustomResourceDefinition")}
     generated = {crd["metadata"]["name"]: crd for crd in build_crds().values()}
+    # PyTorchJob's CRD is generated from Training Operator's module (tests/unit/test_pytorchjob.py checks it)
+    pytorchjob = yaml.safe_load((DEPLOY / "crds" / pytorchjob_api.CRD_FILE).read_text())
+    generated[pytorchjob["metadata"]["name"]] = pytorchjob
     assert crds == generated
     shipped = {p.name for p in (DEPLOY / "runtimes").glob("*.yaml")}
     assert {d["metadata"]["name"] + ".yaml" for d in find(base, "ClusterTrainingRuntime")} == shipped
@@ -579,6 +591,11 @@ def test_alerts_and_dashboard_use_exported_metrics(variants):
     exprs = [t["expr"] for p in json.loads(text)["panels"] for t in p["targets"]]
     used = set(re.findall(r"\b(gangctl_[a-z_]+)", " ".join(exprs)))
     assert used and used <= exported, used - exported
+    # ... and the label values they select exist: a phase the metrics never export shows 0 for ever.
+    from gangctl.obs.metrics import PHASES
+    rules = " ".join(r["expr"] for r in alerts.values())
+    phases = {v for sel in re.findall(r'phase=~?"([^"]+)"', " ".join(exprs) + " " + rules) for v in sel.split("|")}
+    assert phases and phases <= set(PHASES), phases - set(PHASES)
     monitor = one(docs, "ServiceMonitor", "gangctl-controller")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     assert {e["port"] for e in monitor["spec"]["endpoints"]} <= {p["name"] for p in svc["spec"]["ports"]}

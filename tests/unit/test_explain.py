@@ -22,9 +22,8 @@ def pod(node_name: str | None, gpus: int, phase: str = "Running") -> dict:
 
 
 def waiting(bound: int = 0, min_member: int = 4) -> dict:
-    return {"conditions": [{"type": "Created", "status": "True"},
-                           {"type": "Running", "status": "False", "reason": "WaitingForGang",
-                            "message": f"{bound}/{min_member} pods of the gang are bound"}]}
+    return {"gang": {"state": "Waiting", "reason": "WaitingForGang",
+                     "message": f"{bound}/{min_member} pods of the gang are bound"}}
 
 
 def gang(nodes: int, gpus: int = 8):
@@ -68,7 +67,7 @@ def test_room_for_every_missing_pod_means_the_scheduler_has_not_tried_yet():
 
 
 def test_running_suspended_and_finished_jobs_say_so():
-    running = {"conditions": [{"type": "Running", "status": "True", "reason": "GangScheduled"}]}
+    running = {"gang": {"state": "Running", "reason": "GangScheduled"}}
     assert diagnose(running, gang(2), 2, []).reason == "GangScheduled"
     suspended = {"conditions": [{"type": "Suspended", "status": "True"}]}
     assert "spec.suspend=false" in diagnose(suspended, gang(2), 0, []).message
@@ -76,8 +75,8 @@ def test_running_suspended_and_finished_jobs_say_so():
                               "message": "Job has reached the specified backoff limit"}]}
     d = diagnose(failed, gang(2), 0, [])
     assert d.reason == "BackoffLimitExceeded" and "backoff limit" in d.message
-    missing = {"conditions": [{"type": "Created", "status": "False", "reason": "RuntimeNotFound",
-                               "message": "ClusterTrainingRuntime 'x' not found"}]}
+    missing = {"gang": {"state": "Pending", "reason": "RuntimeNotFound",
+                        "message": "ClusterTrainingRuntime 'x' not found"}}
     assert diagnose(missing, gang(2), 0, []).reason == "RuntimeNotFound"
 
 

@@ -230,7 +230,7 @@ def test_elastic_two_to_four():
     (worker,) = gang.groups
     assert not worker.gated and worker.rank_offset == 0
     env = values(env_of(worker.job.pod_template))
-    assert env == {"PYTHONUNBUFFERED": "1", "PET_NPROC_PER_NODE": "auto", "PET_RDZV_ENDPOINT": "elastic-rdzv:29400",
+    assert env == {"PYTHONUNBUFFERED": "1", "PET_NPROC_PER_NODE": "auto", "PET_RDZV_ENDPOINT": "elastic-rdzv-pt:29400",
                    "PET_RDZV_BACKEND": "c10d", "PET_NNODES": "2:4", "PET_MAX_RESTARTS": "10"}
     assert gang.rdzv_store
     # v1 #1571: the PodGroup asked for all 4; the floor is minReplicas.

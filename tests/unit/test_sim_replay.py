@@ -111,7 +111,7 @@ def stamp(t: float, precise: bool = True) -> str:
 
 
 def trainjob(bound: float | None, done: float | None, kind: str = "Complete") -> dict:
-    status: dict = {"conditions": [{"type": "Created", "status": "True"}]}
+    status: dict = {"conditions": []}
     if bound is not None:
         status["gang"] = {"createdAt": stamp(bound - 1), "boundAt": stamp(bound)}
     if done is not None:

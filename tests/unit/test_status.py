@@ -16,25 +16,39 @@ def cond(status: dict, ctype: str) -> dict:
     return next(c for c in status["conditions"] if c["type"] == ctype)
 
 
+def state(status: dict) -> tuple[str, str]:
+    return status["gang"]["state"], status["gang"]["reason"]
+
+
 def test_waiting_then_running_records_gang_wait():
     waiting = st.derive_status(None, [job(active=4)], st.GangObservation(4, 1), False, T0)
-    assert cond(waiting, "Running")["reason"] == "WaitingForGang"
-    assert "1/4" in cond(waiting, "Running")["message"]
+    assert state(waiting) == ("Waiting", "WaitingForGang")
+    assert "1/4" in waiting["gang"]["message"]
     assert st.waiting_for_gang(waiting)
     running = st.derive_status(waiting, [job(active=4, ready=4)], st.GangObservation(4, 4), False,
                                T0 + timedelta(seconds=2.5))
-    assert cond(running, "Running")["status"] == "True"
+    assert state(running) == ("Running", "GangScheduled")
+    assert running["gang"]["lastTransitionTime"] == "2026-01-01T12:00:02Z"
     assert running["gang"]["waitSeconds"] == 2.5
     assert st.phase(running) == "Running"
-    assert running["conditions"][-1]["type"] == "Running", "the current state is the last condition"
+    assert "conditions" not in waiting and "conditions" not in running, \
+        "Trainer writes no condition while a job waits or runs: the kubeflow SDK then says Running"
+
+
+def test_conditions_an_older_gangctl_wrote_go():
+    old = {"conditions": [{"type": "Created", "status": "True", "reason": "JobsCreated", "message": "",
+                           "lastTransitionTime": "2026-01-01T11:00:00Z"},
+                          {"type": "Running", "status": "True", "reason": "GangScheduled", "message": "",
+                           "lastTransitionTime": "2026-01-01T11:00:00Z"}]}
+    status = st.derive_status(old, [job(active=4)], st.GangObservation(4, 4), False, T0)
+    assert "conditions" not in status and state(status) == ("Running", "GangScheduled")
 
 
 def test_the_backends_reason_replaces_waiting_for_gang():
     status = st.derive_status(None, [job(suspended=True)], st.GangObservation(4, 0), False, T0,
                               waiting=("WaitingForQuota", "Kueue: insufficient unused quota"))
-    running = cond(status, "Running")
-    assert running["reason"] == "WaitingForQuota" and running["message"].startswith("Kueue: insufficient")
-    assert "0/4" in running["message"]
+    assert state(status) == ("Waiting", "WaitingForQuota")
+    assert status["gang"]["message"].startswith("Kueue: insufficient") and "0/4" in status["gang"]["message"]
     assert not st.waiting_for_gang(status), "only a gang the scheduler is trying is nudged"
 
 
@@ -65,7 +79,10 @@ def test_suspend_and_resume_restart_the_gang_clock():
     assert st.phase(suspended) == "Suspended"
     assert "gang" not in suspended or "boundAt" not in suspended["gang"]
     resumed = st.derive_status(suspended, [job(active=4)], st.GangObservation(4, 0), False, T0 + timedelta(seconds=20))
-    assert cond(resumed, "Suspended") == {**cond(resumed, "Suspended"), "status": "False", "reason": "Resumed"}
+    assert cond(suspended, "Suspended")["status"] == "True" and state(suspended) == ("Suspended", "Suspended")
+    # Trainer would leave Suspended=False/Resumed, and the kubeflow SDK would say Created for good.
+    assert "conditions" not in resumed, "the resumed job shows no condition, as a never-suspended one"
+    assert resumed["gang"]["resumedAt"] == "2026-01-01T12:00:20Z"
     assert resumed["gang"]["createdAt"].startswith("2026-01-01T12:00:20")
 
 
@@ -73,8 +90,8 @@ def test_failed_status_keeps_other_conditions():
     previous = st.derive_status(None, [job(active=4)], st.GangObservation(4, 4), False, T0)
     failed = st.failed_status(previous, "InvalidSpec", "spec.trainer.numNodes: must be ≥ 1", T0)
     assert cond(failed, "Failed")["message"].startswith("spec.trainer.numNodes")
-    assert cond(failed, "Running")["status"] == "False"
-    assert cond(failed, "Created")["status"] == "True"
+    assert state(failed) == ("Failed", "InvalidSpec")
+    assert failed["gang"]["boundAt"] == previous["gang"]["boundAt"], "the gang timing stays"
 
 
 def test_bound_progress_is_exact_for_small_gangs_and_in_tenths_for_large_ones():
@@ -84,3 +101,10 @@ def test_bound_progress_is_exact_for_small_gangs_and_in_tenths_for_large_ones():
     assert len(shown) == 10, "a 1,024-pod gang's message changes ten times while it binds"
     assert bound_progress(1000, 1024) == "at least 927/1024 pods of the gang are bound"
     assert bound_progress(102, 1024) == "at least 0/1024 pods of the gang are bound"
+
+
+def test_the_crd_schema_allows_every_state():
+    from typing import get_args
+
+    from gangctl.api.trainjob import GangState
+    assert set(get_args(GangState)) == set(st.STATES)

@@ -1,0 +1,338 @@
+"""One reconcile pass of a PyTorchJob (kubeflow.org/v1) as a pure function: `decide(Snapshot) -> Plan`.
+
+The TrainJob's `gangctl.policy.decide` has the Plan and its step types; this module decides with the
+same steps, the same gang backends (`gangctl.plugins`), the same failure judgement
+(`gangctl.policy.failure`), and the PyTorchJob mapping of `gangctl.policy.pytorchjob` (children,
+env, labels, gang floor, v1 status). The reconciler's writers carry the plan out unchanged.
+
+What one pass does, in order (docs/pytorchjob.md):
+
+- **Finished** (Succeeded/Failed): release the gang (the PodGroup), apply `cleanPodPolicy` to the
+  child Jobs, and delete the PyTorchJob when `ttlSecondsAfterFinished` has passed (else requeue).
+- **A failed child Job** is judged once: the judgement goes to the annotation `gangctl.io/restarts`
+  (v1's status schema prunes unknown fields), guarded by the PyTorchJob's resourceVersion, and
+  nothing else is written in that pass. The next pass reads the judgement back: Restart deletes
+  every child Job of the attempt (foreground, by uid) and reports Restarting; Fail reports Failed
+  and releases. The counters only grow, so a controller restart never resets the budget.
+- **Otherwise**: apply the per-pod Services, the backend's group (PodGroup minMember = the
+  PyTorchJob's gang floor), one Indexed Job per replica type, stamp each pod's RANK and
+  replica-index labels (lifting the RANK scheduling gate), and report v1's status.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Mapping
+
+from gangctl.api.pytorchjob import DEFAULT_CONTAINER, PyTorchJob, PyTorchJobError, parse
+from gangctl.api.quantity import format_quantity
+from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, SERVICES, Resource
+from gangctl.plugins import base
+from gangctl.plugins.names import MANAGED_BY, MANAGER, SPEC_HASH
+from gangctl.plugins.registry import BACKENDS, backend_for
+from gangctl.plugins.workload import (ELASTIC_BACKOFF_LIMIT, ELASTIC_SUCCESS_POLICY, NODE_LOSS_TOLERATIONS,
+                                      owner_reference, with_spec_hash)
+from gangctl.policy import pytorchjob as pj
+from gangctl.policy import status as st
+from gangctl.plugins.torch import rendezvous_store
+from gangctl.policy.decide import Apply, Delete, Event, Metric, Patch, Plan, Step, WriteStatus, ensure_store, store_pods
+from gangctl.policy.failure import PodFailure, Restarts, classify
+from gangctl.policy.failure import decide as judge
+
+# runPolicy.managedBy values gangctl serves: unset, and Training Operator's own name (what v1 manifests
+# and the v1 SDK write). Any other manager's jobs are left alone.
+SERVED_MANAGERS = {None, "", "kubeflow.org/training-operator"}
+# The sticky restart counters (gangctl.policy.failure.Restarts), as JSON: v1's status schema has no
+# field for them and prunes unknown ones.
+RESTARTS_ANNOTATION = "gangctl.io/restarts"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    key: str
+    now: datetime
+    pytorchjob: dict | None
+    scheduler_name: str = "default-scheduler"
+    gang_scheduler: str | None = None      # v1's --gang-scheduler-name: the backend for every job
+    jobs: tuple[dict, ...] = ()            # child Jobs labelled with the PyTorchJob's name
+    pods: tuple[dict, ...] = ()            # pods labelled with the PyTorchJob's name
+    services: tuple[dict, ...] = ()        # Services labelled with the PyTorchJob's name
+    groups: Mapping[str, dict | None] = field(default_factory=dict)   # backend -> its group (see decide)
+
+
+def decide(s: Snapshot) -> Plan:
+    return dataclasses.replace(_decide(s), key=s.key, trainjob=s.pytorchjob)
+
+
+def _decide(s: Snapshot) -> Plan:
+    obj = s.pytorchjob
+    if obj is None or obj["metadata"].get("deletionTimestamp"):
+        return Plan()  # owner references let the garbage collector remove the children
+    if ((obj.get("spec") or {}).get("runPolicy") or {}).get("managedBy") not in SERVED_MANAGERS:
+        return Plan()
+    try:
+        job = parse(obj)
+    except PyTorchJobError as err:
+        return _invalid(s, str(err))
+    previous = obj.get("status") or {}
+    if _finished(previous):
+        return _done(s, job)
+    backend_name = s.gang_scheduler if s.gang_scheduler in s.groups else None
+    try:
+        gang = pj.to_gang(job, default_backend=backend_name)
+        backend = backend_for(gang.gang_backend)
+    except (pj.PyTorchJobMappingError, KeyError) as err:
+        return _fail(s, job, str(err.args[0] if err.args else err))
+    if backend is not None and backend.name not in s.groups:
+        return _fail(s, job, f"metadata.labels: the gang backend {backend.name!r} is not served by this cluster")
+    restarts = restarts_of(obj)
+    current = _children(s, gang)
+    judged = restarts.last_failure.get("jobUID")
+    for group in gang.groups:
+        child = current[group.child_name]
+        if child is None or child["metadata"].get("deletionTimestamp"):
+            continue
+        if child["metadata"].get("uid") == judged:
+            return _carry_out(s, job, gang, restarts, current)
+        failure = st.ChildJob.from_job(child, group.replica_type.lower()).failure
+        if failure is not None:
+            return _judge(s, gang, group, child, failure, restarts)
+    if any(c is not None and c["metadata"].get("deletionTimestamp") for c in current.values()):
+        return Plan()  # a restart is under way: the deletion of the old attempt requeues us
+    return _run(s, job, gang, backend, current)
+
+
+# --- reading ------------------------------------------------------------------------------------
+def restarts_of(obj: dict) -> Restarts:
+    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(RESTARTS_ANNOTATION)
+    try:
+        return Restarts.from_status({"restarts": json.loads(text)}) if text else Restarts()
+    except (ValueError, TypeError, AttributeError):
+        return Restarts()
+
+
+def _finished(status: dict) -> bool:
+    return any(c.get("type") in (pj.SUCCEEDED, pj.FAILED) and c.get("status") == "True"
+               for c in status.get("conditions") or [])
+
+
+def _ns_name(s: Snapshot) -> tuple[str, str]:
+    meta = s.pytorchjob["metadata"]  # type: ignore[index]
+    return meta["namespace"], meta["name"]
+
+
+def _children(s: Snapshot, gang: pj.PyTorchGang) -> dict[str, dict | None]:
+    by_name = {j["metadata"]["name"]: j for j in s.jobs}
+    return {g.child_name: by_name.get(g.child_name) for g in gang.groups}
+
+
+def _attempt_pods(s: Snapshot, current: Mapping[str, dict | None]) -> list[dict]:
+    """Pods of the current child Jobs (by the owner's uid)."""
+    uids = {c["metadata"].get("uid") for c in current.values() if c is not None}
+    return [p for p in s.pods if any(r.get("uid") in uids for r in p["metadata"].get("ownerReferences") or [])]
+
+
+def _counts(s: Snapshot, job: PyTorchJob, current: Mapping[str, dict | None]) -> dict[str, pj.ReplicaCounts]:
+    return pj.count_pods(job, _attempt_pods(s, current))
+
+
+# --- outcomes -----------------------------------------------------------------------------------
+def _invalid(s: Snapshot, message: str) -> Plan:
+    """The CRD's validation refuses what parse refuses; an object stored before it was installed gets
+    v1's Failed condition with the field named."""
+    previous = (s.pytorchjob or {}).get("status") or {}
+    if _finished(previous):
+        return Plan()
+    at = st.timestamp(s.now)
+    cond = {"type": pj.FAILED, "status": "True", "reason": pj.reason("Failed"), "message": message,
+            "lastUpdateTime": at, "lastTransitionTime": at}
+    status = {**previous, "conditions": [*(previous.get("conditions") or []), cond], "completionTime": at}
+    return Plan(steps=(WriteStatus(status), Event("Warning", "InvalidSpec", message)))
+
+
+def _fail(s: Snapshot, job: PyTorchJob, message: str, current: Mapping[str, dict | None] | None = None) -> Plan:
+    """Failed (written first), then the gang is released and cleanPodPolicy applied."""
+    current = current or {}
+    status = pj.next_status(s.pytorchjob.get("status"), job, _counts(s, job, current), s.now,  # type: ignore[union-attr]
+                            failed=message)
+    return Plan(steps=(WriteStatus(status), Event("Warning", pj.reason("Failed"), message),
+                       *_release(s, job)))
+
+
+def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
+    """Let go of the gang's group and apply cleanPodPolicy to the child Jobs."""
+    ns, name = _ns_name(s)
+    steps: list[Step] = []
+    for backend_name, group in s.groups.items():
+        resource = BACKENDS[backend_name].group_resource
+        if resource is not None and group is not None and not group["metadata"].get("deletionTimestamp"):
+            steps.append(Delete(resource, ns, pj.group_name(name)))
+    cleanup = pj.cleanup(job)
+    for child in s.jobs:
+        meta = child["metadata"]
+        if meta.get("deletionTimestamp"):
+            continue
+        if cleanup == "delete":
+            steps.append(Delete(JOBS, ns, meta["name"], uid=meta.get("uid")))
+        elif cleanup == "suspend" and not (child.get("spec") or {}).get("suspend") \
+                and not st.ChildJob.from_job(child, "").finished:
+            steps.append(Patch(JOBS, ns, meta["name"], {"spec": {"suspend": True}}))
+    steps += [Delete(PODS, ns, p["metadata"]["name"]) for p in store_pods(s.pods)
+              if not p["metadata"].get("deletionTimestamp")]
+    return steps
+
+
+def _done(s: Snapshot, job: PyTorchJob) -> Plan:
+    """Finished: release what is left, and delete the PyTorchJob once its TTL has passed."""
+    steps = _release(s, job)
+    left = pj.ttl_remaining(job, s.pytorchjob.get("status"), s.now)  # type: ignore[union-attr]
+    if left is not None and left <= 0:
+        ns, name = _ns_name(s)
+        steps.append(Delete(PYTORCHJOBS, ns, name, uid=s.pytorchjob["metadata"].get("uid")))  # type: ignore[index]
+        left = None
+    return Plan(steps=tuple(steps), requeue_after=left)
+
+
+def _judge(s: Snapshot, gang: pj.PyTorchGang, group: pj.ReplicaGroup, child: dict, failure: tuple[str, str],
+           restarts: Restarts) -> Plan:
+    """Judge a failed child Job and record the judgement, and nothing else, on the PyTorchJob."""
+    uid = child["metadata"].get("uid", "")
+    pods = [f for p in s.pods if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])
+            if (f := PodFailure.from_pod(p, container=DEFAULT_CONTAINER)) is not None]
+    found = classify(failure[0], failure[1], pods)
+    decision = judge(gang.failure_policy, found, restarts, group.replica_type.lower())
+    after = restarts.after(decision, found, child["metadata"]["name"], uid, st.timestamp(s.now))
+    after = dataclasses.replace(after, last_failure={**after.last_failure, "decision": decision.reason,
+                                                     "decisionMessage": decision.message})
+    ns, name = _ns_name(s)
+    meta = s.pytorchjob["metadata"]  # type: ignore[index]
+    annotation = json.dumps(after.to_status(), sort_keys=True, separators=(",", ":"))
+    patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                          "annotations": {RESTARTS_ANNOTATION: annotation}}}
+    metrics = (Metric("restarts", "inc", (decision.counter,)),) if decision.action == "Restart" else ()
+    return Plan(steps=(Patch(PYTORCHJOBS, ns, name, patch),), metrics=metrics)
+
+
+def _carry_out(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, restarts: Restarts,
+               current: Mapping[str, dict | None]) -> Plan:
+    """The judged attempt: fail the job, or report Restarting and delete every child Job of it."""
+    last = restarts.last_failure
+    message = f"{last.get('decision', '')}: {last.get('decisionMessage', '')}"
+    if last.get("action") == "Fail":
+        return _fail(s, job, message, current)
+    status = pj.next_status(s.pytorchjob.get("status"), job, _counts(s, job, current), s.now,  # type: ignore[union-attr]
+                            restarting=message)
+    steps: list[Step] = []
+    if status != s.pytorchjob.get("status"):  # type: ignore[union-attr]
+        steps += [WriteStatus(status), Event("Warning", pj.reason("Restarting"), message)]
+    for child in current.values():
+        if child is not None and not child["metadata"].get("deletionTimestamp"):
+            meta = child["metadata"]
+            steps.append(Delete(JOBS, meta["namespace"], meta["name"], uid=meta.get("uid"), propagation="Foreground"))
+    return Plan(steps=tuple(steps))
+
+
+# --- the running job ----------------------------------------------------------------------------
+def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str) -> dict:
+    """The Indexed Job of one replica type: pod i's hostname is `<job>-<type>-<i>`, as v1's pod name."""
+    job = group.job
+    template = copy.deepcopy(job.pod_template)
+    meta = template.setdefault("metadata", {})
+    labels = {**(meta.get("labels") or {}), MANAGED_BY: MANAGER}
+    annotations = dict(meta.get("annotations") or {})
+    spec = template["spec"]
+    tolerations = list(spec.get("tolerations") or [])
+    for tol in NODE_LOSS_TOLERATIONS:
+        if not any(t.get("key") == tol["key"] and t.get("effect") in (None, "NoExecute") for t in tolerations):
+            tolerations.append(dict(tol))
+    spec["tolerations"] = tolerations
+    if backend is not None:
+        labels.update(backend.pod_labels(job))
+        annotations.update(backend.pod_annotations(job))
+        name = backend.scheduler_name(job, scheduler_name)
+        if name:
+            spec["schedulerName"] = name
+    meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    job_spec = copy.deepcopy(job.job_spec)
+    if job.elastic:
+        job_spec["backoffLimit"] = ELASTIC_BACKOFF_LIMIT
+        job_spec.setdefault("successPolicy", copy.deepcopy(ELASTIC_SUCCESS_POLICY))
+    child_labels = {MANAGED_BY: MANAGER, pj.JOB_NAME: job.name, pj.REPLICA_TYPE: group.replica_type.lower()}
+    return with_spec_hash({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": group.child_name, "namespace": job.namespace, "labels": child_labels,
+                     "ownerReferences": [owner]},
+        "spec": {"backoffLimit": 0, **job_spec, "completionMode": "Indexed", "completions": job.num_nodes,
+                 "parallelism": job.num_nodes, "suspend": job.suspend or base.controls_suspend(backend),
+                 "template": template},
+    })
+
+
+def store_pod(gang: pj.PyTorchGang, owner: dict) -> dict:
+    """gangctl's rendezvous store (`gangctl.plugins.torch`), kept off the Workers' nodes."""
+    workers = gang.groups[-1]
+    return rendezvous_store(workers.job, owner, {}, name=pj.store_name(gang.name),
+                            job_labels=pj.store_labels(gang.name),
+                            workers={pj.JOB_NAME: gang.name, pj.REPLICA_TYPE: workers.replica_type.lower()},
+                            container=DEFAULT_CONTAINER)
+
+
+def _service(svc: dict, owner: dict) -> dict:
+    out = copy.deepcopy(svc)
+    out["metadata"]["labels"] = {**out["metadata"]["labels"], MANAGED_BY: MANAGER}
+    out["metadata"]["ownerReferences"] = [owner]
+    return with_spec_hash(out)
+
+
+def gang_group(gang: pj.PyTorchGang, backend, owner: dict) -> dict:
+    """The backend's group for the whole job (both replica types): minMember is the gang floor, and
+    minResources what the floor holds (Master and Workers may differ in size)."""
+    group = backend.group(gang.groups[-1].job, gang.gang(), owner)
+    if "minResources" in (group.get("spec") or {}):
+        group["spec"]["minResources"] = {k: format_quantity(v) for k, v in sorted(gang.min_resources.items())}
+    group["metadata"]["labels"] = {MANAGED_BY: MANAGER, pj.JOB_NAME: gang.name}  # not a TrainJob's
+    return with_spec_hash(group)
+
+
+def _ensure(resource: Resource, cached: dict | None, obj: dict) -> list[Step]:
+    want = obj["metadata"].get("annotations", {}).get(SPEC_HASH)
+    if cached is not None and (cached["metadata"].get("annotations") or {}).get(SPEC_HASH) == want:
+        return []
+    return [Apply(resource, obj)]
+
+
+def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None]) -> Plan:
+    owner = owner_reference(s.pytorchjob)  # type: ignore[arg-type]
+    services = {svc["metadata"]["name"]: svc for svc in s.services}
+    steps: list[Step] = []
+    for svc in gang.services:
+        steps += _ensure(SERVICES, services.get(svc["metadata"]["name"]), _service(svc, owner))
+    if base.wants_group(backend) and not job.run_policy.suspend:
+        steps += _ensure(backend.group_resource, s.groups.get(backend.name), gang_group(gang, backend, owner))
+    if gang.rdzv_store and not job.run_policy.suspend:
+        steps += ensure_store(store_pods(s.pods), store_pod(gang, owner), s.scheduler_name)
+    for group in gang.groups:
+        steps += _ensure(JOBS, current[group.child_name], child_job(group, owner, backend, s.scheduler_name))
+    for pod in _attempt_pods(s, current):
+        stamp = pj.pod_stamp(job, pod)
+        if stamp is not None and not pod["metadata"].get("deletionTimestamp"):
+            steps.append(Patch(PODS, job.namespace, pod["metadata"]["name"], stamp, missing_ok=True))
+    previous = s.pytorchjob.get("status") or {}  # type: ignore[union-attr]
+    status = pj.next_status(previous, job, _counts(s, job, current), s.now)
+    if status != previous:
+        steps.append(WriteStatus(status))
+        if _finished(status):
+            kind = next(c for c in status["conditions"] if c["status"] == "True" and c["type"] in (pj.SUCCEEDED, pj.FAILED))
+            steps.append(Event("Normal" if kind["type"] == pj.SUCCEEDED else "Warning", kind["reason"], kind["message"]))
+            steps += _release(s, job)
+    requeue = None
+    limit, start = job.run_policy.active_deadline_seconds, status.get("startTime")
+    if limit is not None and start is not None and not _finished(status):
+        requeue = max(0.0, limit - (s.now - st.parse_time(start)).total_seconds())
+    return Plan(steps=tuple(steps), requeue_after=requeue)
+

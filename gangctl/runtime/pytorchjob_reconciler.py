@@ -1,0 +1,61 @@
+"""Level-based reconcile of one PyTorchJob (kubeflow.org/v1): observe -> decide -> apply.
+
+The same writers as the TrainJob reconciler (one per step kind, server-side apply under one field
+manager, status guarded by uid + resourceVersion); what differs is what a pass observes, the pure
+decision (`gangctl.policy.decide_pytorchjob`), and where the status goes.
+"""
+from __future__ import annotations
+
+from gangctl.api.resources import PYTORCHJOBS, Resource
+from gangctl.kube.client import ApiError
+from gangctl.kube.informer import Informer
+from gangctl.policy import decide_pytorchjob as dp
+from gangctl.policy.pytorchjob import JOB_NAME, group_name
+from gangctl.runtime.reconciler import Reconciler
+
+
+class PyTorchJobReconciler(Reconciler):
+    """`caches.pytorchjobs` must be set. `gang_scheduler`: the backend every PyTorchJob's gang goes
+    through when the cluster serves it (v1's --gang-scheduler-name)."""
+
+    gang_scheduler: str | None = "coscheduling"
+
+    async def reconcile(self, key: str) -> None:
+        await self.apply(dp.decide(self.observe(key)))
+
+    def observe(self, key: str) -> dp.Snapshot:  # type: ignore[override]
+        obj = self.caches.pytorchjobs.get(key)
+        ns, _, name = key.partition("/")
+        if obj is None:
+            return dp.Snapshot(key, self.clock(), None)
+        groups: dict[str, dict | None] = {}
+        for backend_name, cache in self.caches.groups.items():
+            found = [g for g in cache.list(ns, {JOB_NAME: name}) if g["metadata"]["name"] == group_name(name)]
+            groups[backend_name] = found[0] if found else None
+        selector = {JOB_NAME: name}
+        return dp.Snapshot(
+            key, self.clock(), obj, scheduler_name=self.scheduler_name, gang_scheduler=self.gang_scheduler,
+            jobs=tuple(self.caches.jobs.list(ns, selector)), pods=tuple(self.caches.pods.list(ns, selector)),
+            services=tuple(self.caches.services.list(ns, selector)), groups=groups)
+
+    def _cache_for(self, resource: Resource) -> Informer | None:
+        if resource == PYTORCHJOBS:
+            return self.caches.pytorchjobs
+        return super()._cache_for(resource)
+
+    async def _write_status(self, pytorchjob: dict, status: dict) -> None:
+        """Apply `status` onto the incarnation (uid) and version (resourceVersion) it was decided from."""
+        meta = pytorchjob["metadata"]
+        body = {"apiVersion": pytorchjob["apiVersion"], "kind": pytorchjob["kind"],
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "status": status}
+        for field in ("uid", "resourceVersion"):
+            if meta.get(field):
+                body["metadata"][field] = meta[field]
+        try:
+            written = await self.kube.apply(PYTORCHJOBS.path(meta["namespace"], meta["name"], "status"), body,
+                                            self.field_manager)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+            return
+        self.caches.pytorchjobs.write_through(written)

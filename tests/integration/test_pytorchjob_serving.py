@@ -1,0 +1,239 @@
+"""PyTorchJob (kubeflow.org/v1) served by gangctl's controller on the session cluster: a v1 DDP
+manifest runs real torchrun workers on process nodes to Succeeded with v1's env; an elastic gang on
+KWOK GPU nodes gets one PodGroup whose minMember honours elasticPolicy.minReplicas; a failing
+worker charges the restart budget (runPolicy.backoffLimit) and ends Failed with v1's reason; an
+invalid PyTorchJob is refused by the API naming the field."""
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gangctl.api.resources import PODS, PYTORCHJOBS
+from gangctl.config import REPO_ROOT
+from gangctl.kube.client import ApiError, Kube
+from gangctl.policy import pytorchjob as pj
+from gangctl.policy.decide_pytorchjob import RESTARTS_ANNOTATION
+from tests.integration.conftest import wait_ready
+from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, condition, eventually, is_true,
+                                       on_kwok_nodes, pod_group)
+from tests.integration.test_process_nodes import kubectl
+
+pytestmark = pytest.mark.integration
+
+MANIFEST = REPO_ROOT / "examples" / "pytorchjob" / "ddp.yaml"
+PROCESS_NODE_PLACEMENT = {
+    "nodeSelector": {"gangctl.io/process-node": "true"},
+    "tolerations": [{"key": "gangctl.io/process-node", "operator": "Exists", "effect": "NoSchedule"}],
+}
+# One DDP step over gloo: every rank all-reduces rank+1, so the sum is 1+2+...+WORLD_SIZE.
+DDP_CHECK = """\
+import os
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print(f"rank={os.environ['RANK']} world={os.environ['WORLD_SIZE']} master={os.environ['MASTER_ADDR']} sum={int(t.item())}",
+      flush=True)
+dist.destroy_process_group()
+"""
+
+
+async def get(kube: Kube, namespace: str, name: str) -> dict:
+    return await kube.get(PYTORCHJOBS.path(namespace, name))
+
+
+async def pods(kube: Kube, namespace: str, name: str) -> list[dict]:
+    return (await kube.get(PODS.path(namespace), labelSelector=f"{pj.JOB_NAME}={name}"))["items"]
+
+
+def env_of(pod: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+
+
+async def finished(kube: Kube, namespace: str, name: str, want: str, timeout: float) -> dict:
+    seen: dict = {}
+
+    async def done() -> bool:
+        seen["job"] = job = await get(kube, namespace, name)
+        other = "Failed" if want == "Succeeded" else "Succeeded"
+        assert not is_true(job, other), job.get("status")
+        return is_true(job, want)
+    await eventually(done, timeout, f"PyTorchJob {namespace}/{name} {want}", interval=0.5)
+    return seen["job"]
+
+
+def on_process_nodes(obj: dict, command: list[str], cpu: str) -> dict:
+    """Only what a process node needs: its placement, a command it can run (the image is not pulled),
+    and a CPU size that fits this machine's process nodes."""
+    for spec in obj["spec"]["pytorchReplicaSpecs"].values():
+        pod = spec["template"]["spec"]
+        pod.update(copy.deepcopy(PROCESS_NODE_PLACEMENT))
+        pod["terminationGracePeriodSeconds"] = 5
+        container = pod["containers"][0]
+        container["command"] = command
+        container["resources"] = {"limits": {"cpu": cpu}}
+    return obj
+
+
+async def test_v1_ddp_manifest_runs_torchrun_to_succeeded_with_v1_env(kube, namespace, kubeconfig, controller,
+                                                                      process_nodes):
+    obj = yaml.safe_load(MANIFEST.read_text())
+    name = obj["metadata"]["name"]
+    obj["metadata"]["namespace"] = namespace
+    script = Path("/tmp/gangctl-pytorchjob") / namespace / "ddp_check.py"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(DDP_CHECK)
+    # torchrun takes the rest from v1's PET_* variables (PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR/PORT);
+    # v1's default nprocPerNode "auto" would start one process per CPU of the machine
+    on_process_nodes(obj, ["torchrun", "--nproc-per-node=1", str(script)], cpu="500m")
+    try:
+        await kube.create(PYTORCHJOBS.path(namespace), obj)
+        job = await finished(kube, namespace, name, "Succeeded", 150)
+        conds = {c["type"]: c for c in job["status"]["conditions"]}
+        assert conds["Succeeded"]["reason"] == "PyTorchJobSucceeded"
+        assert conds["Created"]["reason"] == "PyTorchJobCreated"
+        assert job["status"]["replicaStatuses"]["Master"]["succeeded"] == 1
+        assert job["status"]["completionTime"]
+
+        found = await pods(kube, namespace, name)
+        assert len(found) == 4, [p["metadata"]["name"] for p in found]
+        ranks = {}
+        for pod in found:
+            labels = pod["metadata"]["labels"]
+            env = env_of(pod)
+            assert env["MASTER_ADDR"]["value"] == f"{name}-master-0"
+            assert env["MASTER_PORT"]["value"] == "23456" and env["WORLD_SIZE"]["value"] == "4"
+            assert env["PET_NNODES"]["value"] == "4" and env["PYTHONUNBUFFERED"]["value"] == "1"
+            assert labels[pj.OPERATOR_NAME] == "pytorchjob-controller" and labels[pj.JOB_NAME] == name
+            rtype, index = labels[pj.REPLICA_TYPE], int(labels[pj.REPLICA_INDEX])
+            assert pod["spec"]["hostname"] == f"{name}-{rtype}-{index}"
+            assert not pod["spec"].get("schedulingGates")
+            out = kubectl(kubeconfig, "logs", "-n", namespace, pod["metadata"]["name"])
+            assert out.returncode == 0, out.stderr
+            line = next((ln for ln in out.stdout.splitlines() if ln.startswith("rank=")), None)
+            assert line is not None, out.stdout[-2000:]
+            fields = dict(kv.split("=", 1) for kv in line.split())
+            assert fields["world"] == "4" and fields["master"] == f"{name}-master-0" and fields["sum"] == "10"
+            ranks[(rtype, index)] = int(fields["rank"])
+        # v1's ranks: the Master is 0, worker i is i + 1 (stamped by the controller)
+        assert ranks == {("master", 0): 0, ("worker", 0): 1, ("worker", 1): 2, ("worker", 2): 3}
+        group = await pod_group(kube, namespace, pj.group_name(name))
+        assert group is None, "the gang is released when the job finishes"
+    finally:
+        shutil.rmtree(script.parent, ignore_errors=True)
+
+
+def kwok_elastic(name: str, namespace: str) -> dict:
+    pod = on_kwok_nodes({"containers": [{"name": "pytorch", "image": "pytorch/pytorch:2.7.1", "command": ["torchrun", "t.py"],
+                                         "resources": {"limits": {"nvidia.com/gpu": "8"}}}]})
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"elasticPolicy": {"minReplicas": 2, "maxReplicas": 4, "rdzvBackend": "c10d"},
+                     "pytorchReplicaSpecs": {"Worker": {"replicas": 4, "restartPolicy": "OnFailure",
+                                                        "template": {"spec": pod}}}}}
+
+
+async def test_elastic_gang_on_kwok_gpu_nodes_gets_one_podgroup_floored_at_min_replicas(kube, namespace, controller):
+    await kube.create(PYTORCHJOBS.path(namespace), kwok_elastic("elastic", namespace))
+
+    async def running() -> bool:
+        return is_true(await get(kube, namespace, "elastic"), "Running")
+    await eventually(running, 90, "elastic PyTorchJob Running", interval=0.5)
+    groups = (await kube.get(f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups"))["items"]
+    assert [g["metadata"]["name"] for g in groups] == ["elastic-pytorch"]   # not a TrainJob's group name
+    spec = groups[0]["spec"]
+    assert spec["minMember"] == 2                     # elasticPolicy.minReplicas (v1 summed every replica: 4)
+    assert spec["minResources"] == {"nvidia.com/gpu": "16"}
+    every = await pods(kube, namespace, "elastic")
+    found = [p for p in every if p["metadata"]["labels"].get(pj.REPLICA_TYPE) == "worker"]
+    assert len(found) == 4 and all(p["spec"].get("nodeName") for p in found)
+    # c10d without rdzvHost: gangctl's rendezvous store, which is no member of the gang
+    assert [p["metadata"]["name"] for p in every if p not in found] == [pj.store_name("elastic")]
+    assert {p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] for p in found} == {"elastic-pytorch"}
+    env = env_of(found[0])
+    assert env["PET_NNODES"]["value"] == "2:4" and env["PET_RDZV_BACKEND"]["value"] == "c10d"
+
+
+def failing(name: str, namespace: str, restart: str, backoff: int) -> dict:
+    def spec(command: list[str]) -> dict:
+        return {"replicas": 1, "restartPolicy": restart, "template": {"spec": {
+            **copy.deepcopy(PROCESS_NODE_PLACEMENT), "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "pytorch", "image": "python:3.11", "command": command,
+                            "resources": {"requests": {"cpu": "100m"}}}]}}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"runPolicy": {"backoffLimit": backoff},
+                     "pytorchReplicaSpecs": {"Master": spec(["python3", "-c", "import time; time.sleep(60)"]),
+                                             "Worker": spec(["python3", "-c", "import sys; sys.exit(3)"])}}}
+
+
+async def test_a_failing_worker_charges_the_restart_budget_then_fails_with_v1_reason(kube, namespace, controller,
+                                                                                   process_nodes):
+    await kube.create(PYTORCHJOBS.path(namespace), failing("onfailure", namespace, "OnFailure", 1))
+    await kube.create(PYTORCHJOBS.path(namespace), failing("exitcode", namespace, "ExitCode", 3))
+    job = await finished(kube, namespace, "onfailure", "Failed", 120)
+    failed = condition(job, "Failed")
+    assert failed["reason"] == "PyTorchJobFailed" and "budget" in failed["message"], failed
+    counters = json.loads(job["metadata"]["annotations"][RESTARTS_ANNOTATION])
+    assert counters["user"] == 1 and counters["lastFailure"]["exitCode"] == 3, counters
+    # ExitCode: an exit code below 128 is permanent, so the job fails at once, charging nothing
+    job = await finished(kube, namespace, "exitcode", "Failed", 120)
+    assert condition(job, "Failed")["reason"] == "PyTorchJobFailed"
+    counters = json.loads(job["metadata"]["annotations"][RESTARTS_ANNOTATION])
+    assert counters["user"] == 0 and counters["lastFailure"]["action"] == "Fail", counters
+
+
+async def test_an_invalid_pytorchjob_is_refused_naming_the_field(kube, namespace, controller):
+    obj = kwok_elastic("bad", namespace)
+    obj["spec"]["elasticPolicy"]["minReplicas"] = 5   # above maxReplicas
+    with pytest.raises(ApiError) as err:
+        await kube.create(PYTORCHJOBS.path(namespace), obj)
+    assert err.value.status == 422
+    assert "elasticPolicy" in err.value.message and "minReplicas" in err.value.message, err.value.message
+    obj = kwok_elastic("bad", namespace)
+    obj["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] = "Sometimes"
+    with pytest.raises(ApiError) as err:
+        await kube.create(PYTORCHJOBS.path(namespace), obj)
+    assert err.value.status == 422 and "restartPolicy" in err.value.message, err.value.message
+
+
+async def test_a_controller_restart_keeps_the_budget_and_duplicates_nothing(kube, namespace, controller,
+                                                                           process_nodes):
+    steady = kwok_elastic("steady", namespace)
+    del steady["spec"]["elasticPolicy"]
+    # KWOK completes a pod after a few seconds unless told otherwise: this one runs for an hour
+    steady["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = {
+        "annotations": {KWOK_COMPLETE_DELAY: "3600s", KWOK_COMPLETE_JITTER: "3600s"}}
+    await kube.create(PYTORCHJOBS.path(namespace), steady)
+    slow = failing("slow", namespace, "OnFailure", 2)
+    slow["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"] = [
+        "python3", "-c", "import sys, time; time.sleep(3); sys.exit(3)"]
+    await kube.create(PYTORCHJOBS.path(namespace), slow)
+
+    async def first_restart_charged() -> bool:
+        job = await get(kube, namespace, "slow")
+        text = ((job["metadata"].get("annotations") or {}).get(RESTARTS_ANNOTATION))
+        return bool(text) and json.loads(text)["user"] >= 1
+    await eventually(first_restart_charged, 60, "the first restart of slow charged", interval=0.2)
+    await eventually(lambda: _is_running(kube, namespace, "steady"), 60, "steady Running", interval=0.5)
+    before = sorted(p["metadata"]["uid"] for p in await pods(kube, namespace, "steady"))
+
+    controller.stop(signal.SIGKILL)
+    controller.start()
+    await wait_ready(controller)
+
+    job = await finished(kube, namespace, "slow", "Failed", 90)
+    counters = json.loads(job["metadata"]["annotations"][RESTARTS_ANNOTATION])
+    assert counters["user"] == 2, counters            # the budget went on from where it was: 2 restarts, no more
+    assert "2/2" in condition(job, "Failed")["message"], condition(job, "Failed")
+    assert sorted(p["metadata"]["uid"] for p in await pods(kube, namespace, "steady")) == before
+    assert is_true(await get(kube, namespace, "steady"), "Running")
+
+
+async def _is_running(kube: Kube, namespace: str, name: str) -> bool:
+    return is_true(await get(kube, namespace, name), "Running")
