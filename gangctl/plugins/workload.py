@@ -89,20 +89,7 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
     spec = template.setdefault("spec", {})
     spec.setdefault("restartPolicy", "Never")
     spec["subdomain"] = job.name
-    tolerations = list(spec.get("tolerations") or [])
-    for tol in NODE_LOSS_TOLERATIONS:
-        if not any(t.get("key") == tol["key"] and t.get("effect") in (None, "NoExecute") for t in tolerations):
-            tolerations.append(dict(tol))
-    spec["tolerations"] = tolerations
-    if backend is not None:
-        labels.update(backend.pod_labels(job))
-        annotations.update(backend.pod_annotations(job))
-        name = backend.scheduler_name(job, scheduler_name)
-        if name:
-            spec["schedulerName"] = name
-    meta["labels"] = labels
-    if annotations:
-        meta["annotations"] = annotations
+    gang_pod(meta, spec, labels, annotations, job, backend, scheduler_name)
     for container in spec.get("containers") or []:
         if container.get("name") == NODE_CONTAINER or len(spec["containers"]) == 1:
             env = {e["name"]: e for e in container.get("env") or []}
@@ -135,3 +122,23 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
         if (extra := base.job_annotations(backend, job, gang)):
             metadata["annotations"] = extra
     return with_spec_hash({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec})
+
+
+def gang_pod(meta: dict, spec: dict, labels: dict, annotations: dict, job, backend, scheduler_name: str) -> None:
+    """What every pod of a gang gets, whichever API made it: the node-loss tolerations (unless the
+    template sets its own), the backend's labels, annotations and scheduler; then `labels` and
+    `annotations` become the template's."""
+    tolerations = list(spec.get("tolerations") or [])
+    for tol in NODE_LOSS_TOLERATIONS:
+        if not any(t.get("key") == tol["key"] and t.get("effect") in (None, "NoExecute") for t in tolerations):
+            tolerations.append(dict(tol))
+    spec["tolerations"] = tolerations
+    if backend is not None:
+        labels.update(backend.pod_labels(job))
+        annotations.update(backend.pod_annotations(job))
+        name = backend.scheduler_name(job, scheduler_name)
+        if name:
+            spec["schedulerName"] = name
+    meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations

@@ -33,7 +33,7 @@ from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, SERVICES, Resource
 from gangctl.plugins import base
 from gangctl.plugins.names import MANAGED_BY, MANAGER, SPEC_HASH
 from gangctl.plugins.registry import BACKENDS, backend_for
-from gangctl.plugins.workload import (ELASTIC_BACKOFF_LIMIT, ELASTIC_SUCCESS_POLICY, NODE_LOSS_TOLERATIONS,
+from gangctl.plugins.workload import (ELASTIC_BACKOFF_LIMIT, ELASTIC_SUCCESS_POLICY, gang_pod,
                                       owner_reference, with_spec_hash)
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy import status as st
@@ -244,20 +244,7 @@ def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str)
     labels = {**(meta.get("labels") or {}), MANAGED_BY: MANAGER}
     annotations = dict(meta.get("annotations") or {})
     spec = template["spec"]
-    tolerations = list(spec.get("tolerations") or [])
-    for tol in NODE_LOSS_TOLERATIONS:
-        if not any(t.get("key") == tol["key"] and t.get("effect") in (None, "NoExecute") for t in tolerations):
-            tolerations.append(dict(tol))
-    spec["tolerations"] = tolerations
-    if backend is not None:
-        labels.update(backend.pod_labels(job))
-        annotations.update(backend.pod_annotations(job))
-        name = backend.scheduler_name(job, scheduler_name)
-        if name:
-            spec["schedulerName"] = name
-    meta["labels"] = labels
-    if annotations:
-        meta["annotations"] = annotations
+    gang_pod(meta, spec, labels, annotations, job, backend, scheduler_name)
     job_spec = copy.deepcopy(job.job_spec)
     if job.elastic:
         job_spec["backoffLimit"] = ELASTIC_BACKOFF_LIMIT
