@@ -1,4 +1,4 @@
-# gangctl: `make demo` and `make test` work on a fresh machine with Python 3.11+ and Go 1.24+.
+# gangctl: `make demo` and `make test` work on a fresh machine with Python 3.11+ and Go 1.26+.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin

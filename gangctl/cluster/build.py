@@ -37,15 +37,18 @@ class GoModule:
 CONTROL_PLANE = GoModule("controlplane", (
     Tool("k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
     Tool("k8s.io/kubernetes/cmd/kube-controller-manager", "kube-controller-manager"),
-    # scheduler-plugins' scheduler: a full kube-scheduler with the Coscheduling plugin compiled in.
-    Tool("sigs.k8s.io/scheduler-plugins/cmd/scheduler", "kube-scheduler"),
     Tool("go.etcd.io/etcd/server/v3", "etcd"),
+))
+# scheduler-plugins' scheduler: a full kube-scheduler with the Coscheduling plugin compiled in. Its own
+# module, because its newest served release (v0.34.7) builds on older Kubernetes libraries.
+COSCHEDULING = GoModule("coscheduling", (
+    Tool("sigs.k8s.io/scheduler-plugins/cmd/scheduler", "kube-scheduler"),
 ))
 KWOK = GoModule("kwok", (
     Tool("sigs.k8s.io/kwok/cmd/kwok", "kwok"),
     Tool("sigs.k8s.io/kwok/cmd/kwokctl", "kwokctl"),
 ))
-MODULES = (CONTROL_PLANE, KWOK)
+MODULES = (CONTROL_PLANE, COSCHEDULING, KWOK)
 
 # Report progress as (what, done, total, line) while building.
 Progress = Callable[[str, int, int, str], None]
@@ -54,7 +57,7 @@ Progress = Callable[[str, int, int, str], None]
 def go_binary() -> str:
     go = shutil.which("go")
     if go is None:
-        raise BuildError("Go is not installed or not on PATH. Install Go 1.24 or newer "
+        raise BuildError("Go is not installed or not on PATH. Install Go 1.26 or newer "
                          "(Debian: apt-get install golang-go), then run the command again.")
     return go
 

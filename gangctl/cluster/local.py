@@ -296,7 +296,7 @@ def go_module_dir(module: str, version: str, wrapper: Path) -> Path:
 
 def coscheduling_crd(integrations: Path) -> dict:
     """The scheduler-plugins PodGroup CRD at the pinned version, from the Go module cache."""
-    version = pinned_version(integrations / "controlplane", "sigs.k8s.io/scheduler-plugins")
-    root = go_module_dir("sigs.k8s.io/scheduler-plugins", version or "", integrations / "controlplane")
+    version = pinned_version(integrations / "coscheduling", "sigs.k8s.io/scheduler-plugins")
+    root = go_module_dir("sigs.k8s.io/scheduler-plugins", version or "", integrations / "coscheduling")
     docs = [d for d in yaml.safe_load_all((root / "manifests" / "coscheduling" / "crd.yaml").read_text()) if d]
     return next(d for d in docs if d["metadata"]["name"] == "podgroups.scheduling.x-k8s.io")

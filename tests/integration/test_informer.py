@@ -1,13 +1,24 @@
 """The informer against the real apiserver: a watch that expires (410 Gone) leads to a re-list that
-loses no change made meanwhile, and the handlers hear about what was deleted while it was away."""
+loses no change made meanwhile, and the handlers hear about what was deleted while it was away.
+
+The resourceVersion is made to expire for real: etcd is compacted past it and kube-apiserver is
+restarted, so its watch cache starts after it too (Kubernetes 1.36 otherwise answers a watch from an
+old resourceVersion out of what it still holds, without a 410)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
+import time
+import urllib.request
 
 import pytest
+import yaml
 
 from gangctl.api.resources import Resource
+from gangctl.cluster.lifecycle import local_cluster
 from gangctl.kube.informer import Informer
+from tests.integration.conftest import APISERVER_RESTARTS
 from tests.integration.helpers import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
@@ -22,7 +33,22 @@ def configmap(name: str, namespace: str) -> dict:
             "data": {"k": name}}
 
 
-async def test_expired_watch_relists_and_loses_no_change(kube, namespace):
+def compact_etcd(state_dir) -> int:
+    """Compact the cluster's etcd at its current revision (etcd's v3 JSON gateway on loopback)."""
+    docs = yaml.safe_load_all((state_dir / "kwok.yaml").read_text())
+    port = next(d["options"]["etcdPort"] for d in docs if d and d.get("kind") == "KwokctlConfiguration")
+
+    def post(path: str, body: dict) -> dict:
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as answer:
+            return json.loads(answer.read())
+    revision = int(post("/v3/kv/range", {"key": "AA=="})["header"]["revision"])
+    post("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+    return revision
+
+
+async def test_expired_watch_relists_and_loses_no_change(kube, namespace, cluster_settings):
     await kube.create(CONFIGMAPS.path(namespace), configmap("kept", namespace))
     await kube.create(CONFIGMAPS.path(namespace), configmap("removed-while-away", namespace))
     heard: list[tuple[str, str]] = []
@@ -40,7 +66,18 @@ async def test_expired_watch_relists_and_loses_no_change(kube, namespace):
         await asyncio.gather(task, return_exceptions=True)
         await kube.delete(CONFIGMAPS.path(namespace, "removed-while-away"))
         await kube.create(CONFIGMAPS.path(namespace), configmap("added-while-away", namespace))
-        informer._rv = "1"  # a resourceVersion long compacted away: the apiserver answers 410 Gone
+        cluster = local_cluster(cluster_settings)
+        await asyncio.to_thread(compact_etcd, cluster.state_dir)
+        down = time.time()
+        await asyncio.to_thread(cluster.restart_component, "kube-apiserver", signal.SIGTERM, 10)
+
+        async def apiserver_ready() -> bool:
+            try:
+                return await kube.text("/readyz", timeout=2) == "ok"
+            except Exception:  # noqa: BLE001 - not listening yet
+                return False
+        await eventually(apiserver_ready, 120, "kube-apiserver ready again", interval=0.1)
+        APISERVER_RESTARTS.append((down, time.time()))  # the controller's 403s while RBAC refills are excused
         heard.clear()
         task = asyncio.create_task(informer.run())
 
