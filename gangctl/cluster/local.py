@@ -89,6 +89,26 @@ class Ports:
                 sock.close()
 
 
+RESTART_ATTEMPTS = 5
+
+
+def _stays_up(child: subprocess.Popen, port: int | None, timeout: float = 60) -> bool:
+    """Whether a started component gets going: it listens on `port` (when it has one) or is still alive
+    after two seconds; False when it exits first."""
+    deadline = time.monotonic() + (timeout if port else 2)
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            return False
+        if port:
+            try:
+                with socket.create_connection((LOOPBACK, port), timeout=0.5):
+                    return True
+            except OSError:
+                pass
+        time.sleep(0.1)
+    return child.poll() is None
+
+
 class ClusterError(RuntimeError):
     """The cluster could not be started, stopped or read; the message says what to do next."""
 
@@ -249,10 +269,20 @@ class LocalCluster:
             os.kill(pid, signal.SIGKILL)
             while running(pid):
                 time.sleep(0.05)
-        with (self.logs_dir / f"{name}.log").open("ab") as log:
-            child = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        pid_file.write_text(str(child.pid))
+        port = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--secure-port=")), None)
+        for attempt in range(1, RESTART_ATTEMPTS + 1):
+            with (self.logs_dir / f"{name}.log").open("ab") as log:
+                child = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            pid_file.write_text(str(child.pid))
+            if _stays_up(child, port):
+                break
+            # It exited while starting (e.g. its port not yet released by the old process): start it
+            # again, as kubelet does for a control-plane static pod; the component's log says why.
+            with (self.logs_dir / f"{name}.log").open("ab") as log:
+                log.write(f"[gangctl] {name} exited with {child.returncode} while starting (attempt "
+                          f"{attempt} of {RESTART_ATTEMPTS}); starting it again\n".encode())
+            time.sleep(attempt)
         return child.pid
 
     def components(self) -> list[dict]:
