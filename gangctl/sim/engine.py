@@ -13,99 +13,33 @@ start at their floor (minNodes), shrink instead of stopping when they lose nodes
 nothing waits for nodes and their team has nothing pending. Infrastructure faults do not count
 against a job's restart budget.
 
-What the controller decides, the engine asks the controller's own pure functions (the ones
-`gangctl.policy.decide` is built from): whether a failed run restarts or fails the job
-(`failure.decide`, the restart budget), and how an elastic job is sized on a node loss and when it
-may grow (`elastic.plan`, with the controller's backoff). See `judge_failure`, `size_after_loss`,
-`may_grow`; tests/unit/test_sim_parity.py compares them with `decide` on the shipped scenarios.
+What the controller decides, the engine asks the controller's own decision, `gangctl.policy.decide`,
+through `gangctl.sim.controller` (a simulated observe and apply): the gang of each job and what it
+asks the quota for, whether a failed run restarts or fails the job (the restart budget), how an
+elastic job shrinks on a node loss and when it probes for growth. tests/unit/test_sim_parity.py
+checks the plans behind a whole run.
 """
 from __future__ import annotations
 
 import heapq
-import math
 import random
 from bisect import bisect_left, insort
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from gangctl.policy import elastic as sizing
-from gangctl.policy.admission import CPU, GPU, MEMORY, Verdict, Workload, decide, explain, headroom, never_fits, queue_key
-from gangctl.policy.failure import INFRASTRUCTURE, USER, Decision, Failure, FailurePolicy, Restarts
-from gangctl.policy.failure import decide as judge
-from gangctl.policy.gang import Gang, size_gang
+from gangctl.policy.admission import Verdict, Workload, decide, explain, headroom, never_fits, queue_key
+from gangctl.policy.gang import Gang
 from gangctl.policy.quota import QuotaPolicy
 from gangctl.sim.clock import SimClock
+from gangctl.sim.controller import SimController
 from gangctl.sim.metrics import JobOutcome, Recorder, Series, summarize
 from gangctl.sim.model import Cluster, Placement
 from gangctl.sim.scenario import Backend, ControlPlane, ElasticSpec, Failures, Scenario
 from gangctl.sim.traces import TraceJob
-
-# The engine's integer units: GPUs, millicores, MiB (per quota-file unit: 1 GPU, 1 core, 1 GiB).
-SIM_UNITS = {GPU: 1, CPU: 1000, MEMORY: 1024}
+from gangctl.sim.units import SIM_UNITS
 
 _ARRIVE, _FINISH, _USER_FAIL, _NODE_DOWN, _NODE_UP, _READY_TIMEOUT, _SAMPLE, _RETRY = range(8)
 PENDING, ADMITTED, RUNNING, DONE, FAILED = "pending", "admitted", "running", "done", "failed"
-
-
-def pod_requests(spec: TraceJob) -> dict[str, int]:
-    """One pod's requests in SIM_UNITS (zero amounts left out, as a pod spec would leave them out).
-
-    `gangctl.sim.replay` writes exactly these amounts into the TrainJob (GPUs, `<m>m`, `<Mi>Mi`)."""
-    per_pod = {GPU: spec.gpus_per_node, CPU: round(spec.cpu_per_node * 1000), MEMORY: round(spec.memory_per_node * 1024)}
-    return {r: a for r, a in per_pod.items() if a}
-
-
-def elastic_floor(spec: TraceJob, elastic: ElasticSpec) -> int | None:
-    """minNodes of a job when the scenario makes multi-node jobs elastic (None: a rigid gang)."""
-    if elastic.enabled and spec.num_nodes > 1:
-        return max(1, math.ceil(spec.num_nodes * elastic.min_fraction))
-    return None
-
-
-def gang_of(spec: TraceJob, elastic: ElasticSpec) -> Gang:
-    """The gang the simulator runs for a job: the controller's `size_gang` on the same inputs."""
-    return size_gang(spec.num_nodes, pod_requests(spec), min_nodes=elastic_floor(spec, elastic))
-
-
-# --- the controller's decisions, shared -------------------------------------------------------------
-# A failed run and a lost node are judged, and an elastic job is sized, by the same pure functions
-# the reconciler's `gangctl.policy.decide` calls: `failure.decide` (restart budget) and
-# `elastic.plan` (shrink on loss, probe for growth, with the controller's backoff). The simulator
-# only builds their inputs from its model. Its clock is seconds; theirs is a datetime.
-EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
-EXIT_FAILURE = Failure(USER, "BackoffLimitExceeded", "a worker exited non-zero")
-NODE_LOST = Failure(INFRASTRUCTURE, "BackoffLimitExceeded", "a node of the gang was lost")
-
-
-def judge_failure(failure: Failure, restarts: int, budget: int) -> Decision:
-    """Restart or fail after `failure`, with `restarts` user restarts used of a budget of `budget`
-    (the runtime's failurePolicy.maxRestarts): the reconciler's judgement of a failed Job."""
-    return judge(FailurePolicy(max_restarts=budget), failure, Restarts(user=restarts))
-
-
-def size_after_loss(gang: Gang, pods: int, lost: int, now: float, last_shrink: float | None) -> int | None:
-    """The size the controller shrinks an elastic job to when `lost` of its `pods` are gone, or None
-    when it cannot keep running (rigid, or the rest is below minNodes: the gang restarts whole).
-    The simulator does not track indexes: the lost pods are the highest ones."""
-    if gang.min_member >= gang.size:
-        return None
-    keep = pods - lost
-    workers = [sizing.Worker(i, bound=True, healthy=i < keep, lost=i >= keep) for i in range(pods)]
-    resize = sizing.plan(pods, gang.min_member, gang.size, workers, _at(now), _at(last_shrink))
-    return resize.size if resize is not None and resize.size == keep else None
-
-
-def may_grow(gang: Gang, pods: int, now: float, last_shrink: float | None) -> bool:
-    """Whether the controller probes for one more node: every worker healthy, and the backoff since
-    the last shrink passed (`elastic.GROW_BACKOFF`)."""
-    workers = [sizing.Worker(i, bound=True, healthy=True) for i in range(pods)]
-    resize = sizing.plan(pods, gang.min_member, gang.size, workers, _at(now), _at(last_shrink))
-    return resize is not None and resize.direction == "grow"
-
-
-def _at(seconds: float | None) -> datetime | None:
-    return None if seconds is None else EPOCH + timedelta(seconds=seconds)
 
 
 class SimulationStuck(RuntimeError):
@@ -115,7 +49,7 @@ class SimulationStuck(RuntimeError):
 class SimJob:
     __slots__ = ("spec", "team", "gang", "pod_requests", "workload", "gpu_type", "state", "placement",
                  "pods", "held_pods", "remaining", "run_start", "segment_begin", "version", "first_start",
-                 "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds", "last_shrink")
+                 "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds", "last_shrink", "recorded")
 
     def __init__(self, spec: TraceJob, team: str, priority: int, gang: Gang, gpu_type: str | None,
                  requests: dict[str, int] | None = None) -> None:
@@ -137,6 +71,7 @@ class SimJob:
         self.user_restarts = self.infra_restarts = self.preemptions = 0
         self.lost_gpu_seconds = 0.0
         self.last_shrink: float | None = None   # status.elastic.lastShrinkTime
+        self.recorded = (0, 0)      # status.restarts (user, infrastructure), as the controller wrote it
 
     @property
     def rate(self) -> float:
@@ -154,8 +89,10 @@ class Simulation:
     def __init__(self, jobs: list[TraceJob], policy: QuotaPolicy, cluster: Cluster, *, backend: Backend,
                  failures: Failures, elastic: ElasticSpec, seed: int, sample_seconds: float = 600.0,
                  pods_ready_timeout_seconds: float = 300.0, control_plane: ControlPlane | None = None,
-                 observer: Callable[[Simulation], None] | None = None) -> None:
+                 observer: Callable[[Simulation], None] | None = None,
+                 controller: SimController | None = None) -> None:
         self.policy = policy
+        self.controller = controller or SimController(elastic, failures.restart_budget)
         self.quotas = policy.to_quotas(SIM_UNITS)
         self.cluster = cluster
         self.backend = backend
@@ -310,7 +247,7 @@ class Simulation:
             priority = self.policy.priority_of(spec.group, spec.priority_class)
         except KeyError:
             raise ValueError(f"job {spec.id}: unknown priority class {spec.priority_class!r}") from None
-        gang = gang_of(spec, self.elastic)
+        gang = self.controller.gang(spec)
         gpu_type = spec.gpu_type if spec.gpu_type in self.cluster.gpu_types else None
         key = (spec.gpus_per_node, gpu_type)
         if key not in self._fits_cache:
@@ -518,9 +455,9 @@ class Simulation:
 
     def _user_fail(self, job: SimJob) -> None:
         self._interrupt(job, planned=False)
-        decision = judge_failure(EXIT_FAILURE, job.user_restarts, self.failures.restart_budget)
+        restart, job.recorded = self.controller.judge(job.spec, "exit", job.pods, job.recorded)
         job.user_restarts += 1   # user failures (the restarts used, and the final failure)
-        if decision.action == "Fail":
+        if not restart:
             self._fail(job)
         else:
             self._begin_segment(job, overhead=True)
@@ -552,7 +489,7 @@ class Simulation:
             for r, amount in job.pod_requests.items():
                 if r in room and amount:
                     want = min(want, int(room[r] // amount))
-            if want <= 0 or not may_grow(job.gang, job.pods, self.clock.now, job.last_shrink):
+            if want <= 0 or not self.controller.grows(job.spec, job.pods, self.clock.now, job.last_shrink):
                 continue
             # The gate admits the nodes the quota has room for at once; the controller then probes
             # one node at a time every few seconds, which is at once on the simulator's time scale.
@@ -616,13 +553,14 @@ class Simulation:
 
     def _lose_pods(self, job: SimJob, node: int, pods: int) -> None:
         job.infra_restarts += 1
-        if size_after_loss(job.gang, job.pods, pods, self.clock.now, job.last_shrink) is not None:
+        if self.controller.size_after_loss(job.spec, job.pods, pods) is not None:
             job.last_shrink = self.clock.now
             keep = [(n, k) for n, k in job.placement if n != node]
             self._resize(job, keep, [(node, pods)])
             return
         self._interrupt(job, planned=False)
-        if judge_failure(NODE_LOST, job.user_restarts, self.failures.restart_budget).action == "Fail":
+        restart, job.recorded = self.controller.judge(job.spec, "loss", job.pods, job.recorded)
+        if not restart:
             self._fail(job)  # never, as the controller judges it: infrastructure is not charged
             return
         self._stop(job)

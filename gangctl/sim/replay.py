@@ -12,7 +12,7 @@ to the job's run time. The pod-create and pod-ready stages (default 1–5 s each
 pod runs for exactly its job's duration once bound. The container command (`sleep`) is what a real
 node would run; KWOK ignores it.
 
-The pods request exactly what the simulator charges (`gangctl.sim.engine.pod_requests`): whole
+The pods request exactly what the simulator charges (`gangctl.sim.units.pod_requests`): whole
 GPUs, CPU in millicores, memory in MiB, so the controller's PodGroup and the simulator's gang agree
 to the unit (the parity test checks this).
 """
@@ -22,12 +22,15 @@ import re
 from dataclasses import dataclass, replace
 
 from gangctl.policy.admission import CPU, GPU, MEMORY
-from gangctl.sim.engine import pod_requests
 from gangctl.sim.traces import TraceJob
+from gangctl.sim.units import pod_requests
 
 KWOK_STAGE_ANNOTATION = "{stage}.stage.kwok.x-k8s.io/{what}"
 SIM_JOB_LABEL = "gangctl.io/sim-job"
 SIM_RUN_LABEL = "gangctl.io/sim-run"
+# The shipped runtime replayed jobs run on (deploy/runtimes: gangs meant for KWOK GPU nodes); the
+# simulator asks the controller's decisions of the same runtime.
+RUNTIME = "torch-kwok-gpu"
 
 
 @dataclass(frozen=True)
@@ -70,33 +73,37 @@ def resource_requests(job: TraceJob) -> dict[str, str]:
 def trainjob_submissions(jobs: list[TraceJob], *, runtime: str, namespace_of_team: dict[str, str],
                          image: str = "busybox", compression: float = 1.0, run_id: str = "") -> list[Submission]:
     """One TrainJob per job (team in `TraceJob.group`), in submission order."""
-    out = []
-    for j in sorted(compressed(jobs, compression), key=lambda j: (j.submit, j.id)):
-        name = trainjob_name(j.id)
-        requests = resource_requests(j)
-        labels = {SIM_JOB_LABEL: name}
-        if run_id:
-            labels[SIM_RUN_LABEL] = run_id
-        override: dict = {"targetJobs": [{"name": "node"}], "metadata": {"annotations": kwok_annotations(j.duration)}}
-        if j.priority_class:
-            override["spec"] = {"priorityClassName": j.priority_class}
-        out.append(Submission(j.submit, j.id, {
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "TrainJob",
-            "metadata": {"name": name, "namespace": namespace_of_team[j.group], "labels": labels},
-            "spec": {
-                "runtimeRef": {"name": runtime},
-                "trainer": {
-                    "image": image,
-                    "command": ["sleep", f"{j.duration:.3f}"],
-                    "numNodes": j.num_nodes,
-                    "resourcesPerNode": {"requests": requests,
-                                         "limits": {GPU: requests[GPU]} if GPU in requests else {}},
-                },
-                "podTemplateOverrides": [override],
+    return [Submission(j.submit, j.id, trainjob_manifest(j, runtime=runtime, namespace=namespace_of_team[j.group],
+                                                        image=image, run_id=run_id))
+            for j in sorted(compressed(jobs, compression), key=lambda j: (j.submit, j.id))]
+
+
+def trainjob_manifest(j: TraceJob, *, runtime: str, namespace: str, image: str = "busybox", run_id: str = "") -> dict:
+    """The TrainJob that runs `j` (its duration as given: compress first)."""
+    name = trainjob_name(j.id)
+    requests = resource_requests(j)
+    labels = {SIM_JOB_LABEL: name}
+    if run_id:
+        labels[SIM_RUN_LABEL] = run_id
+    override: dict = {"targetJobs": [{"name": "node"}], "metadata": {"annotations": kwok_annotations(j.duration)}}
+    if j.priority_class:
+        override["spec"] = {"priorityClassName": j.priority_class}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "runtimeRef": {"name": runtime},
+            "trainer": {
+                "image": image,
+                "command": ["sleep", f"{j.duration:.3f}"],
+                "numNodes": j.num_nodes,
+                "resourcesPerNode": {"requests": requests,
+                                     "limits": {GPU: requests[GPU]} if GPU in requests else {}},
             },
-        }))
-    return out
+            "podTemplateOverrides": [override],
+        },
+    }
 
 
 def trainjob_name(job_id: str) -> str:

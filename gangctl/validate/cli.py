@@ -27,7 +27,6 @@ from gangctl.validate.measure import DEFAULT_TOLERANCE, compare, outcome_of, sum
 
 err = Console(stderr=True)
 out = Console()
-RUNTIME = "torch-kwok-gpu"  # deploy/runtimes: the shipped runtime for KWOK GPU gangs
 
 
 def sim_check_command(
@@ -71,7 +70,7 @@ def sim_check_command(
 async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, retry_seconds, keep, quiet) -> dict:
     from gangctl.kube.client import Kube
     from gangctl.sim.engine import simulate
-    from gangctl.sim.replay import trainjob_submissions
+    from gangctl.sim.replay import RUNTIME, trainjob_submissions
     from gangctl.sim.scenario import ControlPlane
     from gangctl.validate import runner
     from gangctl.validate.plan import gpu_pools, namespaces_of, plan

@@ -1,20 +1,22 @@
 """Parity: the simulator and the controller make the same decisions for the same inputs.
 
-The controller's pure path for a TrainJob is the reconciler's: `resolve(trainjob, runtime)` →
-`size_gang(...)` → the coscheduling backend's PodGroup. The simulator's is `engine.gang_of(job)`.
-Each scenario job goes through both (the TrainJob made by `gangctl.sim.replay`, against the
-shipped runtime), and
+The simulator asks the controller's `decide` through `gangctl.sim.controller` (a simulated observe
+and apply). Each scenario job goes through it and through the reconciler's own calls one by one
+(`resolve(trainjob, runtime)` → `size_gang(...)` → the coscheduling backend's PodGroup, on the
+TrainJob made by `gangctl.sim.replay` against the shipped runtime), and
 
 1. the gangs agree: PodGroup minMember and minResources equal the simulator's gang, to the unit,
    and the Job runs the simulator's gang size;
 2. quota admission agrees: every time the engine calls `admission.decide`, the same call on
    Workloads derived from the controller's PodGroups (`quota.podgroup_workload`, amounts in
-   Kubernetes units: cores and bytes) admits, preempts and explains exactly the same.
+   Kubernetes units: cores and bytes) admits, preempts and explains exactly the same;
+3. in whole runs with failures, node losses and elastic gangs, every plan `decide` returned is one
+   the engine acted on (restart budget, uncharged node losses, shrink sizes, growth probes), and
+   memoizing plans by job shape changes no outcome.
 """
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from pathlib import Path
 
@@ -23,7 +25,6 @@ import yaml
 
 from gangctl.api.quantity import parse_quantity
 from gangctl.api.trainjob import parse_trainjob
-from gangctl.plugins.names import TRAINJOB_NAME
 from gangctl.plugins.registry import backend_for
 from gangctl.plugins.workload import node_job, owner_reference
 from gangctl.policy import admission
@@ -32,9 +33,9 @@ from gangctl.policy.gang import size_gang
 from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy, podgroup_workload
 from gangctl.policy.decide import Snapshot, decide
 from gangctl.policy.resolve import resolve
-from gangctl.policy.status import timestamp
 from gangctl.sim import engine
-from gangctl.sim.engine import SIM_UNITS, Simulation, elastic_floor, gang_of
+from gangctl.sim.controller import SimController, elastic_floor, runtime_for
+from gangctl.sim.engine import Simulation
 from gangctl.sim.model import Cluster
 from gangctl.sim.replay import trainjob_submissions
 from gangctl.sim.scenario import Backend, ElasticSpec, Scenario, load_quota_policy, load_scenario, load_workload
@@ -42,7 +43,7 @@ from gangctl.sim.sweep import _scaled_policy
 from gangctl.sim.traces import TraceJob
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNTIME = yaml.safe_load((ROOT / "deploy/runtimes/torch-distributed.yaml").read_text())
+RUNTIME = yaml.safe_load((ROOT / "deploy/runtimes/torch-kwok-gpu.yaml").read_text())
 # Kubernetes units (GPUs, cores, bytes) -> the simulator's (GPUs, millicores, MiB).
 TO_SIM = {GPU: Fraction(1), CPU: Fraction(1000), MEMORY: Fraction(1, 2**20)}
 
@@ -59,13 +60,6 @@ def namespaces(policy: QuotaPolicy) -> dict[str, str]:
     return {t.name: (t.namespaces or [t.name])[0] for t in policy.teams}
 
 
-def elastic_runtime(runtime: dict, min_nodes: int, max_nodes: int) -> dict:
-    """The runtime with gangctl's elasticPolicy extension (how a TrainJob becomes elastic)."""
-    r = copy.deepcopy(runtime)
-    r["spec"]["mlPolicy"].setdefault("torch", {})["elasticPolicy"] = {"minNodes": min_nodes, "maxNodes": max_nodes}
-    return r
-
-
 class Controller:
     """The controller's pure decisions for each scenario job, keyed by the simulator's job id."""
 
@@ -76,14 +70,14 @@ class Controller:
         self.priority_class: dict[str, str | None] = {}
         self.id_of: dict[str, str] = {}          # controller workload id -> sim job id
         by_id = {j.id: j for j in jobs}
-        for i, sub in enumerate(trainjob_submissions(jobs, runtime="torch-distributed",
+        for i, sub in enumerate(trainjob_submissions(jobs, runtime="torch-kwok-gpu",
                                                      namespace_of_team=namespaces(policy), compression=60)):
             spec = by_id[sub.job_id]
             trainjob = copy.deepcopy(sub.trainjob)
             trainjob["metadata"]["uid"] = f"uid-{i}"
             parse_trainjob(trainjob)   # what the API server and the reconciler accept
             floor = elastic_floor(spec, elastic)
-            runtime = RUNTIME if floor is None else elastic_runtime(RUNTIME, floor, spec.num_nodes)
+            runtime = runtime_for(floor, spec.num_nodes, restart_budget=3)
             # The reconciler's calls (gangctl/runtime/reconciler.py), in its order.
             job = resolve(trainjob, runtime)
             backend = backend_for(job.gang_backend)
@@ -119,9 +113,10 @@ def test_same_gang_for_every_job(name, max_jobs, elastic):
     sc, policy, jobs = load(name, max_jobs)
     spec = ElasticSpec(enabled=elastic, min_fraction=0.5)
     controller = Controller(jobs, policy, spec)
+    sim = SimController(spec, restart_budget=3)
     elastic_jobs = 0
     for job in jobs:
-        gang = gang_of(job, spec)
+        gang = sim.gang(job)
         pg = controller.pod_groups[job.id]["spec"]
         assert pg["minMember"] == gang.min_member, job
         assert in_sim_units(pg["minResources"]) == gang.min_resources, job
@@ -199,128 +194,95 @@ def test_same_admission_decisions_at_every_event(monkeypatch, name, max_jobs, ba
     assert seen["calls"] > 100 and seen["admit"] > 100 and seen["wait"] > 100 and seen["preempt"] > 0, seen
 
 
-# --- failures and elastic sizing: the reconciler's `decide` against the engine's -------------------
-# The controller's side goes through `gangctl.policy.decide.decide` on snapshots of the scenario job's
-# TrainJob (as `gangctl.sim.replay` submits it) with a failed or shrinking child Job; the simulator's
-# side through the engine's own calls (`engine.judge_failure`, `size_after_loss`, `may_grow`) and, for
-# the restart budget, a whole run in which every run exits non-zero.
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
-SAMPLE = 25   # scenario jobs per case (each decided many times)
+# --- whole runs: every decision is the controller's `decide`, and the engine acts on each plan ----
+def _recording(elastic: ElasticSpec, budget: int, *, memo: bool = True):
+    seen: list[tuple[str, Snapshot, object]] = []
+    controller = SimController(elastic, budget, memo=memo, on_plan=lambda what, snap, plan: seen.append((what, snap, plan)))
+    return controller, seen
 
 
-def _snapshot(trainjob: dict, runtime: dict, child: dict, pods: list[dict]) -> Snapshot:
-    key = f"{trainjob['metadata']['namespace']}/{trainjob['metadata']['name']}"
-    return Snapshot(key, NOW, trainjob, runtime=runtime, node_job=child, pods=tuple(pods),
-                    groups={"coscheduling": None})
-
-
-def _child(trainjob: dict, uid: str, parallelism: int, failed: bool = False) -> dict:
-    meta = trainjob["metadata"]
-    conds = [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}] if failed else []
-    return {"metadata": {"name": f"{meta['name']}-node-0", "namespace": meta["namespace"], "uid": uid,
-                         "labels": {TRAINJOB_NAME: meta["name"]}},
-            "spec": {"parallelism": parallelism}, "status": {"conditions": conds}}
-
-
-def _pod(child: dict, index: int, *, phase: str = "Running", disrupted: bool = False, exit_code: int | None = None):
-    meta = child["metadata"]
-    status: dict = {"phase": phase, "conditions": [{"type": "DisruptionTarget", "status": "True",
-                                                    "reason": "DeletionByPodGC"}] if disrupted else []}
-    if exit_code is not None:
-        status["containerStatuses"] = [{"name": "node", "state": {"terminated": {"exitCode": exit_code}}}]
-    return {"metadata": {"name": f"{meta['name']}-{index}", "namespace": meta["namespace"],
-                         "labels": dict(meta["labels"]), "ownerReferences": [{"uid": meta["uid"]}],
-                         "annotations": {"batch.kubernetes.io/job-completion-index": str(index)}},
-            "spec": {"nodeName": f"n{index}"}, "status": status}
-
-
-def _scenario_jobs(name: str, max_jobs: int | None, elastic: bool, multi_node: bool = False):
-    """(scenario, sim job, its gang, the TrainJob, its runtime) for the first SAMPLE jobs of a
-    scenario (with `multi_node`, of its jobs on more than one node: the ones that can be elastic)."""
-    sc, policy, jobs = load(name, max_jobs)
-    spec = ElasticSpec(enabled=elastic, min_fraction=0.5)
-    by_id = {j.id: j for j in jobs}
-    subs = [s for s in trainjob_submissions(jobs, runtime="torch-distributed", namespace_of_team=namespaces(policy))
-            if not multi_node or by_id[s.job_id].num_nodes > 1]
-    for i, sub in enumerate(subs[:SAMPLE]):
-        job = by_id[sub.job_id]
-        trainjob = copy.deepcopy(sub.trainjob)
-        trainjob["metadata"]["uid"] = f"uid-{i}"
-        floor = elastic_floor(job, spec)
-        runtime = copy.deepcopy(RUNTIME if floor is None else elastic_runtime(RUNTIME, floor, job.num_nodes))
-        runtime["spec"]["template"]["spec"]["failurePolicy"] = {"maxRestarts": sc.failures.restart_budget}
-        yield sc, job, gang_of(job, spec), trainjob, runtime
-
-
-@pytest.mark.parametrize("name,max_jobs,elastic", CASES)
-def test_same_restart_budget_decisions(name, max_jobs, elastic):
-    checked = 0
-    for sc, job, gang, trainjob, runtime in _scenario_jobs(name, max_jobs, elastic):
-        budget, status, attempts = sc.failures.restart_budget, {}, []
-        for n in range(budget + 2):
-            child = _child(trainjob, f"job-{n}", gang.size, failed=True)
-            pods = [_pod(child, 0, phase="Failed", exit_code=1)]
-            plan = decide(_snapshot({**trainjob, "status": status}, runtime, child, pods))
-            status = plan.status
-            failed = any(c["type"] == "Failed" and c["status"] == "True" for c in status.get("conditions") or [])
-            controller = "Fail" if failed else "Restart"
-            assert engine.judge_failure(engine.EXIT_FAILURE, n, budget).action == controller, (job.id, n)
-            attempts.append(controller)
-            if failed:
-                break
-        assert attempts == ["Restart"] * budget + ["Fail"], (job.id, attempts)
-        assert status["restarts"]["user"] == budget
-        # A lost node is never charged, whatever was used already (the controller's rule, and the engine's).
-        assert engine.judge_failure(engine.NODE_LOST, budget, budget).action == "Restart"
-        checked += 1
-    assert checked == SAMPLE
+def _run(sc: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], failures, controller: SimController):
+    cluster = Cluster(sc.cluster.node_pools(), sc.cluster.packing, sc.cluster.same_zone)
+    return Simulation(jobs, policy, cluster, backend=sc.backend, failures=failures, elastic=sc.workload.elastic,
+                      seed=sc.seed, controller=controller).run()
 
 
 @pytest.mark.parametrize("name,max_jobs", [("pai-small.yaml", 40), ("helios-elastic.yaml", 40)])
-def test_every_exit_failure_uses_the_same_budget_in_a_whole_run(name, max_jobs):
-    """The engine end to end: every run exits non-zero, so every job fails after the budget the
-    controller's `decide` allowed (budget restarts, then Failed) and no job completes."""
+def test_every_exit_failure_uses_the_budget_decide_allows(name, max_jobs):
+    """Every run exits non-zero: the controller's plans restart each job `budget` times, then fail it;
+    the engine does exactly that, and no job completes."""
     sc, policy, jobs = load(name, max_jobs)
     failures = sc.failures.model_copy(update={"exit_failure_rate": 1.0, "node_mtbf_hours": None})
-    cluster = Cluster(sc.cluster.node_pools(), sc.cluster.packing, sc.cluster.same_zone)
-    result = Simulation(jobs, policy, cluster, backend=sc.backend, failures=failures, elastic=sc.workload.elastic,
-                        seed=sc.seed).run()
+    controller, seen = _recording(sc.workload.elastic, failures.restart_budget)
+    result = _run(sc, policy, jobs, failures, controller)
     ran = [o for o in result.outcomes if o.state != "rejected"]
     assert ran and all(o.state == "failed" for o in ran)
     assert {o.user_restarts for o in ran} == {failures.restart_budget + 1}, "budget restarts, then the final failure"
-
-
-@pytest.mark.parametrize("name,max_jobs", [("pai-small.yaml", None), ("helios-elastic.yaml", None)])
-def test_same_elastic_shrink_and_grow_sizes(name, max_jobs):
-    elastic_jobs, seen = 0, set()
-    for _, job, gang, trainjob, runtime in _scenario_jobs(name, max_jobs, True, multi_node=True):
-        if gang.min_member == gang.size:
+    # The plans behind it: Restarting while the budget lasts (the judgement in status first, then the
+    # attempt deleted), then Failed with the gang released; each TrainJob valid to the API.
+    verdicts = {}
+    for what, snap, plan in seen:
+        parse_trainjob(snap.trainjob)
+        if what != "exit":
             continue
-        elastic_jobs += 1
-        size = gang.size
-        for lost in range(1, size + 1):
-            child = _child(trainjob, "job-1", size)
-            pods = [_pod(child, i, disrupted=i >= size - lost) for i in range(size)]
-            plan = decide(_snapshot(trainjob, runtime, child, pods))
-            controller = plan.status["elastic"]["size"]
-            sim = engine.size_after_loss(gang, size, lost, 0.0, None)
-            # The engine keeps running at the controller's size; where the controller can only shrink
-            # to minNodes and waits there for the lost indexes' replacements, the engine restarts the
-            # gang at minNodes (it does not track indexes).
-            assert (sim if sim is not None else gang.min_member) == controller, (job.id, size, lost)
-            seen.add("shrink" if sim is not None else "restart")
-        for pods_now in range(gang.min_member, gang.size):
-            for shrunk_ago in (None, 5.0, 600.0):
-                child = _child(trainjob, "job-1", pods_now)
-                status = {"elastic": {"currentNodes": pods_now, "size": pods_now, "minNodes": gang.min_member,
-                                      "maxNodes": gang.size}}
-                if shrunk_ago is not None:
-                    status["elastic"]["lastShrinkTime"] = timestamp(NOW - timedelta(seconds=shrunk_ago))
-                plan = decide(_snapshot({**trainjob, "status": status}, runtime, child,
-                                        [_pod(child, i) for i in range(pods_now)]))
-                grows = plan.status["elastic"]["size"] == pods_now + 1
-                now = 10_000.0
-                sim = engine.may_grow(gang, pods_now, now, None if shrunk_ago is None else now - shrunk_ago)
-                assert sim == grows, (job.id, pods_now, shrunk_ago)
-                seen.add("grow" if grows else "hold")
-    assert elastic_jobs > 0 and seen == {"shrink", "restart", "grow", "hold"}, seen
+        used = snap.trainjob["status"]["restarts"]["user"]
+        state = plan.status["gang"]["state"]
+        verdicts[used] = state
+        if state == "Restarting":
+            names = [type(s).__name__ for s in plan.steps]
+            assert names[0] == "WriteStatus" and names[-1] == "Delete" and "Event" in names, names
+            assert plan.status["restarts"]["user"] == used + 1
+        else:
+            assert state == "Failed" and plan.status["restarts"]["user"] == used
+            assert any(c["type"] == "Failed" and c["status"] == "True" for c in plan.status["conditions"])
+    assert verdicts == {**{n: "Restarting" for n in range(failures.restart_budget)},
+                        failures.restart_budget: "Failed"}
+
+
+def test_lost_nodes_are_never_charged_and_elastic_jobs_shrink_to_the_size_decide_plans():
+    """Node failures only, on elastic gangs: every job completes; a gang that lost a node either
+    shrank to the size the controller's plan gives it or restarted uncharged."""
+    sc, policy, jobs = load("helios-elastic.yaml")
+    failures = sc.failures.model_copy(update={"exit_failure_rate": 0.0, "node_mtbf_hours": 20})
+    controller, seen = _recording(sc.workload.elastic, failures.restart_budget)
+    result = _run(sc, policy, jobs, failures, controller)
+    assert result.summary["failures"]["node_failures"] > 10
+    ran = [o for o in result.outcomes if o.state != "rejected"]
+    assert ran and all(o.state == "done" and o.user_restarts == 0 for o in ran)
+    kinds: dict[str, set] = {"shrink": set(), "loss": set(), "grow": set()}
+    for what, snap, plan in seen:
+        if what == "shrink":
+            pods = snap.node_job["spec"]["parallelism"]
+            lost = sum(1 for p in snap.pods if p["status"]["conditions"])
+            size, floor = plan.status["elastic"]["size"], plan.status["elastic"]["minNodes"]
+            resized = [s for s in plan.steps if type(s).__name__ == "Event" and s.reason == "Resized"]
+            if size == pods - lost:       # the survivors go on: the engine runs them
+                assert resized and f"shrink {pods} -> {size}" in resized[0].message
+                kinds["shrink"].add("kept running")
+            else:                         # never below minNodes: the lost indexes wait for a node
+                assert size == max(floor, pods - lost) and size > pods - lost, (pods, lost, size)
+                kinds["shrink"].add("waits at minNodes")
+        elif what == "loss":
+            assert plan.status["gang"]["state"] == "Restarting"
+            assert plan.status["restarts"]["infrastructure"] == snap.trainjob["status"]["restarts"]["infrastructure"] + 1
+            assert plan.status["restarts"]["user"] == 0
+            kinds["loss"].add("restarted")
+        elif what == "grow":
+            kinds["grow"].add(plan.status["elastic"]["size"] - snap.node_job["spec"]["parallelism"])
+    assert kinds == {"shrink": {"kept running", "waits at minNodes"}, "loss": {"restarted"}, "grow": {0, 1}}, kinds
+
+
+@pytest.mark.parametrize("name,elastic", [("pai-small.yaml", False), ("helios-elastic.yaml", True)])
+def test_memoized_plans_are_exactly_the_plans_asked_every_time(name, elastic):
+    """decide is pure: the simulator asks it once per job shape and situation. The same run asking
+    every time gives the same outcome for every job, with far fewer calls memoized."""
+    sc, policy, jobs = load(name)
+    failures = sc.failures.model_copy(update={"exit_failure_rate": 0.2, "node_mtbf_hours": 50})
+    spec = ElasticSpec(enabled=elastic, min_fraction=0.5)
+    sc = sc.model_copy(update={"workload": sc.workload.model_copy(update={"elastic": spec})})
+    memo, _ = _recording(spec, failures.restart_budget)
+    every, _ = _recording(spec, failures.restart_budget, memo=False)
+    a, b = _run(sc, policy, jobs, failures, memo), _run(sc, policy, jobs, failures, every)
+    assert a.outcomes == b.outcomes and a.summary == b.summary
+    assert sum(o.user_restarts for o in a.outcomes) > 0
+    assert memo.calls < every.calls / 2, (memo.calls, every.calls)

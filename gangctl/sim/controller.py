@@ -1,0 +1,245 @@
+"""The controller's own decision for simulated jobs: the simulator's observe → decide → apply.
+
+Whenever the controller would decide something about a job — the gang it creates (and what it asks
+the quota for), whether a failed run restarts or fails the job, how far an elastic job shrinks when
+it loses nodes, whether it probes for one more node — the simulator builds the `Snapshot` the
+reconciler would observe on the cluster, runs `gangctl.policy.decide.decide` on it, and reads the
+`Plan` back:
+
+- observe: the TrainJob exactly as `gangctl.sim.replay` submits it to a real cluster, the shipped
+  runtime it names (with gangctl's elasticPolicy when the scenario makes the job elastic, and the
+  scenario's restart budget as failurePolicy.maxRestarts), its status as earlier decisions left it,
+  and the node Job and pods as the Job controller would show them at that moment;
+- apply: the engine takes from the plan the gang (PodGroup minMember/minResources, the Job's
+  parallelism), Failed or Restarting, and the Job's new parallelism.
+
+Nothing the controller decides is re-implemented here; the engine models only what Kubernetes and
+the workload do (placement, run time, faults). `decide` is pure, so every answer is memoized on what
+its snapshot is built from (the job's shape, the restarts used, the sizes): jobs alike in those get
+one call, which keeps the simulator at its speed. `memo=False` asks every time (the parity tests run
+both ways and compare).
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
+from typing import Callable
+
+import yaml
+
+from gangctl.api.quantity import parse_quantity
+from gangctl.config import REPO_ROOT
+from gangctl.plugins.names import TRAINJOB_NAME
+from gangctl.policy import status as st
+from gangctl.policy.decide import Apply, Plan, Snapshot, decide
+from gangctl.policy.failure import Restarts
+from gangctl.policy.gang import Gang
+from gangctl.sim.replay import RUNTIME, trainjob_manifest
+from gangctl.sim.scenario import ElasticSpec
+from gangctl.sim.traces import TraceJob
+from gangctl.sim.units import in_sim_units, pod_requests
+
+# The simulator's clock is seconds from 0; the controller's is a datetime.
+EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+BACKEND = "coscheduling"   # the shipped runtime's podGroupPolicy
+
+
+def at(seconds: float) -> datetime:
+    return EPOCH + timedelta(seconds=seconds)
+
+
+@lru_cache(maxsize=1)
+def shipped_runtime() -> dict:
+    return yaml.safe_load((REPO_ROOT / "deploy" / "runtimes" / f"{RUNTIME}.yaml").read_text())
+
+
+def elastic_floor(spec: TraceJob, elastic: ElasticSpec) -> int | None:
+    """minNodes of a job when the scenario makes multi-node jobs elastic (None: a rigid gang). This is
+    the workload's choice (what the user writes in the runtime), not a decision of the controller."""
+    if elastic.enabled and spec.num_nodes > 1:
+        return max(1, math.ceil(spec.num_nodes * elastic.min_fraction))
+    return None
+
+
+def runtime_for(floor: int | None, num_nodes: int, restart_budget: int) -> dict:
+    """The shipped runtime as a scenario job runs on it: gangctl's elasticPolicy extension when
+    elastic, and the scenario's restart budget."""
+    runtime = copy.deepcopy(shipped_runtime())
+    if floor is not None:
+        runtime["spec"]["mlPolicy"].setdefault("torch", {})["elasticPolicy"] = {"minNodes": floor, "maxNodes": num_nodes}
+    runtime["spec"]["template"]["spec"]["failurePolicy"] = {"maxRestarts": restart_budget}
+    return runtime
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One job as the reconciler would find it: what every snapshot of it starts from."""
+
+    trainjob: dict
+    runtime: dict
+    node_job: dict          # the Job the controller creates (the gang plan's), before any status
+
+    def snapshot(self, now: float, *, status: dict | None = None, job: dict | None = None,
+                 pods: tuple[dict, ...] = ()) -> Snapshot:
+        meta = self.trainjob["metadata"]
+        trainjob = self.trainjob if status is None else {**self.trainjob, "status": status}
+        return Snapshot(f"{meta['namespace']}/{meta['name']}", at(now), trainjob, runtime=self.runtime,
+                        node_job=job, pods=pods, groups={BACKEND: None})
+
+    def attempt(self, n: int, parallelism: int, failed: bool = False) -> dict:
+        """The node Job of attempt `n` with `parallelism` pods, Failed when `failed`."""
+        job = copy.deepcopy(self.node_job)
+        job["metadata"]["uid"] = f"{self.trainjob['metadata']['uid']}-attempt-{n}"
+        job["spec"]["parallelism"] = job["spec"]["completions"] = parallelism
+        job["status"] = {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]
+                         if failed else [], "failed": 1 if failed else 0}
+        return job
+
+
+def worker(job: dict, index: int, *, phase: str = "Running", disrupted: bool = False,
+           exit_code: int | None = None) -> dict:
+    """Pod `index` of `job`, bound to a node, as the Job controller and the kubelet show it."""
+    meta = job["metadata"]
+    status: dict = {"phase": phase, "conditions": [{"type": "DisruptionTarget", "status": "True",
+                                                    "reason": "DeletionByPodGC"}] if disrupted else []}
+    if exit_code is not None:
+        status["containerStatuses"] = [{"name": "node", "state": {"terminated": {"exitCode": exit_code}}}]
+    return {"metadata": {"name": f"{meta['name']}-{index}", "namespace": meta["namespace"],
+                         "labels": {TRAINJOB_NAME: meta["labels"][TRAINJOB_NAME]},
+                         "ownerReferences": [{"uid": meta["uid"]}],
+                         "annotations": {"batch.kubernetes.io/job-completion-index": str(index)}},
+            "spec": {"nodeName": f"node-{index}"}, "status": status}
+
+
+def _restarts(user: int, infrastructure: int) -> dict:
+    return {"restarts": Restarts(user=user, infrastructure=infrastructure).to_status(), "restartCount": user}
+
+
+class SimController:
+    """Asks `decide` what the controller does with a simulated job (see the module docstring)."""
+
+    def __init__(self, elastic: ElasticSpec, restart_budget: int, *, memo: bool = True,
+                 on_plan: Callable[[str, Snapshot, Plan], None] | None = None) -> None:
+        self.elastic = elastic
+        self.restart_budget = restart_budget
+        self.memo = memo
+        self.on_plan = on_plan          # sees every decision (the parity tests)
+        self.calls = 0
+        self._observed: dict[tuple, Observed] = {}
+        self._answers: dict[tuple, object] = {}
+
+    # --- observe ---------------------------------------------------------------------------------
+    def _shape(self, spec: TraceJob) -> tuple:
+        """What a snapshot of `spec` depends on: jobs of one shape get the same plans."""
+        return (spec.num_nodes, tuple(sorted(pod_requests(spec).items())), elastic_floor(spec, self.elastic))
+
+    def observed(self, spec: TraceJob) -> Observed:
+        shape = self._shape(spec)
+        found = self._observed.get(shape) if self.memo else None
+        if found is None:
+            trainjob = trainjob_manifest(spec, runtime=RUNTIME, namespace=spec.group)
+            trainjob["metadata"].update(uid=f"uid-{spec.id}", creationTimestamp=st.timestamp(EPOCH), generation=1)
+            runtime = runtime_for(elastic_floor(spec, self.elastic), spec.num_nodes, self.restart_budget)
+            first = self._decide("create", Observed(trainjob, runtime, {}).snapshot(0.0))
+            node_job = _applied(first, "Job")
+            node_job["metadata"]["labels"] = {**node_job["metadata"].get("labels", {}),
+                                              TRAINJOB_NAME: trainjob["metadata"]["name"]}
+            found = Observed(trainjob, runtime, node_job)
+            self._answers[(shape, "create")] = first
+            self._observed[shape] = found
+        return found
+
+    def _decide(self, what: str, snapshot: Snapshot) -> Plan:
+        self.calls += 1
+        plan = decide(snapshot)
+        if self.on_plan is not None:
+            self.on_plan(what, snapshot, plan)
+        return plan
+
+    def _ask(self, key: tuple, answer: Callable[[], object]) -> object:
+        if not self.memo:
+            return answer()
+        if key not in self._answers:
+            self._answers[key] = answer()
+        return self._answers[key]
+
+    # --- decide, and read the plan ---------------------------------------------------------------
+    def gang(self, spec: TraceJob) -> Gang:
+        """The gang the controller creates for `spec`: its PodGroup's minMember, minResources and
+        scheduleTimeoutSeconds, and its node Job's parallelism (amounts in the simulator's units)."""
+        obs = self.observed(spec)
+
+        def answer() -> Gang:
+            plan = self._answers.get((self._shape(spec), "create")) if self.memo else None
+            plan = plan or self._decide("create", obs.snapshot(0.0))
+            group = _applied(plan, "PodGroup")["spec"]
+            total = in_sim_units({r: parse_quantity(q) for r, q in group["minResources"].items()})
+            members = group["minMember"]
+            return Gang(min_member=members, size=_applied(plan, "Job")["spec"]["parallelism"],
+                        per_pod={r: a // members for r, a in total.items()},
+                        schedule_timeout_seconds=group["scheduleTimeoutSeconds"])
+        return self._ask((self._shape(spec), "gang"), answer)  # type: ignore[return-value]
+
+    def judge(self, spec: TraceJob, cause: str, pods: int, recorded: tuple[int, int]) -> tuple[bool, tuple[int, int]]:
+        """The Job of `spec` (`pods` pods) failed: `cause` "exit" (a worker exited non-zero) or "loss"
+        (a node of the gang was lost). `recorded`: the (user, infrastructure) restarts its status
+        shows. Returns whether the controller restarts the job (False: it fails it, the restart budget
+        spent) and the restarts its status shows after this decision."""
+        def answer() -> tuple[bool, tuple[int, int]]:
+            obs = self.observed(spec)
+            job = obs.attempt(sum(recorded), pods, failed=True)
+            pod = (worker(job, 0, phase="Failed", exit_code=1) if cause == "exit"
+                   else worker(job, 0, phase="Failed", disrupted=True))
+            plan = self._decide(cause, obs.snapshot(0.0, status=_restarts(*recorded), job=job, pods=(pod,)))
+            after = Restarts.from_status(plan.status)
+            return not _failed(plan), (after.user, after.infrastructure)
+        return self._ask((self._shape(spec), cause, pods, recorded), answer)  # type: ignore[return-value]
+
+    def size_after_loss(self, spec: TraceJob, pods: int, lost: int) -> int | None:
+        """An elastic job running `pods` pods lost `lost` of them (the engine does not track indexes:
+        the highest ones). The size the controller shrinks its Job to, or None when it cannot keep
+        running there (rigid, or it waits at minNodes for replacements: the engine restarts the gang)."""
+        def answer() -> int | None:
+            obs = self.observed(spec)
+            if obs.runtime["spec"]["mlPolicy"].get("torch", {}).get("elasticPolicy") is None:
+                return None
+            job = obs.attempt(1, pods)
+            keep = pods - lost
+            plan = self._decide("shrink", obs.snapshot(0.0, job=job, pods=tuple(
+                worker(job, i, disrupted=i >= keep) for i in range(pods))))
+            size = _resized(plan)
+            return size if size == keep else None
+        return self._ask((self._shape(spec), "shrink", pods, lost), answer)  # type: ignore[return-value]
+
+    def grows(self, spec: TraceJob, pods: int, now: float, last_shrink: float | None) -> bool:
+        """Whether the controller probes an elastic job running `pods` healthy pods for one more node
+        at `now` (after its last shrink at `last_shrink`). Asked every time: it depends on the clock."""
+        obs = self.observed(spec)
+        job = obs.attempt(1, pods)
+        policy = obs.runtime["spec"]["mlPolicy"]["torch"]["elasticPolicy"]
+        elastic = {"size": pods, "currentNodes": pods, "minNodes": policy["minNodes"], "maxNodes": policy["maxNodes"]}
+        if last_shrink is not None:
+            elastic["lastShrinkTime"] = st.timestamp(at(last_shrink))
+        plan = self._decide("grow", obs.snapshot(now, status={"elastic": elastic}, job=job,
+                                                 pods=tuple(worker(job, i) for i in range(pods))))
+        return _resized(plan) == pods + 1
+
+
+def _applied(plan: Plan, kind: str) -> dict:
+    objs = [copy.deepcopy(s.obj) for s in plan.of(Apply) if s.obj.get("kind") == kind]
+    if len(objs) != 1:
+        raise AssertionError(f"the controller's plan applies {len(objs)} {kind}(s), expected one: {plan.steps}")
+    return objs[0]
+
+
+def _failed(plan: Plan) -> bool:
+    return st.is_true(plan.status, st.FAILED)
+
+
+def _resized(plan: Plan) -> int | None:
+    """The node Job's parallelism after the plan (None: unchanged, or no status)."""
+    status = plan.status or {}
+    return (status.get("elastic") or {}).get("size")
