@@ -32,12 +32,14 @@ class Scheduler(str, Enum):
     coscheduling = "coscheduling"
     volcano = "volcano"
     kueue = "kueue"
+    native = "native"
 
 
 class QuotaBackend(str, Enum):
     kueue = "kueue"
     volcano = "volcano"
     coscheduling = "coscheduling"
+    native = "native"
 
 
 def _fail(message: str) -> None:
@@ -88,7 +90,7 @@ def cluster_up(
     gpu_nodes: int = typer.Option(4, help="KWOK GPU nodes to create"),
     gpus_per_node: int = typer.Option(8, help="nvidia.com/gpu allocatable on each GPU node"),
     process_nodes: int = typer.Option(0, help="process nodes (gangctl node-agent): pods on them run real processes"),
-    scheduler: Scheduler = typer.Option(Scheduler.coscheduling, help="also run Volcano or Kueue (built once, cached)"),
+    scheduler: Scheduler = typer.Option(Scheduler.coscheduling, help="also run Volcano, Kueue or upstream kube-scheduler with gang scheduling (native; built once, cached)"),
 ) -> None:
     """Build the pinned binaries (once; minutes the first time), start the cluster, install CRDs and nodes."""
     from gangctl.cluster.build import BuildError
@@ -277,7 +279,7 @@ def policy_validate(file: str = typer.Argument(..., help="a quota policy YAML fi
 @policy_app.command("apply")
 def policy_apply(
     file: str = typer.Argument(..., help="a quota policy YAML file"),
-    backend: QuotaBackend = typer.Option(None, help="kueue, volcano or coscheduling (default: the scheduler the "
+    backend: QuotaBackend = typer.Option(None, help="kueue, volcano, coscheduling or native (default: the scheduler the "
                                          "local cluster runs)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the diff against the cluster; change nothing"),
     kubeconfig: str = typer.Option(None, envvar="KUBECONFIG", help="default: the local cluster's"),

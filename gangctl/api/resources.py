@@ -44,6 +44,8 @@ NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 EVENTS = Resource("events.k8s.io", "v1", "events", "Event")
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False)
 POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
+# Kubernetes' own PodGroup (KEP-4671, 1.36: GenericWorkload + GangScheduling feature gates).
+NATIVE_POD_GROUPS = Resource("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)

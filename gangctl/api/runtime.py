@@ -32,6 +32,7 @@ from gangctl.api.quantity import QUANTITY_PATTERN, ResourceList, parse_quantity
 MAX_NODES = 100_000
 MAX_INT32 = 2**31 - 1  # counters and seconds that land in int32 fields of the child objects
 DNS_LABEL_MAX = 63  # a DNS label: replicated job and rule names, managedBy
+DNS_SUBDOMAIN_MAX = 253  # a DNS subdomain: scheduler names
 MAX_REPLICATED_JOBS = 32  # bounds for the API server's CEL cost estimate of the cross-reference rules
 MAX_RULES = 32
 MAX_RESOURCES = 64  # resource names in one requests or limits map (bounds the CEL cost of their rules)
@@ -52,7 +53,10 @@ ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 NODE_JOB = "node"
 """The replicated job (and its container) that runs the trainer; the SDK requires this name."""
 
-PODGROUP_ONE_BACKEND_MESSAGE = "podGroupPolicy: set exactly one of coscheduling, volcano, kueue"
+# The gang backends a runtime's podGroupPolicy may name (Trainer's coscheduling and volcano; gangctl's
+# kueue and native extensions).
+GANG_BACKENDS = ("coscheduling", "volcano", "kueue", "native")
+PODGROUP_ONE_BACKEND_MESSAGE = f"podGroupPolicy: set exactly one of {', '.join(GANG_BACKENDS)}"
 ELASTIC_RANGE_MESSAGE = "elasticPolicy: minNodes must be less than or equal to maxNodes"
 NUM_PROC_VALUES = ("auto", "cpu", "gpu")
 NUM_PROC_MESSAGE = "numProcPerNode must be an integer >= 1 or one of auto, cpu, gpu"
@@ -380,14 +384,24 @@ class KueuePolicy(K8sModel):
         None, description="Kueue WorkloadPriorityClass (the kueue.x-k8s.io/priority-class label of the child Job)")
 
 
+class NativePolicy(K8sModel):
+    """Kubernetes' own gang scheduling (gangctl extension): a scheduling.k8s.io/v1alpha2 PodGroup with a
+    gang policy, for kube-scheduler 1.36+ with the GenericWorkload and GangScheduling feature gates."""
+
+    scheduler_name: str | None = Field(
+        None, min_length=1, max_length=DNS_SUBDOMAIN_MAX,
+        description="the scheduler (profile) that runs the GangScheduling plugin (default: the controller's "
+                    "--scheduler-name, default-scheduler)")
+
+
 class PodGroupPolicy(K8sModel):
-    """The gang-scheduling backend: exactly one of coscheduling, volcano, kueue."""
+    """The gang-scheduling backend: exactly one of coscheduling, volcano, kueue, native."""
 
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "[has(self.coscheduling), has(self.volcano), has(self.kueue)]"
+                    "rule": "[has(self.coscheduling), has(self.volcano), has(self.kueue), has(self.native)]"
                     ".filter(x, x).size() == 1",
                     "message": PODGROUP_ONE_BACKEND_MESSAGE,
                 }
@@ -398,19 +412,18 @@ class PodGroupPolicy(K8sModel):
     coscheduling: CoschedulingPolicy | None = None
     volcano: VolcanoPolicy | None = None
     kueue: KueuePolicy | None = None
+    native: NativePolicy | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> PodGroupPolicy:
-        if sum(x is not None for x in (self.coscheduling, self.volcano, self.kueue)) != 1:
+        if sum(getattr(self, name) is not None for name in GANG_BACKENDS) != 1:
             raise ValueError(PODGROUP_ONE_BACKEND_MESSAGE)
         return self
 
     @property
-    def backend(self) -> Literal["coscheduling", "volcano", "kueue"]:
-        """Which backend is set."""
-        if self.coscheduling is not None:
-            return "coscheduling"
-        return "volcano" if self.volcano is not None else "kueue"
+    def backend(self) -> str:
+        """Which backend is set (one of GANG_BACKENDS)."""
+        return next(name for name in GANG_BACKENDS if getattr(self, name) is not None)
 
 
 class ReplicatedJob(OpenModel):

@@ -32,6 +32,7 @@ class GoModule:
 
     folder: str
     tools: tuple[Tool, ...]
+    cache_name: str = ""   # the cache folder's prefix (default: the module's folder)
 
 
 CONTROL_PLANE = GoModule("controlplane", (
@@ -192,7 +193,10 @@ VOLCANO = GoModule("volcano", (
     Tool("volcano.sh/volcano/cmd/scheduler", "vc-scheduler"),
     Tool("volcano.sh/volcano/cmd/controller-manager", "vc-controller-manager"),
 ))
-EXTRA_MODULES = {"kueue": KUEUE, "volcano": VOLCANO}
+# Upstream kube-scheduler (KEP-4671 gang scheduling), from the control plane's own pinned module.
+NATIVE = GoModule("controlplane", (Tool("k8s.io/kubernetes/cmd/kube-scheduler", "kube-scheduler"),),
+                  cache_name="native-scheduler")
+EXTRA_MODULES = {"kueue": KUEUE, "volcano": VOLCANO, "native": NATIVE}
 
 
 def ensure_module(module: GoModule, integrations: Path, bin_root: Path, progress: Progress | None = None) -> Path:
@@ -200,7 +204,7 @@ def ensure_module(module: GoModule, integrations: Path, bin_root: Path, progress
     go = go_binary()
     goversion = go_version(go)
     module_dir = integrations / module.folder
-    out = bin_root / f"{module.folder}-{module_key(module_dir, goversion)[:8]}"
+    out = bin_root / f"{module.cache_name or module.folder}-{module_key(module_dir, goversion)[:8]}"
     if (out / ".complete").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)

@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from gangctl.api.resources import NATIVE_POD_GROUPS
 from gangctl.cluster import setup
 from gangctl.cluster.build import ensure_built
 from gangctl.cluster.local import ClusterError, LocalCluster, coscheduling_crd
 from gangctl.config import ClusterSettings
-from gangctl.kube.client import ApiError, Kube
+from gangctl.kube.client import Kube
 from gangctl.processes import running, wait_http_ok
 
 Say = Callable[[str], None]
@@ -22,7 +24,7 @@ class UpOptions:
     gpu_nodes: int = 4
     gpus_per_node: int = 8
     process_nodes: int = 0  # node agents: pods bound to them run as real local processes
-    scheduler: str = "coscheduling"  # or "volcano" / "kueue": started beside the base cluster
+    scheduler: str = "coscheduling"  # or "volcano" / "kueue" / "native": started beside the base cluster
 
 
 def local_cluster(settings: ClusterSettings, progress: BuildProgress | None = None) -> LocalCluster:
@@ -44,6 +46,8 @@ def up(settings: ClusterSettings, options: UpOptions, say: Say, progress: BuildP
         cluster.start()
     else:
         say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler (coscheduling), kwok-controller")
+        if scheduler == "native":  # the apiserver serves the gang API from its first start
+            cluster = dataclasses.replace(cluster, native_gangs=True)
         cluster.create()
     asyncio.run(prepare(cluster, options, say))
     if scheduler != "coscheduling":
@@ -158,8 +162,9 @@ async def _node_summary(kubeconfig: Path) -> dict:
 
 def start_scheduler(settings: ClusterSettings, kubeconfig: Path, scheduler: str, say: Say,
                     progress: BuildProgress | None = None, timeout: float = 120) -> None:
-    """Build (once) and start Kueue or Volcano beside the cluster, with its CRDs (and webhooks)."""
-    from gangctl.cluster import kueue, schedulers, volcano
+    """Build (once) and start Kueue, Volcano or the native gang scheduler beside the cluster, with
+    its CRDs (and webhooks)."""
+    from gangctl.cluster import kueue, native, schedulers, volcano
     from gangctl.cluster.build import EXTRA_MODULES, ensure_module
 
     if scheduler not in schedulers.SCHEDULERS:
@@ -168,7 +173,18 @@ def start_scheduler(settings: ClusterSettings, kubeconfig: Path, scheduler: str,
     state = schedulers.state_dir(settings)
     schedulers.stop(state)  # a restart of an existing cluster: never two copies
     schedulers.record_choice(settings, scheduler)
-    if scheduler == "kueue":
+    if scheduler == "native":
+        if not asyncio.run(_serves(kubeconfig, f"/apis/{NATIVE_POD_GROUPS.group}/{NATIVE_POD_GROUPS.version}")):
+            raise ClusterError(f"cluster {settings.cluster_name!r} was created without --scheduler native, so its "
+                               f"apiserver does not serve {NATIVE_POD_GROUPS.group}/{NATIVE_POD_GROUPS.version}: "
+                               "`gangctl cluster down`, then `gangctl cluster up --scheduler native`")
+        proc, ports = native.process(settings, bin_dir, kubeconfig)
+        pid = schedulers.spawn(state, proc)
+        wait_http_ok(f"https://127.0.0.1:{ports['health']}/healthz", timeout, "the native gang scheduler to be healthy",
+                     lambda: running(pid))
+        say(f"kube-scheduler {native.NATIVE_SCHEDULER!r} running with GangScheduling (pid {pid}); "
+            f"log {state / 'logs' / (proc.name + '.log')}")
+    elif scheduler == "kueue":
         proc, ports = kueue.process(settings, bin_dir, kubeconfig)
         crds = kueue.crds(settings.integrations_dir)
         asyncio.run(_install(kubeconfig, crds, namespaces=[kueue.NAMESPACE]))
@@ -194,6 +210,14 @@ def start_scheduler(settings: ClusterSettings, kubeconfig: Path, scheduler: str,
             f"{started['vc-controller-manager']}); Queue 'default' exists; logs in {state / 'logs'}")
 
 
+async def _serves(kubeconfig: Path, path: str) -> bool:
+    kube = await Kube.connect(kubeconfig)
+    try:
+        return await kube.exists(path)
+    finally:
+        await kube.close()
+
+
 async def _install(kubeconfig: Path, crds: list[dict], *, namespaces: Sequence[str] = (),
                    webhooks: Sequence[dict] = ()) -> None:
     from gangctl.api.resources import NAMESPACES
@@ -215,15 +239,8 @@ async def _wait_default_queue(kubeconfig: Path, timeout: float) -> None:
 
     kube = await Kube.connect(kubeconfig)
     try:
-        async def exists() -> bool:
-            try:
-                await kube.get(VOLCANO_QUEUES.path(name="default"))
-                return True
-            except ApiError as err:
-                if err.not_found:
-                    return False
-                raise
-        await setup.wait_for(exists, timeout, "Volcano's default Queue")
+        await setup.wait_for(lambda: kube.exists(VOLCANO_QUEUES.path(name="default")), timeout,
+                             "Volcano's default Queue")
     finally:
         await kube.close()
 

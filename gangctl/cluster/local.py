@@ -21,6 +21,10 @@ from gangctl.cluster.build import BuildError, pinned_version
 from gangctl.config import ClusterSettings
 from gangctl.processes import running, running_from
 
+# kube-apiserver flags of a cluster made for the native gang backend (gangctl.cluster.native): only
+# the apiserver gets the gates; the base scheduler (scheduler-plugins, older libraries) knows none of them.
+NATIVE_GANG_ARGS = {"feature-gates": "GenericWorkload=true,GangScheduling=true",
+                    "runtime-config": "scheduling.k8s.io/v1alpha2=true"}
 # kube-controller-manager settings that make node loss visible in seconds, not minutes.
 NODE_MONITOR_ARGS = {
     "node-monitor-period": "2s",
@@ -117,6 +121,9 @@ class ClusterError(RuntimeError):
 class LocalCluster:
     settings: ClusterSettings
     bin_dir: Path
+    # Serve Kubernetes' own gang scheduling API (scheduling.k8s.io/v1alpha2, GenericWorkload and
+    # GangScheduling gates on the apiserver): `cluster up --scheduler native` creates it so.
+    native_gangs: bool = False
 
     @property
     def kubeconfig(self) -> Path:
@@ -166,7 +173,8 @@ class LocalCluster:
                                # kwokctl turns API Priority and Fairness off and max-in-flight to 0;
                                # a real apiserver has both (its defaults), and gangctl is tested under them.
                                "enable-priority-and-fairness": "true",
-                               "max-requests-inflight": "400", "max-mutating-requests-inflight": "200"},
+                               "max-requests-inflight": "400", "max-mutating-requests-inflight": "200",
+                               **(NATIVE_GANG_ARGS if self.native_gangs else {})},
             # One controller-manager, nothing to elect; with election on it exits when an apiserver
             # restart outlasts its renew deadline, and no kubelet is here to start it again.
             "kube-controller-manager": {"bind-address": LOOPBACK, "leader-elect": "false", **NODE_MONITOR_ARGS},

@@ -1,4 +1,4 @@
-"""`gangctl policy apply`: a quota policy's Kueue, Volcano or coscheduling objects, server-side applied.
+"""`gangctl policy apply`: a quota policy's Kueue, Volcano or coscheduling (and native) objects, server-side applied.
 
 The objects come from the pure translators (gangctl.policy.quota_kueue / quota_volcano /
 quota_coscheduling: for coscheduling, gangctl admits the jobs itself and the policy is stored in
@@ -23,12 +23,12 @@ from gangctl.policy.quota_kueue import kueue_objects
 from gangctl.policy.quota_volcano import volcano_objects
 
 FIELD_MANAGER = "gangctl-policy"
-Backend = Literal["kueue", "volcano", "coscheduling"]
+Backend = Literal["kueue", "volcano", "coscheduling", "native"]
 
 _VOLATILE_META = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
 _CRD_HINT = {"kueue": "start the cluster with `gangctl cluster up --scheduler kueue`",
              "volcano": "start the cluster with `gangctl cluster up --scheduler volcano`",
-             "coscheduling": "check the API server"}
+             "coscheduling": "check the API server", "native": "check the API server"}
 
 
 def policy_text(policy: QuotaPolicy) -> str:
@@ -42,7 +42,7 @@ def objects_for(policy: QuotaPolicy, backend: Backend, text: str | None = None) 
     if backend == "kueue":
         return kueue_objects(policy)
     text = text if text is not None else policy_text(policy)
-    if backend == "coscheduling":
+    if backend in ("coscheduling", "native"):   # no quota system of their own: gangctl's gate admits
         return coscheduling_objects(policy, text)
     return [*volcano_objects(policy), *stored_policy(text)]
 

@@ -127,6 +127,16 @@ class Kube:
     async def get(self, path: str, **params: Any) -> dict:
         return await self.request("GET", path, params=params)
 
+    async def exists(self, path: str) -> bool:
+        """Whether GET `path` finds something (404: False; any other error is raised)."""
+        try:
+            await self.get(path)
+            return True
+        except ApiError as err:
+            if err.not_found:
+                return False
+            raise
+
     async def create(self, path: str, body: dict) -> dict:
         return await self.request("POST", path, body=body)
 

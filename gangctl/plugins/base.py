@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from gangctl.api.resources import Resource
+from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
 from gangctl.policy.gang import Gang
 from gangctl.policy.resolve import ResolvedJob
 
@@ -39,6 +40,16 @@ class GangBackend(Protocol):
 #   gated_by_gangctl: bool                         no quota system of its own: gangctl's quota gate admits
 #   needs_nudge: bool                              a waiting gang is retried only when its group is touched
 #   watched_selector(job_uid) -> dict[str, str]    labels of the watched object made from the child Job
+#   pod_spec(job) -> dict                          fields set on every pod's spec (native: schedulingGroup)
+
+
+def group_object(resource: Resource, job: ResolvedJob, owner: dict, spec: dict) -> dict:
+    """A gang object gangctl creates: named after the job's gang, in its namespace, labelled as
+    gangctl's and owned by the TrainJob (the garbage collector removes it with the job)."""
+    return {"apiVersion": resource.api_version, "kind": resource.kind,
+            "metadata": {"name": job.gang_name, "namespace": job.namespace,
+                         "labels": {MANAGED_BY: MANAGER, TRAINJOB_NAME: job.name}, "ownerReferences": [owner]},
+            "spec": spec}
 
 
 def job_labels(backend: GangBackend | None, job: ResolvedJob, gang: Gang) -> dict[str, str]:
@@ -49,6 +60,11 @@ def job_labels(backend: GangBackend | None, job: ResolvedJob, gang: Gang) -> dic
 def job_annotations(backend: GangBackend | None, job: ResolvedJob, gang: Gang) -> dict[str, str]:
     hook = getattr(backend, "job_annotations", None)
     return dict(hook(job, gang)) if hook else {}
+
+
+def pod_spec(backend: GangBackend | None, job: ResolvedJob) -> dict:
+    hook = getattr(backend, "pod_spec", None)
+    return dict(hook(job)) if hook else {}
 
 
 def controls_suspend(backend: GangBackend | None) -> bool:

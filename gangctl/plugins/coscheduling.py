@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from gangctl.api.quantity import format_quantity
 from gangctl.api.resources import POD_GROUPS, Resource
-from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
+from gangctl.plugins.base import group_object
 from gangctl.policy.gang import Gang
 from gangctl.policy.resolve import ResolvedJob
 
@@ -34,18 +34,8 @@ class Coscheduling:
         return default
 
     def group(self, job: ResolvedJob, gang: Gang, owner: dict) -> dict:
-        return {
-            "apiVersion": POD_GROUPS.api_version,
-            "kind": POD_GROUPS.kind,
-            "metadata": {
-                "name": job.gang_name,
-                "namespace": job.namespace,
-                "labels": {MANAGED_BY: MANAGER, TRAINJOB_NAME: job.name},
-                "ownerReferences": [owner],
-            },
-            "spec": {
-                "minMember": gang.min_member,
-                "minResources": {k: format_quantity(v) for k, v in sorted(gang.min_resources.items())},
-                "scheduleTimeoutSeconds": gang.schedule_timeout_seconds,
-            },
-        }
+        return group_object(POD_GROUPS, job, owner, {
+            "minMember": gang.min_member,
+            "minResources": {k: format_quantity(v) for k, v in sorted(gang.min_resources.items())},
+            "scheduleTimeoutSeconds": gang.schedule_timeout_seconds,
+        })

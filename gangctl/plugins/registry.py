@@ -4,12 +4,14 @@ from __future__ import annotations
 from gangctl.plugins.base import GangBackend
 from gangctl.plugins.coscheduling import Coscheduling
 from gangctl.plugins.kueue import Kueue
+from gangctl.plugins.native import Native
 from gangctl.plugins.volcano import Volcano
 
 BACKENDS: dict[str, GangBackend] = {
     "coscheduling": Coscheduling(),
     "volcano": Volcano(),
     "kueue": Kueue(),
+    "native": Native(),
 }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from gangctl.api.quantity import format_quantity
 from gangctl.api.resources import Resource
-from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
+from gangctl.plugins.base import group_object
 from gangctl.policy.gang import Gang
 from gangctl.policy.resolve import ResolvedJob
 
@@ -65,17 +65,7 @@ class Volcano:
         }
         if (pc := self.priority_class(job)):
             spec["priorityClassName"] = pc
-        return {
-            "apiVersion": VOLCANO_POD_GROUPS.api_version,
-            "kind": VOLCANO_POD_GROUPS.kind,
-            "metadata": {
-                "name": job.gang_name,
-                "namespace": job.namespace,
-                "labels": {MANAGED_BY: MANAGER, TRAINJOB_NAME: job.name},
-                "ownerReferences": [owner],
-            },
-            "spec": spec,
-        }
+        return group_object(VOLCANO_POD_GROUPS, job, owner, spec)
 
 
 def podgroup_phase(podgroup: dict | None) -> str | None:

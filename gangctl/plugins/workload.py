@@ -143,6 +143,7 @@ def gang_pod(meta: dict, spec: dict, labels: dict, annotations: dict, job, backe
         name = backend.scheduler_name(job, scheduler_name)
         if name:
             spec["schedulerName"] = name
+        spec.update(base.pod_spec(backend, job))
     meta["labels"] = labels
     if annotations:
         meta["annotations"] = annotations

@@ -23,6 +23,7 @@ from fractions import Fraction
 from typing import Any
 
 from gangctl.api.quantity import parse_quantity
+from gangctl.api.runtime import GANG_BACKENDS, PODGROUP_ONE_BACKEND_MESSAGE
 
 NODE_JOB = "node"  # the replicated job whose pods run torchrun (the SDK looks for this name)
 NODE_CONTAINER = "node"
@@ -66,7 +67,7 @@ class ResolvedJob:
     min_nodes: int | None
     num_proc_per_node: str
     suspend: bool
-    gang_backend: str | None          # "coscheduling", "volcano", "kueue" or None
+    gang_backend: str | None          # one of api.runtime.GANG_BACKENDS, or None
     gang_settings: dict[str, Any]
     pod_template: dict[str, Any]      # the node job's pod template with the trainer merged in
     job_spec: dict[str, Any]          # the node job's batch/v1 spec fields other than the template
@@ -435,9 +436,9 @@ def procs_per_node(value: Any, container: dict) -> str:
 def _gang_policy(policy: dict | None) -> tuple[str | None, dict]:
     if not policy:
         return None, {}
-    named = [k for k in ("coscheduling", "volcano", "kueue") if policy.get(k) is not None]
+    named = [k for k in GANG_BACKENDS if policy.get(k) is not None]
     if len(named) > 1:
-        raise ResolveError(f"spec.podGroupPolicy: set exactly one of coscheduling, volcano, kueue (got {', '.join(named)})")
+        raise ResolveError(f"spec.{PODGROUP_ONE_BACKEND_MESSAGE} (got {', '.join(named)})")
     if not named:
         return None, {}
     return named[0], dict(policy[named[0]] or {})

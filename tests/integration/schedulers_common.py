@@ -17,6 +17,7 @@ from typing import Awaitable, Callable
 
 import yaml
 
+from gangctl.api.resources import JOBS, Resource
 from gangctl.cluster import schedulers
 from gangctl.cluster.lifecycle import UpOptions, down, up
 from gangctl.config import REPO_ROOT, ClusterSettings
@@ -101,6 +102,15 @@ async def serve_backend(cluster: tuple[ClusterSettings, Path], backend: str, log
     finally:
         ctl.stop()
         print(f"[controller] log: {ctl.log_path}")
+
+
+def remove_builder_gangs(group: Resource, namespace: str, *names: str) -> Callable[[Kube], Awaitable[None]]:
+    """A `serve_backend` preparation that deletes the gangs a builder test created directly."""
+    async def remove(kube: Kube) -> None:
+        for name in names:
+            await kube.delete(JOBS.path(namespace, f"{name}-node-0"), propagation="Foreground")
+            await kube.delete(group.path(namespace, name))
+    return remove
 
 
 def cli(cluster: tuple[ClusterSettings, Path], *args: str) -> subprocess.CompletedProcess:

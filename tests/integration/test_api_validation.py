@@ -284,7 +284,7 @@ CASES: dict[str, Case] = {
                                      R((f"{ML}.torch.elasticPolicy.maxNodes",))),
     # --- runtimes: podGroupPolicy -------------------------------------------------------------
     "two gang backends": crt({"spec.podGroupPolicy": {"coscheduling": {}, "volcano": {"queue": "q"}}},
-                             R(("spec.podGroupPolicy",), ("set exactly one of coscheduling, volcano, kueue",))),
+                             R(("spec.podGroupPolicy",), ("set exactly one of coscheduling, volcano, kueue, native",))),
     "no gang backend": rt({"spec.podGroupPolicy": {}}, R(("spec.podGroupPolicy",), ("exactly one",))),
     "scheduleTimeoutSeconds negative": rt({"spec.podGroupPolicy.coscheduling.scheduleTimeoutSeconds": -1},
                                           R(("spec.podGroupPolicy.coscheduling.scheduleTimeoutSeconds",))),
@@ -298,6 +298,10 @@ CASES: dict[str, Case] = {
                                         runtime={"spec.podGroupPolicy": {"kueue": {"queueName": "q"}}}),
     "volcano on a cluster without it": tj({}, NotCreated("BackendNotInstalled", ("volcano",)),
                                           runtime={"spec.podGroupPolicy": {"volcano": {}}}),
+    "native gangs on a cluster without them": tj({}, NotCreated("BackendNotInstalled", ("native", "--scheduler native")),
+                                                 runtime={"spec.podGroupPolicy": {"native": {}}}),
+    "native schedulerName empty": rt({"spec.podGroupPolicy.native.schedulerName": ""},
+                                     R(("spec.podGroupPolicy.native.schedulerName",))),
     # --- runtimes: template -------------------------------------------------------------------
     "runtime template missing": rt({"spec.template": DELETE}, R(("spec.template",), ("Required",))),
     "replicatedJobs duplicate names": rt(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gangctl.kube.client import ApiError, Kube
+from gangctl.kube.client import Kube
 from tests.unit.test_deploy import CLUSTER, DEPLOY, SA, derived_permissions, kustomize
 
 pytestmark = pytest.mark.integration
@@ -30,13 +30,7 @@ def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> subproces
 
 
 async def exists(kube: Kube, path: str) -> bool:
-    try:
-        await kube.get(path)
-        return True
-    except ApiError as err:
-        if err.not_found:
-            return False
-        raise
+    return await kube.exists(path)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from tests.integration.helpers import (bound, eventually, gang_state, get_trainj
                                        trainjob)
 from tests.integration.quota_common import (POLICY_FILE, TEAMS, assert_preempted_event, assert_same_jobs_within_policy,
                                             preempt_low_with_high, runtime_name)
-from tests.integration.schedulers_common import cli, gang_objects, serve_backend, start, stop
+from tests.integration.schedulers_common import cli, gang_objects, remove_builder_gangs, serve_backend, start, stop
 
 pytestmark = pytest.mark.integration
 CLUSTER = "gangctl-it-volcano"
@@ -93,12 +93,8 @@ async def test_gangs_bind_whole_or_wait_whole(volcano_cluster, kube):
 @pytest.fixture(scope="module")
 async def volcano_controller(volcano_cluster, tmp_path_factory):
     """gangctl serving TrainJobs on the Volcano cluster, with the backend tests' policy applied."""
-    async def remove_builder_gangs(kube: Kube) -> None:  # the gangs of the builder test
-        for name in ("first", "second"):
-            await kube.delete(JOBS.path(NS, f"{name}-node-0"), propagation="Foreground")
-            await kube.delete(VOLCANO_POD_GROUPS.path(NS, name))
     async with serve_backend(volcano_cluster, "volcano", tmp_path_factory.mktemp("volcano-controller"),
-                             remove_builder_gangs) as ctl:
+                             remove_builder_gangs(VOLCANO_POD_GROUPS, NS, "first", "second")) as ctl:
         yield ctl
 
 

@@ -1,4 +1,4 @@
-"""Volcano and Kueue backend builders: what a resolved TrainJob becomes for each (pure, no cluster)."""
+"""Volcano, Kueue and native backend builders: what a resolved TrainJob becomes for each (pure, no cluster)."""
 from __future__ import annotations
 
 import copy
@@ -100,8 +100,10 @@ def test_coscheduling_keeps_the_defaults_of_the_optional_hooks():
     assert not base.wants_group(None)
 
 
-def test_registry_serves_the_three_backends():
-    assert set(BACKENDS) == {"coscheduling", "volcano", "kueue"}
+def test_registry_serves_every_backend_a_runtime_may_name():
+    from gangctl.api.runtime import GANG_BACKENDS
+
+    assert set(BACKENDS) == set(GANG_BACKENDS) == {"coscheduling", "volcano", "kueue", "native"}
     assert all(BACKENDS[name].name == name for name in BACKENDS)
 
 
@@ -148,3 +150,41 @@ def test_why_a_gang_waits_in_each_backends_words():
     admitted = {"spec": {}, "status": {"conditions": [{"type": "Admitted", "status": "True"}]}}
     assert base.waiting(Kueue(), admitted) is None
     assert base.waiting(Coscheduling(), {"status": {}}) is None
+
+
+# --- native: Kubernetes' own gang scheduling (scheduling.k8s.io/v1alpha2) ----------------------------
+def test_native_podgroup_is_a_gang_of_the_floor():
+    from gangctl.plugins.native import Native
+
+    job = resolve(TJ, runtime({"native": {}}))
+    gang = size_gang(job.num_nodes, job.requests, min_nodes=3)
+    group = Native().group(job, gang, owner_reference(TJ))
+    assert group["apiVersion"] == "scheduling.k8s.io/v1alpha2" and group["kind"] == "PodGroup"
+    assert group["metadata"]["name"] == "llm" and group["metadata"]["namespace"] == "ml-a"
+    assert group["metadata"]["ownerReferences"][0]["uid"] == "u-9"
+    assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": 3}}}
+
+
+def test_native_pods_name_their_group_and_the_gang_scheduler():
+    from gangctl.plugins.native import Native
+
+    job = resolve(TJ, runtime({"native": {}}))
+    pod = node_job(job, owner_reference(TJ), Native(), "default-scheduler")["spec"]["template"]
+    assert pod["spec"]["schedulingGroup"] == {"podGroupName": "llm"}
+    assert pod["spec"]["schedulerName"] == "default-scheduler", "the cluster's scheduler, gates on"
+    job = resolve(TJ, runtime({"native": {"schedulerName": "gang-scheduler"}}))
+    pod = node_job(job, owner_reference(TJ), Native(), "default-scheduler")["spec"]["template"]
+    assert pod["spec"]["schedulerName"] == "gang-scheduler"
+    assert base.gated_by_gangctl(Native()) and not base.needs_nudge(Native()) and BACKENDS["native"].name == "native"
+
+
+def test_native_says_why_the_gang_waits_in_the_schedulers_words():
+    from gangctl.plugins.native import why_waiting
+
+    pg = {"metadata": {"name": "llm"}, "status": {"conditions": [
+        {"type": "PodGroupScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/5 nodes are available: 5 Insufficient nvidia.com/gpu."}]}}
+    reason, message = why_waiting(pg)
+    assert reason == "WaitingForGang" and "Unschedulable" in message and "Insufficient nvidia.com/gpu" in message
+    pg["status"]["conditions"][0]["status"] = "True"
+    assert why_waiting(pg) is None and why_waiting(None) is None
