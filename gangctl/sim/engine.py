@@ -368,7 +368,7 @@ class Simulation:
                 placement = cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
             if placement is None:
                 if parked is not None:   # set aside until something retries it
-                    (parked if short else unfit).add(job.spec.id)
+                    (parked if short and self.backend is not Backend.NATIVE else unfit).add(job.spec.id)
             else:
                 self._unwait(job)
                 self._start(job, placement)

@@ -1,13 +1,17 @@
 """A simulation scenario (`simulations/*.yaml`, schema in simulations/schema.json).
 
-Backend semantics, i.e. what differs between the three scheduler backends in the model:
+Backend semantics, i.e. what differs between the scheduler backends in the model:
 - `coscheduling`: gangctl's own quota admission unsuspends the job; the PodGroup then waits for
   nodes as long as it takes, holding its quota (scheduleTimeoutSeconds only retries the pods).
 - `kueue`: the same quota reservation, but a gang not running `podsReadyTimeoutSeconds` after
   admission is evicted and requeued at the back of its queue, freeing its quota (waitForPodsReady).
 - `volcano`: a gang is enqueued only when its quota AND free nodes both hold it (the enqueue action
   checks idle capacity), so waiting gangs never hold quota.
-In all three, admitted gangs are placed in admission order by whichever fits (no node reservation
+- `native` (Kubernetes 1.36 gang scheduling): admitted by gangctl's quota gate as `coscheduling`;
+  with the control plane's retries modelled, a gang that does not fit is tried again as soon as pods
+  leave a node (kube-scheduler's own requeueing), not only on a nudge or the periodic retry, since
+  no PreFilter rejects it on the gang's sum.
+In all of them, admitted gangs are placed in admission order by whichever fits (no node reservation
 for big gangs: small gangs may pass them), and preemption follows the quota policy file.
 """
 from __future__ import annotations
@@ -35,6 +39,7 @@ class Backend(str, Enum):
     COSCHEDULING = "coscheduling"
     KUEUE = "kueue"
     VOLCANO = "volcano"
+    NATIVE = "native"
 
 
 class PoolSpec(_Model):

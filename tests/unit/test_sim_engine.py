@@ -272,3 +272,11 @@ def test_a_gang_short_in_sum_waits_for_a_coscheduling_event():
     by = {o.id: o for o in simulate(sc, ONE_TEAM, arrives).outcomes}
     assert by["b"].start == 102                  # b first: the older PodGroup
     assert by["c"].start == 208                  # c: b's pods exit at 202, reported done 207, nudge 208
+
+
+def test_a_native_gang_short_in_sum_is_retried_when_pods_leave_a_node():
+    # The same gangs under Kubernetes' own gang scheduling: no PreFilter rejects b on its sum, and
+    # kube-scheduler requeues it when a's pods leave (t=100), without waiting for a nudge (106).
+    jobs = [job("a", 0, 100, nodes=2), job("b", 10, 100, nodes=2)]
+    sc = with_control_plane(scenario(nodes=2, backend="native"), finishSeconds=5, retrySeconds=1000)
+    assert {o.id: o for o in simulate(sc, ONE_TEAM, jobs).outcomes}["b"].start == 100
