@@ -13,11 +13,11 @@ import json
 
 from gangctl.plugins import base
 from gangctl.plugins.base import GangBackend
-from gangctl.plugins.names import (ANCESTOR_STEP, MANAGED_BY, MANAGER, RESULT_FINALIZER, SPEC_HASH, TRAINJOB_NAME,
-                                   child_job_name, child_labels)
+from gangctl.plugins.names import (ANCESTOR_STEP, JOB_INDEX, MANAGED_BY, MANAGER, RESULT_FINALIZER, SPEC_HASH,
+                                   TRAINJOB_NAME, child_job_name, child_labels)
 from gangctl.plugins.torch import torch_env
 from gangctl.policy.gang import Gang
-from gangctl.policy.resolve import NODE_CONTAINER, NODE_JOB, ResolvedJob
+from gangctl.policy.resolve import NODE_CONTAINER, NODE_JOB, ResolvedJob, ResolvedStep
 
 
 # A gang cannot make progress without all its members, so a pod on a lost node is evicted after a
@@ -126,6 +126,25 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
     if annotations:
         metadata["annotations"] = annotations
     return with_spec_hash({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec})
+
+
+def step_job(job: ResolvedJob, step: ResolvedStep, index: int, owner: dict) -> dict:
+    """Job `index` of one of the runtime's other replicated jobs (dataset-initializer, model-initializer),
+    as JobSet would make it: `<trainjob>-<step>-<index>`, the runtime's template with the TrainJob's
+    settings merged in, no gang (its pods are not the trainer's). It carries the result finalizer, so
+    a step that finished is read, never run again, until the TrainJob is done."""
+    template = copy.deepcopy(step.pod_template)
+    meta = template.setdefault("metadata", {})
+    labels = {**(step.job_metadata.get("labels") or {}), **child_labels(job.name, step.name), JOB_INDEX: str(index)}
+    meta["labels"] = {**(meta.get("labels") or {}), **child_labels(job.name, step.name), JOB_INDEX: str(index),
+                      ANCESTOR_STEP: labels.get(ANCESTOR_STEP, step.name)}
+    template.setdefault("spec", {}).setdefault("restartPolicy", "Never")
+    metadata = {"name": child_job_name(job.name, step.name, index), "namespace": job.namespace, "labels": labels,
+                "ownerReferences": [owner], "finalizers": [RESULT_FINALIZER]}
+    if step.job_metadata.get("annotations"):
+        metadata["annotations"] = dict(step.job_metadata["annotations"])
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
+            "spec": {**copy.deepcopy(step.job_spec), "template": template}}
 
 
 def gang_pod(meta: dict, spec: dict, labels: dict, annotations: dict, job, backend, scheduler_name: str) -> None:

@@ -30,7 +30,7 @@ from gangctl.plugins.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, T
 from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.torch import STORE_ROLE as TORCH_STORE_ROLE
 from gangctl.plugins.torch import rendezvous_store
-from gangctl.plugins.workload import headless_service, node_job, owner_reference, with_spec_hash
+from gangctl.plugins.workload import headless_service, node_job, owner_reference, step_job, with_spec_hash
 from gangctl.policy import elastic
 from gangctl.policy import status as st
 from gangctl.policy.failure import PodFailure, Restarts, classify, parse_failure_policy
@@ -251,10 +251,53 @@ def _decide(s: Snapshot) -> Plan:
         if wait > 0:   # a PriorityClass created just before the job may not be in the cache yet
             return dataclasses.replace(_not_created(s, "PriorityClassNotFound", missing), requeue_after=wait)
         return _fail(s, "JobRejected", missing)
+    first: list[Step] = []
+    if s.node_job is None and job.steps and not job.suspend:
+        first, waiting = _steps(s, job)
+        if waiting is not None:
+            return waiting
     plan = _run(s, job, backend, gang)
+    if first:
+        plan = dataclasses.replace(plan, steps=(*first, *plan.steps))
     if left is not None:  # come back when the deadline passes, if nothing else brings us back first
         plan = dataclasses.replace(plan, requeue_after=min(plan.requeue_after or left, left))
     return plan
+
+
+def _steps(s: Snapshot, job: ResolvedJob) -> tuple[list[Step], Plan | None]:
+    """The runtime's other replicated jobs (dataset-initializer, model-initializer), run as JobSet runs
+    them: each when the jobs it dependsOn are Complete (Ready: created), the trainer when its own
+    dependsOn are. Returns the steps' Jobs to create now, and the plan of a pass that must not start
+    the trainer yet (waiting, or a step failed: the TrainJob fails with that Job's reason)."""
+    by_name = {j["metadata"]["name"]: j for j in s.jobs}
+    owner = owner_reference(s.trainjob)
+    complete: set[str] = set()
+    created: set[str] = set()
+    creates: list[Step] = []
+    for step in job.steps:
+        names = [child_job_name(job.name, step.name, i) for i in range(max(1, step.replicas))]
+        seen = [st.ChildJob.from_job(by_name[n], step.name) for n in names if n in by_name]
+        failed = next((c for c in seen if c.failure), None)
+        if failed is not None:
+            reason, message = failed.failure  # type: ignore[misc]
+            return [], _fail(s, reason, f"Job {failed.name} ({step.name}) failed: {message or reason}; the trainer "
+                                        "did not start", metric=Metric("policy_failures", "inc", (reason,)))
+        if len(seen) == len(names):
+            created.add(step.name)
+            if all(c.complete for c in seen):
+                complete.add(step.name)
+        elif _met(step.depends_on, complete, created):
+            creates += [Create(JOBS, step_job(job, step, i, owner), rejectable=True)
+                        for i, n in enumerate(names) if n not in by_name]
+    if _met(job.depends_on, complete, created):
+        return creates, None
+    pending = [d.get("name", "") for d in job.depends_on if d.get("name") not in complete]
+    plan = _not_created(s, "Initializing", f"waiting for {', '.join(pending)} to complete before the trainer starts")
+    return creates, dataclasses.replace(plan, steps=(*creates, *plan.steps))
+
+
+def _met(depends_on: Iterable[dict], complete: set[str], created: set[str]) -> bool:
+    return all(d.get("name") in (created if d.get("status") == "Ready" else complete) for d in depends_on)
 
 
 def _deadline_left(s: Snapshot, job: ResolvedJob) -> float | None:

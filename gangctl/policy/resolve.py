@@ -78,6 +78,7 @@ class ResolvedJob:
     job_metadata: dict = field(default_factory=dict)  # labels/annotations for the node Job: the runtime's
     # template.metadata, then its node job's template.metadata, then runtimePatches' (same order)
     steps: tuple[ResolvedStep, ...] = ()  # the runtime's other replicated jobs, in its order
+    depends_on: tuple[dict, ...] = ()   # the node job's JobSet dependsOn ({name, status}): when it starts
     initializer: dict | None = None     # spec.initializer as given ({dataset: {...}, model: {...}})
     active_deadline_seconds: int | None = None  # spec.activeDeadlineSeconds
     group_name: str | None = None       # the gang group's name when not the job's (see gang_name)
@@ -172,6 +173,7 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
         elastic=elastic or None,
         job_metadata=job_metadata,
         steps=tuple(part.step() for name, part in jobs.items() if name != NODE_JOB),
+        depends_on=node.depends_on,
         initializer=copy.deepcopy(spec["initializer"]) if spec.get("initializer") else None,
         active_deadline_seconds=spec.get("activeDeadlineSeconds"),
         env_containers=tuple(name for target in (torch.get("envInjection") or {}).get("targets") or []

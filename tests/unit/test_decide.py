@@ -358,3 +358,72 @@ def test_a_trainjob_managed_by_kubeflow_trainer_is_left_to_trainer():
     assert decide(snap(trainjob(managedBy="trainer.kubeflow.org/trainjob-controller"))).steps == ()
     assert decide(snap(trainjob(managedBy="gangctl.io/controller"))).of(Apply)
     assert decide(snap(trainjob())).of(Apply)
+
+
+# --- initializers: the runtime's other replicated jobs run before the trainer -----------------------
+def with_initializers() -> dict:
+    """The runtime with Trainer's two initializer jobs: model after dataset, the trainer after both."""
+    rt = copy.deepcopy(RUNTIME)
+    jobs = rt["spec"]["template"]["spec"]["replicatedJobs"]
+
+    def step(name: str, depends: list[str]) -> dict:
+        out = {"name": name, "replicas": 1,
+               "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": name}},
+                            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+                                {"name": name, "image": "initializer:v1",
+                                 "volumeMounts": [{"name": "initializer", "mountPath": "/workspace"}]}]}}}}}
+        if depends:
+            out["dependsOn"] = [{"name": d, "status": "Complete"} for d in depends]
+        return out
+    jobs[0]["dependsOn"] = [{"name": "dataset-initializer", "status": "Complete"},
+                            {"name": "model-initializer", "status": "Complete"}]
+    rt["spec"]["template"]["spec"]["replicatedJobs"] = [step("dataset-initializer", []),
+                                                        step("model-initializer", ["dataset-initializer"]), *jobs]
+    return rt
+
+
+def step_child(name: str, conditions: list[dict] | None = None) -> dict:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": f"llm-{name}-0", "namespace": "team-a", "uid": f"{name}-uid",
+                         "finalizers": [RESULT_FINALIZER], "labels": {TRAINJOB_NAME: "llm"}},
+            "spec": {"parallelism": 1}, "status": {"conditions": conditions or []}}
+
+
+def test_initializers_run_in_order_before_the_trainer():
+    rt = with_initializers()
+    tj = trainjob(initializer={"dataset": {"storageUri": "hf://tatsu-lab/alpaca"}})
+    first = decide(snap(tj, rt=rt))
+    created = [c.obj for c in first.of(Create)]
+    assert [o["metadata"]["name"] for o in created] == ["llm-dataset-initializer-0"], "model waits for dataset"
+    dataset = created[0]
+    container = dataset["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "STORAGE_URI", "value": "hf://tatsu-lab/alpaca"} in container["env"]
+    assert dataset["spec"]["template"]["metadata"]["labels"]["trainer.kubeflow.org/trainjob-ancestor-step"] == \
+        "dataset-initializer", "the SDK finds the step's pods by this label"
+    assert dataset["metadata"]["ownerReferences"][0]["uid"] == "tj-1"
+    assert "schedulerName" not in dataset["spec"]["template"]["spec"], "an initializer is not part of the gang"
+    assert not first.of(Apply), "no gang and no trainer Job before the initializers are done"
+    gang = first.status["gang"]
+    assert (gang["state"], gang["reason"]) == ("Pending", "Initializing")
+    assert "dataset-initializer, model-initializer" in gang["message"]
+
+    done = [step_child("dataset-initializer", COMPLETE)]
+    second = decide(snap(trainjob(status=first.status, **tj["spec"]), rt=rt, jobs=tuple(done)))
+    assert [c.obj["metadata"]["name"] for c in second.of(Create)] == ["llm-model-initializer-0"]
+    assert not second.of(Apply)
+
+    done.append(step_child("model-initializer", COMPLETE))
+    third = decide(snap(trainjob(status=second.status, **tj["spec"]), rt=rt, jobs=tuple(done)))
+    assert not third.of(Create), "a finished step is never run again"
+    assert [a.obj["kind"] for a in third.of(Apply)] == ["Service", "PodGroup", "Job"], "now the gang and the trainer"
+
+
+def test_a_failed_initializer_fails_the_trainjob_with_its_reason_and_the_trainer_never_starts():
+    rt = with_initializers()
+    failed = step_child("dataset-initializer", [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                                                 "message": "Job has reached the specified backoff limit"}])
+    plan = decide(snap(trainjob(), rt=rt, jobs=(failed,)))
+    cond = condition(plan.status, "Failed")
+    assert cond["status"] == "True" and cond["reason"] == "BackoffLimitExceeded"
+    assert "llm-dataset-initializer-0 (dataset-initializer) failed" in cond["message"]
+    assert not plan.of(Apply) and not plan.of(Create)
