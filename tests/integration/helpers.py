@@ -254,3 +254,18 @@ def user_kubeconfig(admin: Path, path: Path, user: dict) -> Path:
         "users": [{"name": "sa", "user": user}],
         "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa"}}]}))
     return path
+
+
+async def report_failed(kube, namespace: str, pod: str, exit_code: int) -> None:
+    """Report the pod's container as exited with `exit_code` (a kubelet's status update)."""
+    current = await kube.get(PODS.path(namespace, pod))
+    now = current["status"].get("startTime")
+    container = current["spec"]["containers"][0]["name"]
+    conditions = [c for c in current["status"].get("conditions") or [] if c["type"] not in ("Ready", "ContainersReady")]
+    conditions += [{"type": t, "status": "False", "lastTransitionTime": now} for t in ("Ready", "ContainersReady")]
+    await kube.merge_patch(PODS.path(namespace, pod, "status"), {"status": {
+        "phase": "Failed", "conditions": conditions,
+        "containerStatuses": [{"name": container, "image": current["spec"]["containers"][0]["image"], "imageID": "",
+                               "ready": False, "restartCount": 0,
+                               "state": {"terminated": {"exitCode": exit_code, "reason": "Error",
+                                                        "startedAt": now, "finishedAt": now}}}]}})

@@ -19,7 +19,7 @@ from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, PODS, TRAINJO
 from gangctl.kube.client import ApiError
 from tests.integration.conftest import wait_ready
 from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, condition, eventually, get_trainjob, is_true, jobs_in,
-                                       on_kwok_nodes, pods_of, settled, submit, trainjob)
+                                       on_kwok_nodes, pods_of, report_failed, settled, submit, trainjob)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -267,21 +267,6 @@ async def evict_and_finish(kube, namespace: str, pod: str) -> None:
 async def evict(kube, namespace: str, pod: str) -> None:
     await kube.create(PODS.path(namespace, pod, "eviction"), {
         "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}})
-
-
-async def report_failed(kube, namespace: str, pod: str, exit_code: int) -> None:
-    """Report the pod's container as exited with `exit_code` (a kubelet's status update)."""
-    current = await kube.get(PODS.path(namespace, pod))
-    now = current["status"].get("startTime")
-    container = current["spec"]["containers"][0]["name"]
-    conditions = [c for c in current["status"].get("conditions") or [] if c["type"] not in ("Ready", "ContainersReady")]
-    conditions += [{"type": t, "status": "False", "lastTransitionTime": now} for t in ("Ready", "ContainersReady")]
-    await kube.merge_patch(PODS.path(namespace, pod, "status"), {"status": {
-        "phase": "Failed", "conditions": conditions,
-        "containerStatuses": [{"name": container, "image": current["spec"]["containers"][0]["image"], "imageID": "",
-                               "ready": False, "restartCount": 0,
-                               "state": {"terminated": {"exitCode": exit_code, "reason": "Error",
-                                                        "startedAt": now, "finishedAt": now}}}]}})
 
 
 async def test_a_concurrent_status_writer_never_makes_the_budget_count_twice_or_roll_back(kube, controller, namespace,
