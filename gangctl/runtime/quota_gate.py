@@ -1,4 +1,4 @@
-"""gangctl's own quota admission for the coscheduling backend (scheduler-plugins has no quotas).
+"""gangctl's own quota admission for the backends without a quota system (coscheduling, native).
 
 The decisions are `gangctl.policy.quota_coscheduling.plan`, i.e. `admission.decide`, the code the
 simulator runs; this module is the I/O around it:
