@@ -21,8 +21,10 @@ from gangctl.cluster.build import BuildError, pinned_version
 from gangctl.config import ClusterSettings
 from gangctl.processes import running, running_from
 
-# kube-apiserver flags of a cluster made for the native gang backend (gangctl.cluster.native): only
-# the apiserver gets the gates; the base scheduler (scheduler-plugins, older libraries) knows none of them.
+# kube-apiserver flags of a cluster made for the native gang backend (gangctl.cluster.native). The
+# apiserver and kube-controller-manager get the gates (the apiserver's PodGroupProtection admission
+# puts a finalizer on every PodGroup that only the controller-manager's controller of that name lifts);
+# the base scheduler (scheduler-plugins, older libraries) knows none of them.
 NATIVE_GANG_ARGS = {"feature-gates": "GenericWorkload=true,GangScheduling=true",
                     "runtime-config": "scheduling.k8s.io/v1alpha2=true"}
 # kube-controller-manager settings that make node loss visible in seconds, not minutes.
@@ -177,7 +179,11 @@ class LocalCluster:
                                **(NATIVE_GANG_ARGS if self.native_gangs else {})},
             # One controller-manager, nothing to elect; with election on it exits when an apiserver
             # restart outlasts its renew deadline, and no kubelet is here to start it again.
-            "kube-controller-manager": {"bind-address": LOOPBACK, "leader-elect": "false", **NODE_MONITOR_ARGS},
+            "kube-controller-manager": {"bind-address": LOOPBACK, "leader-elect": "false", **NODE_MONITOR_ARGS,
+                                        # its PodGroupProtection controller lifts the finalizer the
+                                        # apiserver stamps on every PodGroup: without it none is ever deleted
+                                        **({"feature-gates": NATIVE_GANG_ARGS["feature-gates"]}
+                                           if self.native_gangs else {})},
             "kube-scheduler": {"bind-address": LOOPBACK},
             "kwok-controller": {"server-address": f"{LOOPBACK}:{ports.kwok}", "manage-all-nodes": "false",
                                 "manage-nodes-with-annotation-selector": annotation,
@@ -291,6 +297,9 @@ class LocalCluster:
                 log.write(f"[gangctl] {name} exited with {child.returncode} while starting (attempt "
                           f"{attempt} of {RESTART_ATTEMPTS}); starting it again\n".encode())
             time.sleep(attempt)
+        else:
+            raise ClusterError(f"{name} exited each of the {RESTART_ATTEMPTS} times it was started again; "
+                               f"its log says why: {self.logs_dir / (name + '.log')}")
         return child.pid
 
     def components(self) -> list[dict]:

@@ -22,8 +22,10 @@ from gangctl.processes import free_ports
 NATIVE_SCHEDULER = "native-gang-scheduler"
 
 
-def configuration() -> dict:
+def configuration(kubeconfig: Path) -> dict:
+    # With --config, kube-scheduler ignores --kubeconfig: the configuration names it.
     return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig)},
             "leaderElection": {"leaderElect": False},
             "profiles": [{"schedulerName": NATIVE_SCHEDULER}]}
 
@@ -36,8 +38,8 @@ def process(settings: ClusterSettings, bin_dir: Path, kubeconfig: Path) -> tuple
     (port,) = free_ports(1)
     conf = state / "native-scheduler-config.yaml"
     conf.parent.mkdir(parents=True, exist_ok=True)
-    conf.write_text(yaml.safe_dump(configuration(), sort_keys=False))
-    argv = [str(bin_dir / "kube-scheduler"), f"--config={conf}", f"--kubeconfig={kubeconfig}",
+    conf.write_text(yaml.safe_dump(configuration(kubeconfig), sort_keys=False))
+    argv = [str(bin_dir / "kube-scheduler"), f"--config={conf}",
             f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
             f"--feature-gates={NATIVE_GANG_ARGS['feature-gates']}", "--bind-address=127.0.0.1", f"--secure-port={port}",
             f"--cert-dir={state / 'native-scheduler-certs'}", "-v=2"]

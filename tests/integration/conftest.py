@@ -16,6 +16,7 @@ import pytest_asyncio
 
 from gangctl.api.resources import NODES
 from gangctl.cluster.lifecycle import UpOptions, down, process_node_state, start_process_nodes, up
+from gangctl.cluster.local import LocalCluster
 from gangctl.config import ClusterSettings
 from gangctl.kube.client import Kube
 from gangctl.processes import ControllerProcess
@@ -25,6 +26,25 @@ pytestmark = pytest.mark.integration
 
 GPU_NODES = 64
 GPUS_PER_NODE = 8
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+LOG_TAIL = 12  # lines of each control-plane log shown under a failed test
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test on the session cluster shows the end of each control-plane component's log (a
+    component that died says why there), since the cluster and its logs go when the session ends."""
+    outcome = yield
+    report = outcome.get_result()
+    settings = item.funcargs.get("cluster_settings") if hasattr(item, "funcargs") else None
+    if not report.failed or not isinstance(settings, ClusterSettings):
+        return
+    logs = LocalCluster(settings, Path("/nonexistent")).logs_dir
+    for name in CONTROL_PLANE:
+        log = logs / f"{name}.log"
+        if log.exists():
+            lines = log.read_bytes()[-64_000:].decode(errors="replace").splitlines()[-LOG_TAIL:]
+            report.sections.append((f"{name} log, last {LOG_TAIL} lines ({log})", "\n".join(lines)))
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from gangctl.api.resources import JOBS, NATIVE_POD_GROUPS, PODS, TRAINJOBS
+from gangctl.api.resources import JOBS, NAMESPACES, NATIVE_POD_GROUPS, PODS, TRAINJOBS
 from gangctl.cluster.native import NATIVE_SCHEDULER
 from gangctl.kube.client import Kube
 from gangctl.plugins.native import Native
@@ -38,6 +38,8 @@ def native_cluster():
 @pytest.fixture
 async def kube(native_cluster):
     k = await Kube.connect(native_cluster[1])
+    await k.apply(NAMESPACES.path(name=NS), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+                  "gangctl-tests")
     yield k
     await k.close()
 
@@ -135,7 +137,8 @@ async def test_the_same_jobs_never_exceed_the_policy(native_controller, kube):
     await assert_same_jobs_within_policy(kube)
 
     async def no_podgroups() -> bool:
-        return all((await kube.get(NATIVE_POD_GROUPS.path(ns)))["items"] == [] for ns in TEAMS.values())
+        left = [pg for ns in TEAMS.values() for pg in (await kube.get(NATIVE_POD_GROUPS.path(ns)))["items"]]
+        return not left
     await eventually(no_podgroups, 30, "every finished job's PodGroup deleted")
 
 
