@@ -68,6 +68,8 @@ async def finish_terminating_pods(kube, namespace: str) -> None:
     for tj in (await kube.get(f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs"))["items"]:
         await kube.delete(f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/"
                           f"{tj['metadata']['name']}", propagation="Background")
+    # The test is over: its pods go now, not after KWOK's 30 s termination grace (kubelet's SIGKILL).
+    await kube.request("DELETE", PODS.path(namespace), body={"gracePeriodSeconds": 0})
 
     async def none_left() -> bool:
         pods = (await kube.get(PODS.path(namespace)))["items"]
