@@ -181,6 +181,8 @@ async def empty_teams(kube: Kube, *namespaces: str) -> None:
 
     for ns in namespaces:
         await kube.request("DELETE", TRAINJOBS.path(ns), body={"propagationPolicy": "Background"})
+        # Their pods go now, not after KWOK's 30 s termination grace (kubelet's SIGKILL).
+        await kube.request("DELETE", PODS.path(ns), body={"gracePeriodSeconds": 0})
 
     async def idle() -> bool:
         for ns in namespaces:

@@ -122,6 +122,11 @@ async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(
     assert await gone(kube, NATIVE_POD_GROUPS.path(ns, "a-waits")), "a job waiting for quota has no PodGroup"
 
     await kube.delete(TRAINJOBS.path(ns, "a-big"))
+    # The PodGroup's protection finalizer holds it until no running pod names it: once the Job is gone
+    # (nothing recreates them), its pods go at once (kubelet's SIGKILL), not after KWOK's 30 s grace.
+    await eventually(lambda: gone(kube, JOBS.path(ns, "a-big-node-0")), 30, "a-big's Job deleted with it")
+    await kube.request("DELETE", PODS.path(ns), body={"gracePeriodSeconds": 0},
+                       params={"labelSelector": "jobset.sigs.k8s.io/jobset-name=a-big"})
     await eventually(lambda: gone(kube, NATIVE_POD_GROUPS.path(ns, "a-big")), 30, "a-big's PodGroup deleted with it")
     await eventually(lambda: running(kube, ns, "a-waits"), 90, "a-waits running once a-big's quota is free")
     await kube.delete(TRAINJOBS.path(ns, "a-waits"))
