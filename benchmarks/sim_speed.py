@@ -34,7 +34,7 @@ from gangctl.sim.generate import Shape, generate
 from gangctl.sim.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET_JOBS_PER_SECOND = 5_000
+TARGET_JOBS_PER_SECOND = 10_000  # issue 14: at least 10,000 simulated jobs per CPU second at 20,000 jobs
 # Job shares per team: proportional to their nominal GPU quota (steady queues), or "skewed": the
 # eval team (32 GPUs nominal) submits 3/8 of the jobs, so its queue grows for the whole run.
 TEAM_MIXES = {"quota": {"ml-a": 2, "ml-b": 2, "prod": 3, "eval": 1},
