@@ -36,6 +36,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -151,12 +152,16 @@ async def apiserver_requests(kube: Kube) -> dict[str, float] | None:
 
 
 async def measure(kubeconfig: Path, jobs: int, nodes: int, gpus: int, concurrency: int, timeout: float,
-                  procs: dict[str, int], cluster_pids: dict[str, int], res: Result) -> None:
+                  procs: dict[str, int], cluster_pids: dict[str, int], res: Result, *,
+                  collection: str = TRAINJOBS.path(namespace=NAMESPACE),
+                  make: Callable[[str, int, int], dict] = trainjob, pod_label: str = JOBSET_NAME_LABEL) -> None:
+    """Submit `jobs` objects made by `make(name, nodes, gpus)` to `collection` and watch their pods
+    (labelled `pod_label` = the job's name) until all are bound; fills `res`."""
     kube = await Kube.connect(kubeconfig)
     try:
         await kube.apply(NAMESPACES.path(name=NAMESPACE),
                          {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}, "bench")
-        listing = await kube.get(PODS.path(namespace=NAMESPACE), labelSelector=JOBSET_NAME_LABEL)
+        listing = await kube.get(PODS.path(namespace=NAMESPACE), labelSelector=pod_label)
         rv = listing["metadata"]["resourceVersion"]
         expected = jobs * nodes
         created: dict[str, float] = {}
@@ -169,7 +174,7 @@ async def measure(kubeconfig: Path, jobs: int, nodes: int, gpus: int, concurrenc
             nonlocal rv
             while not done.is_set():
                 try:
-                    async for ev in kube.watch(PODS.path(namespace=NAMESPACE), rv, label_selector=JOBSET_NAME_LABEL):
+                    async for ev in kube.watch(PODS.path(namespace=NAMESPACE), rv, label_selector=pod_label):
                         obj = ev["object"]
                         if ev["type"] == "BOOKMARK":
                             rv = obj["metadata"]["resourceVersion"]
@@ -180,7 +185,7 @@ async def measure(kubeconfig: Path, jobs: int, nodes: int, gpus: int, concurrenc
                         rv = obj["metadata"]["resourceVersion"]
                         uid = obj["metadata"]["uid"]
                         created.setdefault(uid, now)
-                        pod_job[uid] = obj["metadata"]["labels"].get(JOBSET_NAME_LABEL, "")
+                        pod_job[uid] = obj["metadata"]["labels"].get(pod_label, "")
                         if obj["spec"].get("nodeName"):
                             bound.setdefault(uid, now)
                         if len(created) >= expected and len(bound) >= expected:
@@ -202,14 +207,14 @@ async def measure(kubeconfig: Path, jobs: int, nodes: int, gpus: int, concurrenc
             async with sem:
                 submitted[name] = time.monotonic()
                 try:
-                    await kube.create(TRAINJOBS.path(namespace=NAMESPACE), trainjob(name, nodes, gpus))
+                    await kube.create(collection, make(name, nodes, gpus))
                 except ApiError as err:
                     res.create_errors += 1
                     say(f"create {name} failed: {err}")
 
         await asyncio.gather(*(submit(i) for i in range(jobs)))
         res.submit_s = time.monotonic() - t0
-        say(f"{jobs} TrainJobs submitted in {res.submit_s:.1f}s; waiting for {expected} pods bound")
+        say(f"{jobs} {make('x', 1, 1)['kind']}s submitted in {res.submit_s:.1f}s; waiting for {expected} pods bound")
         last_report = time.monotonic()
         while not done.is_set():
             if watcher.done():
@@ -370,12 +375,12 @@ ROWS = [
 ]
 
 
-def table(results: list[Result]) -> str:
+def table(results: list[Result], kind: str = "TrainJob") -> str:
     heads = ["metric"] + [r.controller for r in results] + (["ratio gangctl/peer"] if len(results) == 2 else [])
     lines = []
     for label, key, fmt in ROWS:
         vals = [getattr(r, key) for r in results]
-        cells = [label] + ["—" if v is None else fmt.format(v) for v in vals]
+        cells = [label.replace("TrainJob", kind)] + ["—" if v is None else fmt.format(v) for v in vals]
         if len(results) == 2:
             a, b = vals
             cells.append("—" if a is None or b in (None, 0) else f"{a / b:.2f}")

@@ -226,7 +226,11 @@ TRAINER = GoModule("trainer", (
     Tool("github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager", "trainer-controller-manager"),
 ))
 JOBSET = GoModule("jobset", (Tool("sigs.k8s.io/jobset", "jobset"),))
-PEER_MODULES = {"trainer": TRAINER, "jobset": JOBSET}
+# Training Operator v1 (PyTorchJob), the peer of benchmarks/pytorchjob_peer.py.
+TRAINING_OPERATOR = GoModule("training-operator", (
+    Tool("github.com/kubeflow/training-operator/cmd/training-operator.v1", "training-operator"),
+))
+PEER_MODULES = {"trainer": TRAINER, "jobset": JOBSET, "training-operator": TRAINING_OPERATOR}
 
 
 # helm renders the chart deploy/helm/gangctl (tests/unit/test_deploy.py compares it with the kustomize
