@@ -105,14 +105,28 @@ def _stays_up(child: subprocess.Popen, port: int | None, timeout: float = 60) ->
     while time.monotonic() < deadline:
         if child.poll() is not None:
             return False
-        if port:
-            try:
-                with socket.create_connection((LOOPBACK, port), timeout=0.5):
-                    return True
-            except OSError:
-                pass
+        if port and _accepts(port) and child.poll() is None:
+            return True
         time.sleep(0.1)
     return child.poll() is None
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _wait_port_released(port: int, timeout: float = 30) -> None:
+    """Wait until nothing accepts connections on `port`. A killed multi-threaded process shows as a
+    zombie while its other threads still exit, and its listening socket keeps completing handshakes
+    until the last one is gone: a successor started then fails to bind, and a connect test would
+    take the dying socket for the successor's."""
+    deadline = time.monotonic() + timeout
+    while _accepts(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 class ClusterError(RuntimeError):
@@ -284,6 +298,8 @@ class LocalCluster:
             while running(pid):
                 time.sleep(0.05)
         port = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--secure-port=")), None)
+        if port:
+            _wait_port_released(port)
         for attempt in range(1, RESTART_ATTEMPTS + 1):
             with (self.logs_dir / f"{name}.log").open("ab") as log:
                 child = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
