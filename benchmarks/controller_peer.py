@@ -425,7 +425,7 @@ def main() -> int:
         "gpu_nodes": args.gpu_nodes, "gpus_per_node": args.gpus_per_node, "gpus_per_pod": args.gpus_per_pod,
         "create_concurrency": args.concurrency,
         "kubernetes": pinned_version(integrations / "controlplane", "k8s.io/kubernetes"),
-        "scheduler_plugins": pinned_version(integrations / "controlplane", "sigs.k8s.io/scheduler-plugins"),
+        "scheduler_plugins": pinned_version(integrations / "coscheduling", "sigs.k8s.io/scheduler-plugins"),
         "etcd": pinned_version(integrations / "controlplane", "go.etcd.io/etcd/server/v3"),
         "kwok": pinned_version(integrations / "kwok", "sigs.k8s.io/kwok"),
         "go": subprocess.run([shutil.which("go") or "go", "env", "GOVERSION"], capture_output=True, text=True).stdout.strip(),
