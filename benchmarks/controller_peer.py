@@ -286,6 +286,28 @@ async def apply_runtime(kubeconfig: Path, runtime: dict) -> None:
         await kube.close()
 
 
+def start_gangctl(settings: ClusterSettings, kubeconfig: Path) -> subprocess.Popen:
+    """`gangctl controller` from this tree against the cluster, once its /readyz answers."""
+    port = free_port()
+    log = (settings.cache_dir / "bench-gangctl-controller.log").open("wb")
+    controller = subprocess.Popen([str(REPO / ".venv" / "bin" / "gangctl"), "controller", "--metrics-port", str(port)],
+                                  env=dict(os.environ, KUBECONFIG=str(kubeconfig)), stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    wait_http_ok(f"http://127.0.0.1:{port}/readyz", 60, "gangctl controller", lambda: controller.poll() is None)
+    say(f"gangctl controller running (pid {controller.pid})")
+    return controller
+
+
+def stop_gangctl(controller: subprocess.Popen | None) -> None:
+    if controller is None:
+        return
+    controller.terminate()
+    try:
+        controller.wait(15)
+    except subprocess.TimeoutExpired:
+        controller.kill()
+
+
 def run_gangctl(args: argparse.Namespace, res_version: str) -> Result:
     settings = ClusterSettings(cluster_name=f"{args.cluster_prefix}-gangctl")
     lifecycle.down(settings, lambda m: None)
@@ -295,24 +317,13 @@ def run_gangctl(args: argparse.Namespace, res_version: str) -> Result:
     try:
         rt = next(d for d in setup.load_manifests(settings.deploy_dir / "runtimes") if d["metadata"]["name"] == RUNTIME)
         asyncio.run(apply_runtime(cluster.kubeconfig, with_kwok_delay(rt)))
-        port = free_port()
-        log = (settings.cache_dir / "bench-gangctl-controller.log").open("wb")
-        controller = subprocess.Popen([str(REPO / ".venv" / "bin" / "gangctl"), "controller", "--metrics-port", str(port)],
-                                      env=dict(os.environ, KUBECONFIG=str(cluster.kubeconfig)), stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
-        wait_http_ok(f"http://127.0.0.1:{port}/readyz", 60, "gangctl controller", lambda: controller.poll() is None)
-        say(f"gangctl controller running (pid {controller.pid})")
+        controller = start_gangctl(settings, cluster.kubeconfig)
         res = Result("gangctl", res_version, args.jobs, args.jobs * args.nodes)
         asyncio.run(measure(cluster.kubeconfig, args.jobs, args.nodes, args.gpus_per_pod, args.concurrency,
                             args.timeout, {"gangctl": controller.pid}, cluster_pids(settings), res))
         return res
     finally:
-        if controller is not None:
-            controller.terminate()
-            try:
-                controller.wait(15)
-            except subprocess.TimeoutExpired:
-                controller.kill()
+        stop_gangctl(controller)
         if not args.keep:
             lifecycle.down(settings, say)
 
@@ -397,14 +408,15 @@ def table(results: list[Result], kind: str = "TrainJob") -> str:
     return "\n".join(out)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--jobs", type=int, default=200, help="TrainJobs submitted in one burst")
-    ap.add_argument("--nodes", type=int, default=4, help="numNodes of each TrainJob (pods per gang)")
+def parse_args(doc: str, kind: str) -> argparse.Namespace:
+    """The command line both peer benchmarks share (`kind`: TrainJob or PyTorchJob), checked."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=200, help=f"{kind}s submitted in one burst")
+    ap.add_argument("--nodes", type=int, default=4, help=f"pods per {kind} (one gang)")
     ap.add_argument("--gpu-nodes", type=int, default=100, help="KWOK GPU nodes in each cluster")
     ap.add_argument("--gpus-per-node", type=int, default=8)
     ap.add_argument("--gpus-per-pod", type=int, default=1)
-    ap.add_argument("--concurrency", type=int, default=16, help="TrainJob creates in flight")
+    ap.add_argument("--concurrency", type=int, default=16, help=f"{kind} creates in flight")
     ap.add_argument("--timeout", type=float, default=300, help="seconds to wait for all pods bound, per side")
     ap.add_argument("--only", choices=["gangctl", "peer"], help="run one side only")
     ap.add_argument("--cluster-prefix", default="gangctl-bench")
@@ -417,7 +429,11 @@ def main() -> int:
     if demand > args.gpu_nodes * args.gpus_per_node:
         ap.error(f"{demand} GPUs asked for but the cluster has {args.gpu_nodes * args.gpus_per_node}: "
                  "every gang must fit at once")
+    return args
 
+
+def main() -> int:
+    args = parse_args(__doc__, "TrainJob")
     integrations = REPO / "integrations"
     conditions = {
         "machine": machine(),

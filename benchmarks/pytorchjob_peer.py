@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -33,14 +32,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from controller_peer import (KWOK_COMPLETE_DELAY, NAMESPACE, Result, build_progress, cluster_pids,  # noqa: E402
-                             gpu_nodes, machine, measure, say, table)
+                             gpu_nodes, machine, measure, parse_args, say, start_gangctl, stop_gangctl, table)
 from gangctl.api.resources import PYTORCHJOBS  # noqa: E402
 from gangctl.cluster import lifecycle  # noqa: E402
 from gangctl.cluster.build import pinned_version  # noqa: E402
 from gangctl.cluster.local import KWOK_NODE_SELECTOR, KWOK_TOLERATION  # noqa: E402
 from gangctl.config import ClusterSettings  # noqa: E402
 from gangctl.harness import peer, training_operator  # noqa: E402
-from gangctl.processes import free_port, wait_http_ok  # noqa: E402
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 
@@ -71,12 +69,7 @@ def run(args: argparse.Namespace, measure_kw: dict, side: str, version: str) -> 
         if side == "gangctl":
             cluster = lifecycle.up(settings, lifecycle.UpOptions(gpu_nodes=args.gpu_nodes,
                                                                  gpus_per_node=args.gpus_per_node), say)
-            port = free_port()
-            log = (settings.cache_dir / "bench-gangctl-controller.log").open("wb")
-            controller = subprocess.Popen([str(REPO / ".venv" / "bin" / "gangctl"), "controller", "--metrics-port",
-                                           str(port)], env=dict(os.environ, KUBECONFIG=str(cluster.kubeconfig)),
-                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            wait_http_ok(f"http://127.0.0.1:{port}/readyz", 60, "gangctl controller", lambda: controller.poll() is None)
+            controller = start_gangctl(settings, cluster.kubeconfig)
             pids = {"gangctl": controller.pid}
         else:  # the base cluster as `cluster up` makes it, without gangctl's CRDs: the peer brings its own
             cluster = lifecycle.local_cluster(settings)
@@ -89,34 +82,13 @@ def run(args: argparse.Namespace, measure_kw: dict, side: str, version: str) -> 
                             args.timeout, pids, cluster_pids(settings), res, **measure_kw))
         return res
     finally:
-        if controller is not None:
-            controller.terminate()
-            try:
-                controller.wait(15)
-            except subprocess.TimeoutExpired:
-                controller.kill()
+        stop_gangctl(controller)
         if not args.keep:
             lifecycle.down(settings, say)  # stops training-operator too (it runs from the scheduler state folder)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--jobs", type=int, default=200, help="PyTorchJobs submitted in one burst")
-    ap.add_argument("--nodes", type=int, default=4, help="pods per PyTorchJob (1 Master + Workers)")
-    ap.add_argument("--gpu-nodes", type=int, default=100, help="KWOK GPU nodes in each cluster")
-    ap.add_argument("--gpus-per-node", type=int, default=8)
-    ap.add_argument("--gpus-per-pod", type=int, default=1)
-    ap.add_argument("--concurrency", type=int, default=16, help="PyTorchJob creates in flight")
-    ap.add_argument("--timeout", type=float, default=300, help="seconds to wait for all pods bound, per side")
-    ap.add_argument("--only", choices=["gangctl", "peer"], help="run one side only")
-    ap.add_argument("--cluster-prefix", default="gangctl-bench")
-    ap.add_argument("--keep", action="store_true", help="leave the clusters running (default: delete them)")
-    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON ('-' for stdout)")
-    args = ap.parse_args()
-    if not args.cluster_prefix.startswith("gangctl-bench"):
-        ap.error("--cluster-prefix must start with gangctl-bench")
-    if args.jobs * args.nodes * args.gpus_per_pod > args.gpu_nodes * args.gpus_per_node:
-        ap.error("every gang must fit at once: raise --gpu-nodes")
+    args = parse_args(__doc__, "PyTorchJob")
 
     integrations = REPO / "integrations"
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
