@@ -19,6 +19,12 @@ What one pass does, in order (docs/pytorchjob.md):
   trailing workers with no node (lost, or unschedulable for a few seconds) are cut, and one is added
   back at a time while all are healthy. A resize is written alone to the annotation
   `gangctl.io/elastic` (guarded by resourceVersion); the next pass applies the Job at that size.
+- **Quota** (namespaces a quota policy names, backends gangctl gates: coscheduling, native): the
+  job asks the quota gate (`gangctl.runtime.quota_gate`, shared with TrainJobs) for what it will
+  run (every replica; an elastic job its floor) and is held like a suspended one (child Jobs
+  suspended, no PodGroup, `Suspended=True` with the gate's reason) until admitted. An admitted
+  elastic Worker-only job runs at most the workers it was admitted with and may be granted more;
+  one with a Master runs at its floor.
 - **Otherwise**: apply the per-pod Services, the backend's group (PodGroup minMember = the
   PyTorchJob's gang floor), one Indexed Job per replica type, stamp each pod's RANK and
   replica-index labels (lifting the RANK scheduling gate), and report v1's status.
@@ -44,10 +50,12 @@ from gangctl.policy import elastic
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store
-from gangctl.policy.decide import (Apply, Delete, Event, Metric, Patch, Plan, Step, WriteStatus, ensure_store,
-                                   cache_grace_left, missing_priority_class, store_pods)
+from gangctl.policy.decide import (Apply, Delete, Event, GateForget, GateIntent, GateMayGrow, GateView, GateWants,
+                                   Metric, Patch, Plan, Step, WriteStatus, cache_grace_left, ensure_store,
+                                   missing_priority_class, store_pods)
 from gangctl.policy.failure import PodFailure, Restarts, classify
 from gangctl.policy.failure import decide as judge
+from gangctl.policy.quota_coscheduling import NodeRange
 
 # runPolicy.managedBy values gangctl serves: unset, and Training Operator's own name (what v1 manifests
 # and the v1 SDK write). Any other manager's jobs are left alone.
@@ -73,6 +81,7 @@ class Snapshot:
     services: tuple[dict, ...] = ()        # Services labelled with the PyTorchJob's name
     groups: Mapping[str, dict | None] = field(default_factory=dict)   # backend -> its group (see decide)
     priority_classes: frozenset[str] | None = None   # the PriorityClasses that exist (None: not checked)
+    gate: GateView | None = None           # None: no quota gate governs this namespace
 
 
 def decide(s: Snapshot) -> Plan:
@@ -122,7 +131,54 @@ def _decide(s: Snapshot) -> Plan:
             if (wait := cache_grace_left(s.pytorchjob, s.now)) > 0:  # type: ignore[arg-type]
                 return Plan(requeue_after=wait)   # the PriorityClass may be newer than the cache
             return _fail(s, job, f"spec.pytorchReplicaSpecs.{group.replica_type}.template.spec.{missing}")
-    return _run(s, job, gang, backend, current)
+    quota = _quota(s, job, gang, backend)
+    return dataclasses.replace(_run(s, job, gang, backend, current, quota), gate=quota.intents)
+
+
+# --- quota --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Quota:
+    """What the quota gate's answer means for this pass."""
+
+    held: tuple[str, str] | None = None   # the gate holds the job: the Suspended (reason, message)
+    max_workers: int | None = None        # an admitted elastic job runs at most this many workers
+    intents: tuple[GateIntent, ...] = ()
+
+
+def charge(gang: pj.PyTorchGang) -> tuple[dict, NodeRange | None]:
+    """What the job asks the gate for: every replica it runs (an elastic Worker Job at its floor),
+    and, for a Worker-only elastic job, the range the gate may grant more workers in."""
+    total: dict = {}
+    for group in gang.groups:
+        count = group.job.min_nodes if group.job.elastic else group.job.num_nodes
+        for name, qty in group.job.requests.items():
+            total[name] = total.get(name, 0) + qty * count
+    workers = gang.groups[-1].job
+    if workers.elastic and len(gang.groups) == 1:
+        return total, NodeRange(workers.min_nodes, workers.num_nodes, dict(workers.requests))  # type: ignore[arg-type]
+    return total, None
+
+
+def _quota(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend) -> _Quota:
+    """As a TrainJob's (`gangctl.policy.decide`): a backend without a quota system of its own is gated
+    by gangctl's quota gate in the namespaces a policy names."""
+    if s.gate is None or not base.gated_by_gangctl(backend):
+        return _Quota()
+    if job.run_policy.suspend:
+        return _Quota(intents=(GateForget(),))
+    requests, nodes = charge(gang)
+    workers = gang.groups[-1].job
+    admission = s.gate.admission
+    if admission is None:
+        priority_class = ((workers.pod_template.get("spec") or {}).get("priorityClassName")
+                          or gang.gang_settings.get("priorityClassName"))
+        return _Quota(held=s.gate.hold, intents=(GateWants(requests, priority_class, nodes),))
+    if not workers.elastic:
+        return _Quota()
+    if nodes is not None and admission.get("nodes"):
+        granted = max(nodes.min_nodes, min(nodes.max_nodes, int(admission["nodes"])))
+        return _Quota(max_workers=granted, intents=(GateMayGrow(nodes),))
+    return _Quota(max_workers=workers.min_nodes)   # admitted at its floor
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -346,12 +402,17 @@ def _ensure(resource: Resource, cached: dict | None, obj: dict) -> list[Step]:
     return [Apply(resource, obj)]
 
 
-def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None]) -> Plan:
+def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None],
+         quota: _Quota) -> Plan:
     owner = owner_reference(s.pytorchjob)  # type: ignore[arg-type]
+    held = job.run_policy.suspend or quota.held is not None
+    if quota.held is not None:   # held like a suspended job: its child Jobs are applied suspended
+        gang = dataclasses.replace(gang, groups=tuple(
+            dataclasses.replace(g, job=dataclasses.replace(g.job, suspend=True)) for g in gang.groups))
     workers = gang.groups[-1]
     size, recheck = None, False
-    if workers.job.elastic and not job.run_policy.suspend:
-        sized = _elastic_size(s, workers, current[workers.child_name])
+    if workers.job.elastic and not held:
+        sized = _elastic_size(s, workers, current[workers.child_name], quota.max_workers)
         if isinstance(sized, Plan):
             return sized
         size, recheck = sized
@@ -359,7 +420,7 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
     steps: list[Step] = []
     for svc in gang.services:
         steps += _ensure(SERVICES, services.get(svc["metadata"]["name"]), _service(svc, owner))
-    if job.run_policy.suspend:   # the Jobs below are applied suspended: their pods go, and so does the gang
+    if held:   # the Jobs below are applied suspended: their pods go, and so does the gang
         steps += _let_go_of_gang(s)
     else:
         if base.wants_group(backend):
@@ -374,7 +435,7 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
         if stamp is not None and not pod["metadata"].get("deletionTimestamp"):
             steps.append(Patch(PODS, job.namespace, pod["metadata"]["name"], stamp, missing_ok=True))
     previous = s.pytorchjob.get("status") or {}  # type: ignore[union-attr]
-    status = pj.next_status(previous, job, _counts(s, job, current), s.now)
+    status = pj.next_status(previous, job, _counts(s, job, current), s.now, held=quota.held)
     if status != previous:
         steps.append(WriteStatus(status))
         if _finished(status):
@@ -389,9 +450,13 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
     return Plan(steps=tuple(steps), requeue_after=requeue)
 
 
-def _elastic_size(s: Snapshot, workers: pj.ReplicaGroup, observed: dict | None) -> tuple[int, bool] | Plan:
-    """(size, look again soon) for the elastic Worker Job, or the Plan that records a resize alone."""
+def _elastic_size(s: Snapshot, workers: pj.ReplicaGroup, observed: dict | None,
+                  admitted: int | None) -> tuple[int, bool] | Plan:
+    """(size, look again soon) for the elastic Worker Job, or the Plan that records a resize alone.
+    `admitted`: the most workers the quota gate admitted it with (None: no gate)."""
     top = workers.job.num_nodes                              # the Worker replicas, within [min, max]
+    if admitted is not None:
+        top = min(top, admitted)
     floor = workers.job.min_nodes or top
     memo = elastic_of(s.pytorchjob)  # type: ignore[arg-type]
     size = max(floor, min(top, int(memo.get("size") or top)))

@@ -124,6 +124,10 @@ def diagnose_pytorchjob(status: Mapping | None, gang: Gang, bound: int, rooms: S
             c = conds[final]
             return Diagnosis(c.get("reason", final), f"{final}: {c.get('message', '')}".rstrip(": "))
     if true(pj.SUSPENDED):
+        c = conds[pj.SUSPENDED]
+        if c.get("reason") != pj.reason("Suspended"):   # held by gangctl's quota gate, not by the user
+            return Diagnosis(c.get("reason", "WaitingForQuota"), f"{c.get('message', '')}: it holds no gang and no "
+                                                                 "node until its team's quota admits it")
         return Diagnosis("Suspended", "suspended by spec.runPolicy.suspend: it holds no gang and no node; "
                                       "set spec.runPolicy.suspend=false to run it")
     if true(pj.RUNNING):

@@ -571,11 +571,13 @@ def cleanup(job: PyTorchJob) -> str:
 # --- v1 status ------------------------------------------------------------------------------------
 
 def next_status(previous: dict | None, job: PyTorchJob, counts: dict[str, ReplicaCounts], now: datetime, *,
-                restarting: str | None = None, failed: str | None = None) -> dict:
+                restarting: str | None = None, failed: str | None = None,
+                held: tuple[str, str] | None = None) -> dict:
     """status as v1 would write it after this observation.
 
     `restarting`: gangctl restarts the gang (message); `failed`: gangctl failed the job (message:
-    restart budget, deadline, a Never/ExitCode failure). v1's transitions: Running and Restarting
+    restart budget, deadline, a Never/ExitCode failure); `held`: gangctl's quota gate holds the job,
+    (reason, message): reported as Suspended with that reason, as a Kueue-suspended job is. v1's transitions: Running and Restarting
     replace each other; Succeeded and Failed turn Running False; nothing changes once Failed;
     a condition keeps its lastTransitionTime while its status holds."""
     status = copy.deepcopy(previous or {})
@@ -584,12 +586,14 @@ def next_status(previous: dict | None, job: PyTorchJob, counts: dict[str, Replic
     if _true(conditions, FAILED):
         return status
 
-    def put(ctype: str, value: bool, event: str, message: str) -> None:
+    def put(ctype: str, value: bool, event: str, message: str, why: str | None = None) -> None:
         old = next((c for c in conditions if c["type"] == ctype), None)
         flag = "True" if value else "False"
-        if old is not None and old["status"] == flag and old.get("reason") == reason(event):
+        why = why or reason(event)
+        if old is not None and old["status"] == flag and old.get("reason") == why and (
+                why == reason(event) or old.get("message") == message):
             return
-        cond = {"type": ctype, "status": flag, "reason": reason(event), "message": message,
+        cond = {"type": ctype, "status": flag, "reason": why, "message": message,
                 "lastUpdateTime": at,
                 "lastTransitionTime": old["lastTransitionTime"] if old and old["status"] == flag else at}
         rest = []
@@ -608,6 +612,11 @@ def next_status(previous: dict | None, job: PyTorchJob, counts: dict[str, Replic
         if _true(conditions, RUNNING):
             put(RUNNING, False, "Suspended", f"PyTorchJob {job.name} was suspended.")
         put(SUSPENDED, True, "Suspended", f"PyTorchJob {job.name} is suspended.")
+        return status
+    if held is not None:
+        if _true(conditions, RUNNING):
+            put(RUNNING, False, "Suspended", held[1], why=held[0])
+        put(SUSPENDED, True, "Suspended", held[1], why=held[0])
         return status
     if _true(conditions, SUSPENDED):
         put(SUSPENDED, False, "Resumed", f"PyTorchJob {job.name} was resumed.")

@@ -9,9 +9,10 @@ policy ConfigMap, writing `status.admission`) is `gangctl.runtime.quota_gate`.
   PriorityClass per policy priority (the same objects as for Volcano), so pods may name them.
   Volcano stores the policy too (`stored_policy`): gangctl preempts for priority there
   (gangctl.policy.volcano_preemption).
-- `admission_record` / `admitted_workload`: a TrainJob's `status.admission` and back. The record
-  keeps what was charged (team, gang floor, priority), so usage is the same after a restart or a
-  policy edit.
+- `admission_record` / `admitted_workload`: a job's admission record and back. The record keeps
+  what was charged (team, gang floor, priority), so usage is the same after a restart or a policy
+  edit. A TrainJob keeps it in `status.admission`; a PyTorchJob, whose v1 status schema prunes
+  unknown fields, in the annotation `gangctl.io/admission` (`recorded_admission` reads either).
 - `plan`: one round of `admission.decide` (the code the simulator runs) over the pending and the
   admitted TrainJobs, with a reason for every job that waits.
   An elastic gang is decided on its floor; once admitted it also gets the nodes up to its maximum
@@ -34,6 +35,7 @@ Two rules for when the gate may decide at all (the I/O side, `quota_gate`, appli
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable, Iterable, Mapping
@@ -46,6 +48,7 @@ from gangctl.policy.admission import (Amount, Decision, Quotas, Verdict, Workloa
 from gangctl.policy.quota import QuotaPolicy
 from gangctl.policy.quota_kueue import MANAGED, team_namespaces
 from gangctl.policy.quota_volcano import priority_classes
+from gangctl.policy import pytorchjob as pj
 from gangctl.policy.status import finished
 
 POLICY_NAMESPACE = "gangctl-system"
@@ -102,17 +105,47 @@ def invalid_policy_message(error: str, namespaces: frozenset[str] | None) -> str
     scope = (f"namespace{'s' if len(namespaces) > 1 else ''} {', '.join(sorted(namespaces))}"
              if namespaces is not None else "any namespace (it names none that can be read)")
     return (f"the quota policy in ConfigMap {POLICY_NAMESPACE}/{POLICY_CONFIGMAP} is invalid and no valid policy "
-            f"was loaded before, so gangctl admits no TrainJob of {scope}: {error}. Check the file with "
+            f"was loaded before, so gangctl admits no job of {scope}: {error}. Check the file with "
             f"`gangctl policy validate FILE` and store it again with `gangctl policy apply FILE --backend "
             f"coscheduling` (or delete the ConfigMap to run without quota)")
 
 
-def needs_admission(trainjob: Mapping, admission: Mapping | None) -> bool:
-    """Whether a TrainJob may ask for admission: none recorded, not finished, not being deleted and
-    not suspended by the user."""
-    return (admission is None and not finished(trainjob.get("status"))
-            and not (trainjob.get("metadata") or {}).get("deletionTimestamp")
-            and not (trainjob.get("spec") or {}).get("suspend"))
+# Where a PyTorchJob's admission record is kept, as JSON (written only by the gate, under its own
+# field manager): v1's status schema has no field for it and prunes unknown ones.
+ADMISSION_ANNOTATION = "gangctl.io/admission"
+
+
+def recorded_admission(job: Mapping) -> dict | None:
+    """The admission record stored on a TrainJob (status.admission) or a PyTorchJob (annotation)."""
+    if job.get("kind") != pj.KIND:
+        return (job.get("status") or {}).get("admission")
+    text = ((job.get("metadata") or {}).get("annotations") or {}).get(ADMISSION_ANNOTATION)
+    try:
+        record = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and record.get("admittedAt") else None
+
+
+def user_suspended(job: Mapping) -> bool:
+    """spec.suspend of a TrainJob, spec.runPolicy.suspend of a PyTorchJob."""
+    spec = job.get("spec") or {}
+    return bool((spec.get("runPolicy") or {}).get("suspend") if job.get("kind") == pj.KIND else spec.get("suspend"))
+
+
+def job_finished(job: Mapping) -> bool:
+    """Complete/Failed (TrainJob) or Succeeded/Failed (PyTorchJob): a finished job holds no quota."""
+    if job.get("kind") != pj.KIND:
+        return finished(job.get("status"))
+    return any(c.get("type") in (pj.SUCCEEDED, pj.FAILED) and c.get("status") == "True"
+               for c in (job.get("status") or {}).get("conditions") or [])
+
+
+def needs_admission(job: Mapping, admission: Mapping | None) -> bool:
+    """Whether a job may ask for admission: none recorded, not finished, not being deleted and not
+    suspended by the user."""
+    return (admission is None and not job_finished(job)
+            and not (job.get("metadata") or {}).get("deletionTimestamp") and not user_suspended(job))
 
 
 def awaiting_start(expected: Iterable[str], trainjobs: Mapping[str, Mapping], seen: set[str],

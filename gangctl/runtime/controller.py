@@ -1,4 +1,4 @@
-"""The TrainJob controller: informers feed a work queue, workers run the reconciler."""
+"""The controller: informers feed one work queue, workers run the TrainJob and PyTorchJob reconcilers."""
 from __future__ import annotations
 
 import asyncio
@@ -28,6 +28,7 @@ from gangctl.policy.leader import LeaseTimings
 from gangctl.policy.pytorchjob import JOB_NAME as PYTORCHJOB_NAME
 from gangctl.policy.status import phase, waiting_for_gang
 from gangctl.runtime.quota_gate import QuotaGate, policy_informer
+from gangctl.runtime.pytorchjob_reconciler import KEY_PREFIX as PYTORCHJOB_KEY
 from gangctl.runtime.pytorchjob_reconciler import PyTorchJobReconciler
 from gangctl.runtime.reconciler import Caches, Reconciler
 from gangctl.runtime.volcano_preemptor import VolcanoPreemptor
@@ -44,8 +45,6 @@ PERMANENT_STATUSES = frozenset({400, 403, 422})
 # The object each backend's gang is watched through. Kueue's Workloads are Kueue's, not labelled by
 # gangctl: they are watched whole and mapped to their TrainJob through the child Job they belong to.
 GANG_RESOURCES = {name: backend.watch for name, backend in BACKENDS.items()}
-# PyTorchJob keys share the work queue with TrainJob keys under this prefix.
-PYTORCHJOB_KEY = "pytorchjob:"
 
 
 def _name_only(obj: dict) -> dict:
@@ -113,6 +112,7 @@ class Controller:
         # `gangctl policy apply --backend coscheduling|volcano` stores in a ConfigMap of gangctl-system.
         self.policy_configmaps = policy_informer(kube)
         self.gate = QuotaGate(kube, self.caches.trainjobs, self.policy_configmaps, self.metrics, events,
+                              pytorchjobs=self.caches.pytorchjobs, pytorchjob_prefix=PYTORCHJOB_KEY,
                               on_change=self.queue.add)
         # Volcano v1.10 will not preempt for priority into a full queue: gangctl does, per the policy
         # that `gangctl policy apply --backend volcano` stores next to the Queues.
@@ -138,6 +138,7 @@ class Controller:
                                                 field_manager=settings.field_manager,
                                                 scheduler_name=settings.scheduler_name)
         self.pytorchjobs.gang_scheduler = settings.pytorchjob_gang_scheduler
+        self.pytorchjobs.gate = self.gate
         self.pytorchjobs.requeue_after = lambda key, delay: self.queue.add_after(PYTORCHJOB_KEY + key, delay)
         self._retry_timer: asyncio.TimerHandle | None = None
 
@@ -167,6 +168,7 @@ class Controller:
     def _on_pytorchjob(self, event: str, obj: dict) -> None:
         key = PYTORCHJOB_KEY + object_key(obj)
         if event == "DELETED":
+            self.gate.forget(key)
             self.queue.forget(key)
         self.queue.add(key)
 
@@ -252,12 +254,12 @@ class Controller:
         while (key := await self.queue.get()) is not None:
             started = time.perf_counter()
             try:
+                epoch = self.gate.epoch
                 if key.startswith(PYTORCHJOB_KEY):
                     await self.pytorchjobs.reconcile(key[len(PYTORCHJOB_KEY):])
                 else:
-                    epoch = self.gate.epoch
                     await self.reconciler.reconcile(key)
-                    self.gate.reconciled(key, epoch)   # a starting gate decides once it has heard of every job
+                self.gate.reconciled(key, epoch)   # a starting gate decides once it has heard of every job
                 self.queue.forget(key)
             except ApiError as err:
                 reason = "Conflict" if err.conflict else err.reason or str(err.status)

@@ -10,8 +10,12 @@ from gangctl.api.resources import PYTORCHJOBS, Resource
 from gangctl.kube.client import ApiError
 from gangctl.kube.informer import Informer
 from gangctl.policy import decide_pytorchjob as dp
+from gangctl.policy.decide import GateView
 from gangctl.policy.pytorchjob import JOB_NAME, group_name
 from gangctl.runtime.reconciler import Reconciler, stuck_words
+
+# PyTorchJob keys share the work queue (and the quota gate) with TrainJob keys under this prefix.
+KEY_PREFIX = "pytorchjob:"
 
 
 class PyTorchJobReconciler(Reconciler):
@@ -33,11 +37,14 @@ class PyTorchJobReconciler(Reconciler):
             found = [g for g in cache.list(ns, {JOB_NAME: name}) if g["metadata"]["name"] == group_name(name)]
             groups[backend_name] = found[0] if found else None
         selector = {JOB_NAME: name}
+        gate = None
+        if self.gate is not None and self.gate.governs(ns):
+            gate = GateView(self.gate.admission(obj), self.gate.hold_reason(KEY_PREFIX + key))
         return dp.Snapshot(
             key, self.clock(), obj, scheduler_name=self.scheduler_name, gang_scheduler=self.gang_scheduler,
             jobs=tuple(self.caches.jobs.list(ns, selector)), pods=tuple(self.caches.pods.list(ns, selector)),
             services=tuple(self.caches.services.list(ns, selector)), groups=groups,
-            priority_classes=self.caches.priority_class_names())
+            priority_classes=self.caches.priority_class_names(), gate=gate)
 
     async def report_stuck(self, key: str, err: Exception) -> None:
         """v1's status has no condition for it (its conditions are the job's lifecycle): a Warning event

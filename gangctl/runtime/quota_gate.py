@@ -1,5 +1,8 @@
 """gangctl's own quota admission for the backends without a quota system (coscheduling, native).
 
+It admits TrainJobs and PyTorchJobs alike, under one policy: a team's quota is shared by both kinds.
+Its keys are the work queue's: `ns/name` for a TrainJob, `pytorchjob:ns/name` for a PyTorchJob.
+
 The decisions are `gangctl.policy.quota_coscheduling.plan`, i.e. `admission.decide`, the code the
 simulator runs; this module is the I/O around it:
 
@@ -20,10 +23,11 @@ simulator runs; this module is the I/O around it:
   so far would pass over an earlier or higher-priority one. The same holds whenever a policy comes
   into force where none was. A job whose reconcile keeps failing delays the start by at most
   `start_timeout_seconds` (logged).
-- a TrainJob is admitted when its `status.admission` is set. Only this gate writes that field, by
-  server-side apply under its own field manager `gangctl-admission`, so the reconciler (manager
-  `gangctl`) and the gate never clobber each other's fields. Admission state lives in the
-  TrainJob, so a restarted gate counts exactly what was admitted before.
+- a TrainJob is admitted when its `status.admission` is set, a PyTorchJob when its annotation
+  `gangctl.io/admission` is (v1's status schema prunes unknown fields). Only this gate writes them,
+  by server-side apply under its own field manager `gangctl-admission`, so the reconciler (manager
+  `gangctl`) and the gate never clobber each other's fields. Admission state lives in the job, so
+  a restarted gate counts exactly what was admitted before.
 - the same policy serves other backends' enforcement, run at the end of each round
   (`enforcers`: the Volcano preemptor, gangctl.runtime.volcano_preemptor).
 - the reconciler tells the gate which coscheduling TrainJobs want admission (`wants`) and which no
@@ -40,12 +44,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Awaitable, Callable, Mapping
 
-from gangctl.api.resources import CONFIGMAPS, TRAINJOBS
+from gangctl.api.resources import CONFIGMAPS, PYTORCHJOBS, TRAINJOBS
 from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer, object_key
@@ -53,12 +59,12 @@ from gangctl.obs.metrics import Metrics
 from gangctl.policy.admission import GPU, Amount, Quotas, Verdict, Workload
 from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
 from gangctl.policy.quota_check import check_policy
-from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_INVALID, POLICY_KEY, POLICY_NAMESPACE,
-                                               WAITING_FOR_QUOTA, Growable, NodeRange, Pending, admission_record,
-                                               admitted_workload, awaiting_start, grow, grown_record, held_namespaces,
-                                               invalid_policy_message, needs_admission, plan, priority_value,
-                                               timestamp)
-from gangctl.policy.status import finished
+from gangctl.policy.quota_coscheduling import (ADMISSION_ANNOTATION, POLICY_CONFIGMAP, POLICY_INVALID, POLICY_KEY,
+                                               POLICY_NAMESPACE, WAITING_FOR_QUOTA, Growable, NodeRange, Pending,
+                                               admission_record, admitted_workload, awaiting_start, grow,
+                                               grown_record, held_namespaces, invalid_policy_message, job_finished,
+                                               needs_admission, plan, priority_value, recorded_admission, timestamp,
+                                               user_suspended)
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +84,19 @@ class _Admit:
 
 class QuotaGate:
     def __init__(self, kube: Kube, trainjobs: Informer, policy_configmaps: Informer, metrics: Metrics,
-                 events: EventRecorder, *, clock: Callable[[], datetime] | None = None,
-                 on_change: Callable[[str], None] = lambda key: None,
+                 events: EventRecorder, *, pytorchjobs: Informer | None = None, pytorchjob_prefix: str = "",
+                 clock: Callable[[], datetime] | None = None, on_change: Callable[[str], None] = lambda key: None,
                  coalesce_seconds: float = 0.2, retry_seconds: float = 1.0, start_timeout_seconds: float = 30.0):
+        """`pytorchjobs`: admit PyTorchJobs too, keyed `pytorchjob_prefix + ns/name`."""
         self.kube = kube
         self.trainjobs = trainjobs
+        # Each kind's cache, under its key prefix (the work queue's keys).
+        self.sources: dict[str, Informer] = {"": trainjobs}
+        self.prefix = {TRAINJOBS.kind: ""}
+        if pytorchjobs is not None:
+            assert pytorchjob_prefix, "PyTorchJob keys need a prefix of their own"
+            self.sources[pytorchjob_prefix] = pytorchjobs
+            self.prefix[PYTORCHJOBS.kind] = pytorchjob_prefix
         self.policy_configmaps = policy_configmaps
         self.metrics = metrics
         self.events = events
@@ -117,7 +131,8 @@ class QuotaGate:
         self._wake = asyncio.Event()
         self._retry: asyncio.TimerHandle | None = None
         self.rounds = 0
-        trainjobs.handlers.append(self._on_trainjob)
+        for prefix, informer in self.sources.items():
+            informer.handlers.append(functools.partial(self._on_job, prefix))
         policy_configmaps.handlers.append(self._on_configmap)
         for cm in policy_configmaps.cache.values():
             self._on_configmap("ADDED", cm)
@@ -137,15 +152,25 @@ class QuotaGate:
             return self.hold[0] is None or namespace in self.hold[0]
         return False
 
-    def admission(self, trainjob: dict) -> dict | None:
-        """`status.admission` as this gate knows it (its own decisions first, then the cache)."""
-        key, uid = object_key(trainjob), trainjob["metadata"].get("uid", "")
+    def key(self, job: dict) -> str:
+        """The gate's (and the work queue's) key of a TrainJob or PyTorchJob."""
+        return self.prefix.get(job.get("kind", TRAINJOBS.kind), "") + object_key(job)
+
+    def jobs(self) -> dict[str, dict]:
+        """Every job the gate may admit, by key (a view of the informers' caches)."""
+        if len(self.sources) == 1:
+            return self.trainjobs.cache
+        return {prefix + key: obj for prefix, informer in self.sources.items() for key, obj in informer.cache.items()}
+
+    def admission(self, job: dict) -> dict | None:
+        """The job's admission record as this gate knows it (its own decisions first, then the cache)."""
+        key, uid = self.key(job), job["metadata"].get("uid", "")
         if self._evicts.get(key) == uid:
             return None
         mine = self._admits.get(key)
         if mine is not None and mine.uid == uid:
             return mine.record
-        return (trainjob.get("status") or {}).get("admission")
+        return recorded_admission(job)
 
     def priority(self, namespace: str, priority_class: str | None) -> int:
         """The priority to pass to `wants` (see `quota_coscheduling.priority_value`)."""
@@ -220,15 +245,14 @@ class QuotaGate:
         self._wake.set()
 
     # --- informer handlers -----------------------------------------------------------------------
-    def _on_trainjob(self, event: str, obj: dict) -> None:
-        key = object_key(obj)
+    def _on_job(self, prefix: str, event: str, obj: dict) -> None:
+        key = prefix + object_key(obj)
         if key in self._pending or key in self._admits or key in self._evicts:
             self.trigger()
             return
-        if (obj.get("status") or {}).get("admission") is None:
+        if recorded_admission(obj) is None:
             return
-        spec, status = obj.get("spec") or {}, obj.get("status") or {}
-        if event == "DELETED" or obj["metadata"].get("deletionTimestamp") or spec.get("suspend") or finished(status):
+        if event == "DELETED" or obj["metadata"].get("deletionTimestamp") or user_suspended(obj) or job_finished(obj):
             self.trigger()  # its quota is released
 
     def _on_configmap(self, event: str, obj: dict) -> None:
@@ -282,14 +306,15 @@ class QuotaGate:
             self._pending.clear()
             self._reasons.clear()
         self.trigger()
-        if toggled:  # every TrainJob's gating changes: let the reconciler look at each again
-            for key in list(self.trainjobs.cache):
+        if toggled:  # every job's gating changes: let the reconciler look at each again
+            for key in list(self.jobs()):
                 self.on_change(key)
 
     # --- the loop --------------------------------------------------------------------------------
     async def run(self) -> None:
-        # Never decide on a partial view: usage comes from the TrainJob cache.
-        await self.trainjobs.synced.wait()
+        # Never decide on a partial view: usage comes from the jobs' caches.
+        for informer in self.sources.values():
+            await informer.synced.wait()
         await self.policy_configmaps.synced.wait()
         while True:
             await self._wake.wait()
@@ -317,7 +342,7 @@ class QuotaGate:
         policy, quotas = self.policy, self._quotas
         if policy is None:
             return
-        cache = self.trainjobs.cache
+        cache = self.jobs()
         if self.starting and not self._may_start(cache):
             return
         self._reconcile_overlay(cache)
@@ -326,9 +351,9 @@ class QuotaGate:
         strip: list[dict] = []
         for key, tj in cache.items():
             adm = self.admission(tj)
-            if adm is None or finished(tj.get("status")) or tj["metadata"].get("deletionTimestamp"):
+            if adm is None or job_finished(tj) or tj["metadata"].get("deletionTimestamp"):
                 continue
-            if (tj.get("spec") or {}).get("suspend") or key in released:
+            if user_suspended(tj) or key in released:
                 strip.append(tj)   # suspended by the user, or the reconciler let go of it
                 continue
             admitted.append(admitted_workload(policy, key, tj["metadata"]["namespace"], adm))
@@ -336,15 +361,14 @@ class QuotaGate:
         for key, (uid, p) in list(self._pending.items()):
             tj = cache.get(key)
             if (tj is None or tj["metadata"].get("uid", "") != uid or tj["metadata"].get("deletionTimestamp")
-                    or finished(tj.get("status")) or (tj.get("spec") or {}).get("suspend")
-                    or self.admission(tj) is not None):
+                    or job_finished(tj) or user_suspended(tj) or self.admission(tj) is not None):
                 del self._pending[key]
                 self._reasons.pop(key, None)
                 continue
             pending.append(p)
 
         for tj in strip:
-            key = object_key(tj)
+            key = self.key(tj)
             if await self._evict(tj):
                 log.info("quota of %s released (suspended or no longer gated)", key)
                 self.on_change(key)
@@ -397,7 +421,7 @@ class QuotaGate:
     def _may_start(self, cache: Mapping[str, dict]) -> bool:
         """Whether a starting gate has the full view: both informers synced, and every TrainJob of the
         policy's namespaces that needed admission at the start reconciled under the policy since."""
-        if not (self.trainjobs.synced.is_set() and self.policy_configmaps.synced.is_set()):
+        if not (all(i.synced.is_set() for i in self.sources.values()) and self.policy_configmaps.synced.is_set()):
             return False
         now = asyncio.get_running_loop().time()
         if self._expected is None:
@@ -467,19 +491,23 @@ class QuotaGate:
             tj = cache.get(key)
             if tj is None or tj["metadata"].get("uid", "") != mine.uid:
                 del self._admits[key]
-            elif (tj.get("status") or {}).get("admission") == mine.record:
+            elif recorded_admission(tj) == mine.record:
                 del self._admits[key]   # the cache caught up
         for key, uid in list(self._evicts.items()):
             tj = cache.get(key)
-            if tj is None or tj["metadata"].get("uid", "") != uid or not (tj.get("status") or {}).get("admission"):
+            if tj is None or tj["metadata"].get("uid", "") != uid or not recorded_admission(tj):
                 del self._evicts[key]
 
     async def _resolve_doubtful(self) -> None:
         """A write whose outcome is unknown (connection lost): read the truth before deciding again."""
         for key in list(self._doubtful):
-            ns, _, name = key.partition("/")
+            prefix = next(p for p in sorted(self.sources, key=len, reverse=True) if key.startswith(p))
+            ns, _, name = key[len(prefix):].partition("/")
             try:
-                tj = await self.kube.get(TRAINJOBS.path(ns, name))
+                if prefix:
+                    tj = {**await self.kube.get(PYTORCHJOBS.path(ns, name)), "kind": PYTORCHJOBS.kind}
+                else:
+                    tj = await self.kube.get(TRAINJOBS.path(ns, name))
             except ApiError as err:
                 if err.not_found:
                     self._doubtful.discard(key)
@@ -487,7 +515,7 @@ class QuotaGate:
                     self._evicts.pop(key, None)
                     continue
                 raise
-            actual = (tj.get("status") or {}).get("admission")
+            actual = recorded_admission(tj)
             mine = self._admits.get(key)
             if mine is not None and actual != mine.record:
                 del self._admits[key]
@@ -501,7 +529,7 @@ class QuotaGate:
 
     async def _record(self, tj: dict, record: dict) -> bool:
         """Write an admission (new, or grown); it counts from now on, before the write lands."""
-        key, uid = object_key(tj), tj["metadata"].get("uid", "")
+        key, uid = self.key(tj), tj["metadata"].get("uid", "")
         self._admits[key] = _Admit(uid, record)
         self._evicts.pop(key, None)
         try:
@@ -514,7 +542,7 @@ class QuotaGate:
         return ok
 
     async def _evict(self, tj: dict) -> bool:
-        key, uid = object_key(tj), tj["metadata"].get("uid", "")
+        key, uid = self.key(tj), tj["metadata"].get("uid", "")
         mine = self._admits.pop(key, None)
         self._evicts[key] = uid
         try:
@@ -529,9 +557,11 @@ class QuotaGate:
         return ok
 
     async def _write(self, tj: dict, record: dict | None) -> bool:
-        """Apply `status.admission` (None: remove it). False when the write did not happen."""
+        """Record the admission (None: remove it). False when the write did not happen."""
+        if tj.get("kind") == PYTORCHJOBS.kind:
+            return await self._write_annotation(tj, record)
         meta = tj["metadata"]
-        key = object_key(tj)
+        key = self.key(tj)
         path = TRAINJOBS.path(meta["namespace"], meta["name"], "status")
         body = {"apiVersion": tj.get("apiVersion", TRAINJOBS.api_version), "kind": tj.get("kind", TRAINJOBS.kind),
                 "metadata": {k: meta[k] for k in ("name", "namespace", "uid") if meta.get(k)},
@@ -545,23 +575,40 @@ class QuotaGate:
                     raise
                 # The admission was the whole status: SSA would leave `status: null`, which the
                 # schema rejects. Remove the field outright.
-                await self._remove(path, meta)
+                await self._remove(path, meta, "/status/admission")
                 return True
             if record is None and (result.get("status") or {}).get("admission") is not None:
                 # Another field manager owns status.admission too (a writer that sent the whole status
                 # back, including this field): SSA keeps the field for it, so remove it outright.
                 log.warning("status.admission of %s is co-owned by another field manager; removing it "
                             "with a JSON patch", key)
-                await self._remove(path, meta)
+                await self._remove(path, meta, "/status/admission")
             return True
         except ApiError as err:   # the server answered: the write did not happen
             if not err.not_found:
                 log.warning("could not %s %s: %s", "admit" if record else "evict", key, err)
             return False
 
-    async def _remove(self, path: str, meta: dict) -> None:
+    async def _write_annotation(self, job: dict, record: dict | None) -> bool:
+        """A PyTorchJob's admission: its annotation, set (or removed: null) by a merge patch whose uid is
+        a precondition (a recreated job of the same name is not touched; a deleted one is not made
+        again, as an apply could)."""
+        meta = job["metadata"]
+        text = json.dumps(record, sort_keys=True, separators=(",", ":")) if record is not None else None
+        patch = {"metadata": {"annotations": {ADMISSION_ANNOTATION: text}}}
+        if meta.get("uid"):
+            patch["metadata"]["uid"] = meta["uid"]
+        try:
+            await self.kube.merge_patch(PYTORCHJOBS.path(meta["namespace"], meta["name"]), patch)
+            return True
+        except ApiError as err:   # the server answered: the write did not happen
+            if not err.not_found:
+                log.warning("could not %s %s: %s", "admit" if record else "evict", self.key(job), err)
+            return False
+
+    async def _remove(self, path: str, meta: dict, pointer: str) -> None:
         ops = [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]}] if meta.get("uid") else []
-        ops.append({"op": "remove", "path": "/status/admission"})
+        ops.append({"op": "remove", "path": pointer})
         try:
             await self.kube.request("PATCH", path, body=ops, content_type="application/json-patch+json")
         except ApiError as err:

@@ -151,14 +151,16 @@ class Reconciler:
             self._disruptions.pop(plan.drop_hints, None)
 
     def _tell_gate(self, plan: d.Plan, intent: d.GateIntent) -> None:
+        # The gate's key names the kind (a PyTorchJob's is prefixed, as in the work queue).
+        key = self.gate.key(plan.trainjob) if plan.trainjob is not None else plan.key
         if isinstance(intent, d.GateForget):
-            self.gate.forget(plan.key)
+            self.gate.forget(key)
         elif isinstance(intent, d.GateWants):
-            ns = plan.key.partition("/")[0]
-            self.gate.wants(plan.key, plan.trainjob, intent.min_resources,
+            ns = plan.trainjob["metadata"]["namespace"]
+            self.gate.wants(key, plan.trainjob, intent.min_resources,
                             self.gate.priority(ns, intent.priority_class), intent.nodes)
         elif isinstance(intent, d.GateMayGrow):
-            self.gate.may_grow(plan.key, plan.trainjob, intent.nodes)
+            self.gate.may_grow(key, plan.trainjob, intent.nodes)
 
     async def _step(self, plan: d.Plan, step: d.Step) -> None:
         if isinstance(step, d.WriteStatus):

@@ -8,20 +8,24 @@ Volcano modules make against their schedulers, with the same policy and the same
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
 import random
 
 import pytest
 
-from gangctl.api.resources import JOBS, TRAINING_RUNTIMES, TRAINJOBS
+from gangctl.api.resources import JOBS, POD_GROUPS, PODS, PYTORCHJOBS, TRAINING_RUNTIMES, TRAINJOBS
 from gangctl.config import REPO_ROOT
-from gangctl.kube.client import Kube
+from gangctl.kube.client import ApiError, Kube
+from gangctl.policy import pytorchjob as pj
 from gangctl.policy.status import phase
-from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_NAMESPACE
-from tests.integration.helpers import (bound, eventually, gang_state, get_trainjob, pods_of, reconciles, running,
-                                       settled, submit, trainjob)
-from tests.integration.quota_common import (TEAMS, UsageSampler, apply_policy_cli, assert_preempted_event,
-                                            assert_same_jobs_within_policy, install_runtimes, preempt_low_with_high,
-                                            runtime, runtime_name)
+from gangctl.policy.quota_coscheduling import ADMISSION_ANNOTATION, POLICY_CONFIGMAP, POLICY_NAMESPACE
+from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, bound, eventually, gang_state,
+                                       gangctl_cli, get_trainjob, on_kwok_nodes, pods_of, reconciles,
+                                       running, settled, submit, trainjob)
+from tests.integration.quota_common import (GPU, TEAMS, UsageSampler, apply_policy_cli, assert_preempted_event,
+                                            assert_same_jobs_within_policy, empty_teams, install_runtimes,
+                                            preempt_low_with_high, runtime, runtime_name)
 
 pytestmark = pytest.mark.integration
 SOLO_POLICY = REPO_ROOT / "tests/integration/data/one-team-64.yaml"
@@ -167,3 +171,139 @@ async def test_80_concurrent_trainjobs_never_exceed_a_64_gpu_quota(gated, kube, 
     print(f"[quota] {sampler.samples} samples; peak admitted {sampler.peak_admitted['solo']:g} GPUs, "
           f"peak held {sampler.peak['solo']:g} GPUs of 64")
     assert sampler.peak_admitted["solo"] >= 48, "the quota was used, not just respected"
+
+
+# --- PyTorchJobs: the same gate, the same team quota ------------------------------------------------
+def pytorchjob(name: str, namespace: str, *, masters: int = 1, workers: int = 0, priority: str = "batch",
+               elastic: dict | None = None) -> dict:
+    """A v1 PyTorchJob of 8-GPU replicas on KWOK's GPU nodes, kept Running for an hour."""
+    template = {"metadata": {"annotations": {KWOK_COMPLETE_DELAY: "3600s", KWOK_COMPLETE_JITTER: "3600s"}},
+                "spec": on_kwok_nodes({"containers": [{"name": "pytorch", "image": "pytorch/pytorch:2.7.1",
+                                                       "command": ["torchrun", "t.py"],
+                                                       "resources": {"limits": {GPU: "8"}}}]})}
+    specs = {}
+    if masters:
+        specs["Master"] = {"replicas": masters, "restartPolicy": "OnFailure", "template": copy.deepcopy(template)}
+    if workers:
+        specs["Worker"] = {"replicas": workers, "restartPolicy": "OnFailure", "template": copy.deepcopy(template)}
+    spec: dict = {"pytorchReplicaSpecs": specs,
+                  "runPolicy": {"schedulingPolicy": {"priorityClass": priority, "scheduleTimeoutSeconds": 60}}}
+    if elastic:
+        spec["elasticPolicy"] = elastic
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+async def get_pytorchjob(kube: Kube, namespace: str, name: str) -> dict:
+    return await kube.get(PYTORCHJOBS.path(namespace, name))
+
+
+def v1_condition(job: dict, ctype: str) -> dict:
+    return next((c for c in (job.get("status") or {}).get("conditions") or [] if c["type"] == ctype), {})
+
+
+async def pytorchjob_runs(kube: Kube, namespace: str, name: str) -> bool:
+    return v1_condition(await get_pytorchjob(kube, namespace, name), "Running").get("status") == "True"
+
+
+async def pj_pods(kube: Kube, namespace: str, name: str) -> list[dict]:
+    """The PyTorchJob's unfinished pods (v1's job-name label)."""
+    listing = await kube.get(PODS.path(namespace), labelSelector=f"{pj.JOB_NAME}={name}")
+    return [p for p in listing["items"] if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and not p["metadata"].get("deletionTimestamp")]
+
+
+def admission_of(job: dict) -> dict | None:
+    text = (job["metadata"].get("annotations") or {}).get(ADMISSION_ANNOTATION)
+    return json.loads(text) if text else None
+
+
+async def empty_team_a(kube: Kube) -> str:
+    ns = TEAMS["team-a"]
+    await kube.request("DELETE", PYTORCHJOBS.path(ns), body={"propagationPolicy": "Background"})
+    await empty_teams(kube, ns)
+    return ns
+
+
+async def test_pytorchjobs_and_trainjobs_share_the_teams_quota(gated, kube, kubeconfig, cluster_settings):
+    ns = await empty_team_a(kube)   # team-a may hold 24 GPUs
+    rt = dict(runtime=runtime_name("batch"), runtime_kind="TrainingRuntime")
+    await submit(kube, trainjob("tj-16", ns, nodes=2, **rt))
+    await eventually(lambda: running(kube, ns, "tj-16"), 60, "a 16-GPU TrainJob of team-a running")
+    await kube.create(PYTORCHJOBS.path(ns), pytorchjob("pj-8", ns))
+    await eventually(lambda: pytorchjob_runs(kube, ns, "pj-8"), 60, "an 8-GPU PyTorchJob admitted and running")
+    record = admission_of(await get_pytorchjob(kube, ns, "pj-8"))
+    assert record and record["team"] == "team-a" and record["requests"][GPU] == "8", record
+
+    await kube.create(PYTORCHJOBS.path(ns), pytorchjob("pj-waits", ns, workers=1))
+
+    async def waits_for_quota() -> bool:
+        held = v1_condition(await get_pytorchjob(kube, ns, "pj-waits"), "Suspended")
+        return (held.get("status") == "True" and held.get("reason") == "WaitingForQuota"
+                and "team team-a uses 24" in held.get("message", ""))
+    await eventually(waits_for_quota, 60, "pj-waits Suspended with reason WaitingForQuota and the numbers")
+    job = await get_pytorchjob(kube, ns, "pj-waits")
+    assert admission_of(job) is None and "startTime" not in job["status"]
+    assert bound(await pj_pods(kube, ns, "pj-waits")) == [], "a job beyond quota holds no node"
+    with pytest.raises(ApiError) as gone:
+        await kube.get(POD_GROUPS.path(ns, "pj-waits-pytorch"))
+    assert gone.value.not_found, "a job waiting for quota has no PodGroup"
+    said = gangctl_cli("explain", f"pytorchjob/{ns}/pj-waits", kubeconfig=kubeconfig,
+                       cluster_name=cluster_settings.cluster_name)
+    assert "WaitingForQuota" in said.stdout and "team team-a uses 24" in said.stdout, said.stdout + said.stderr
+
+    await kube.delete(TRAINJOBS.path(ns, "tj-16"))   # the TrainJob's 16 GPUs go to the PyTorchJob
+    await eventually(lambda: pytorchjob_runs(kube, ns, "pj-waits"), 90, "pj-waits running once tj-16 is gone")
+    job = await get_pytorchjob(kube, ns, "pj-waits")
+    assert admission_of(job)["requests"][GPU] == "16", "charged for its Master and its Worker"
+    assert v1_condition(job, "Suspended")["status"] == "False"
+    assert len(bound(await pj_pods(kube, ns, "pj-waits"))) == 2
+    for name in ("pj-8", "pj-waits"):
+        await kube.delete(PYTORCHJOBS.path(ns, name))
+
+
+async def test_a_higher_priority_pytorchjob_preempts_and_an_elastic_one_runs_what_it_was_admitted_with(
+        gated, kube, controller):
+    ns = await empty_team_a(kube)
+    await kube.create(PYTORCHJOBS.path(ns), pytorchjob("low", ns, workers=2))            # 24 GPUs: all of it
+    await eventually(lambda: pytorchjob_runs(kube, ns, "low"), 60, "the low-priority PyTorchJob on 24 GPUs")
+    await kube.create(PYTORCHJOBS.path(ns), pytorchjob("high", ns, priority="urgent"))
+    await eventually(lambda: pytorchjob_runs(kube, ns, "high"), 90, "the urgent PyTorchJob running after preempting")
+
+    async def low_waits_again() -> bool:
+        job = await get_pytorchjob(kube, ns, "low")
+        held = v1_condition(job, "Suspended")
+        return held.get("reason") == "WaitingForQuota" and v1_condition(job, "Running").get("status") == "False"
+    await eventually(low_waits_again, 60, "the preempted PyTorchJob Suspended, waiting for quota again")
+    low = await get_pytorchjob(kube, ns, "low")
+    assert "requests 24 GPUs, team team-a uses 8" in v1_condition(low, "Suspended")["message"]
+    assert v1_condition(low, "Failed") == {} and admission_of(low) is None
+    await eventually(lambda: _bound_count(kube, ns, "low", 0), 60, "the preempted PyTorchJob holding no node")
+    events = (await kube.get(f"/api/v1/namespaces/{ns}/events",
+                             fieldSelector="involvedObject.name=low,involvedObject.kind=PyTorchJob,reason=Preempted"))
+    assert events["items"] and "high" in events["items"][0]["message"], events["items"]
+    await kube.delete(PYTORCHJOBS.path(ns, "low"))
+
+    # 16 GPUs left: an elastic 1..4-worker job is admitted with 2 workers and runs 2, not 4
+    await kube.create(PYTORCHJOBS.path(ns), pytorchjob("el", ns, masters=0, workers=4, elastic={
+        "minReplicas": 1, "maxReplicas": 4, "rdzvBackend": "c10d", "rdzvHost": "etcd", "rdzvPort": 2379}))
+    await eventually(lambda: pytorchjob_runs(kube, ns, "el"), 60, "the elastic PyTorchJob admitted and running")
+    record = admission_of(await get_pytorchjob(kube, ns, "el"))
+    assert record["nodes"] == 2 and record["requests"][GPU] == "16", record
+    before = await reconciles(controller)
+    await eventually(lambda: _bound_count(kube, ns, "el", 2), 60, "2 workers of el bound")
+    await settled(controller, before)
+    assert (await kube.get(JOBS.path(ns, "el-worker")))["spec"]["parallelism"] == 2, "never past what was admitted"
+    assert len(bound(await pj_pods(kube, ns, "el"))) == 2
+    await kube.delete(PYTORCHJOBS.path(ns, "high"))   # 8 more GPUs: the gate grants el a third worker
+
+    async def grown() -> bool:
+        job = await get_pytorchjob(kube, ns, "el")
+        return (admission_of(job) or {}).get("nodes") == 3 and \
+            (await kube.get(JOBS.path(ns, "el-worker")))["spec"]["parallelism"] == 3
+    await eventually(grown, 60, "el admitted with a third worker and running it")
+    await kube.delete(PYTORCHJOBS.path(ns, "el"))
+
+
+async def _bound_count(kube: Kube, namespace: str, name: str, want: int) -> bool:
+    return len(bound(await pj_pods(kube, namespace, name))) == want

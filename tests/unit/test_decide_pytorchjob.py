@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 from gangctl.api.resources import JOBS, PODS, POD_GROUPS, PYTORCHJOBS, SERVICES
 from gangctl.policy import decide_pytorchjob as dp
 from gangctl.policy import pytorchjob as pj
-from gangctl.policy.decide import Apply, Create, Delete, Event, Patch, WriteStatus
+from gangctl.policy.decide import (Apply, Create, Delete, Event, GateForget, GateMayGrow, GateView, GateWants, Patch,
+                                   WriteStatus)
 
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -390,3 +391,79 @@ def test_a_priority_class_that_does_not_exist_fails_the_pytorchjob_naming_the_re
     assert "spec.pytorchReplicaSpecs.Worker.template.spec.priorityClassName" in failed["message"] and "'nope'" in failed["message"]
     assert not [a for a in plan.of(Apply) if a.resource == JOBS]
     assert [a for a in dp.decide(snap(obj, priority_classes=frozenset({"nope"}))).of(Apply) if a.resource == JOBS]
+
+
+# --- quota: the gate shared with TrainJobs --------------------------------------------------------
+HOLD = ("WaitingForQuota", "gangctl quota admission: team a has 0 of 8 GPUs free")
+
+
+def admitted(**extra) -> GateView:
+    return GateView({"team": "a", "admittedAt": "2026-11-23T11:00:00Z", "priority": 1,
+                     "requests": {"cpu": "4"}, **extra}, HOLD)
+
+
+def test_a_job_the_gate_has_not_admitted_asks_for_every_replica_and_waits_suspended():
+    plan = dp.decide(snap(pytorchjob(), gate=GateView(None, HOLD)))
+    [wants] = plan.gate
+    assert isinstance(wants, GateWants) and wants.min_resources == {"cpu": 4} and wants.nodes is None
+    jobs = [a.obj for a in plan.of(Apply) if a.resource == JOBS]
+    assert len(jobs) == 2 and all(j["spec"]["suspend"] for j in jobs)
+    assert POD_GROUPS not in {a.resource for a in plan.of(Apply)}, "no gang holds nodes while it waits"
+    suspended = next(c for c in plan.status["conditions"] if c["type"] == "Suspended")
+    assert (suspended["status"], suspended["reason"], suspended["message"]) == ("True", *HOLD)
+    assert "startTime" not in plan.status
+
+
+def test_an_admitted_job_runs_and_reports_resumed():
+    held = dp.decide(snap(pytorchjob(), gate=GateView(None, HOLD)))
+    obj = {**pytorchjob(), "status": held.status}
+    plan = dp.decide(snap(obj, gate=admitted()))
+    assert plan.gate == ()
+    assert any(a.resource == POD_GROUPS for a in plan.of(Apply))
+    assert not any(a.obj["spec"]["suspend"] for a in plan.of(Apply) if a.resource == JOBS)
+    suspended = next(c for c in plan.status["conditions"] if c["type"] == "Suspended")
+    assert (suspended["status"], suspended["reason"]) == ("False", "PyTorchJobResumed")
+
+
+def test_the_users_suspend_forgets_the_request_and_a_priority_class_is_passed_on():
+    assert dp.decide(snap(pytorchjob(runPolicy={"suspend": True}), gate=GateView(None, HOLD))).gate == (GateForget(),)
+    obj = pytorchjob(runPolicy={"schedulingPolicy": {"priorityClass": "high"}})
+    [wants] = dp.decide(snap(obj, gate=GateView(None, HOLD), priority_classes=frozenset({"high"}))).gate
+    assert wants.priority_class == "high"
+
+
+def test_an_elastic_worker_only_job_runs_the_workers_it_was_admitted_with_and_may_grow():
+    obj = pytorchjob(workers=4, elasticPolicy=WORKERS_4)
+    del obj["spec"]["pytorchReplicaSpecs"]["Master"]
+    [wants] = dp.decide(snap(obj, gate=GateView(None, HOLD))).gate
+    assert wants.min_resources == {"cpu": 2} and (wants.nodes.min_nodes, wants.nodes.max_nodes) == (2, 4)
+    plan = dp.decide(snap(obj, gate=admitted(nodes=3)))
+    spec = worker_apply(plan)["spec"]
+    assert spec["parallelism"] == spec["completions"] == 3
+    assert [type(i) for i in plan.gate] == [GateMayGrow]
+
+
+def test_an_elastic_job_with_a_master_is_charged_and_run_at_its_floor():
+    obj = pytorchjob(workers=4, elasticPolicy=WORKERS_4)
+    [wants] = dp.decide(snap(obj, gate=GateView(None, HOLD))).gate
+    assert wants.min_resources == {"cpu": 3} and wants.nodes is None   # Master + 2 workers
+    spec = worker_apply(dp.decide(snap(obj, gate=admitted())))["spec"]
+    assert spec["parallelism"] == 2
+
+
+def test_the_gate_reads_a_pytorchjobs_admission_and_lifecycle():
+    from gangctl.policy.quota_coscheduling import (ADMISSION_ANNOTATION, job_finished, needs_admission,
+                                                   recorded_admission, user_suspended)
+    obj = pytorchjob()
+    assert recorded_admission(obj) is None and needs_admission(obj, None)
+    record = {"team": "a", "admittedAt": "2026-11-23T11:00:00Z"}
+    obj["metadata"]["annotations"] = {ADMISSION_ANNOTATION: json.dumps(record)}
+    assert recorded_admission(obj) == record
+    obj["metadata"]["annotations"] = {ADMISSION_ANNOTATION: "{not json"}
+    assert recorded_admission(obj) is None, "a hand-edited annotation is no admission"
+    assert user_suspended(pytorchjob(runPolicy={"suspend": True})) and not user_suspended(pytorchjob())
+    done = {**pytorchjob(), "status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}
+    assert job_finished(done) and not needs_admission(done, None)
+    # a TrainJob's record stays in its status, its suspend in spec.suspend
+    tj = {"kind": "TrainJob", "spec": {"suspend": True}, "status": {"admission": record}}
+    assert recorded_admission(tj) == record and user_suspended(tj)

@@ -105,6 +105,9 @@ def test_a_pytorchjob_is_read_by_v1_conditions_and_waits_on_the_same_numbers():
     assert diagnose_pytorchjob(restarting, gang(2), 0, rooms).reason == "CapacityAvailable"
     suspended = v1(("Suspended", "True", "PyTorchJobSuspended"))
     assert "spec.runPolicy.suspend=false" in diagnose_pytorchjob(suspended, gang(2), 0, []).message
+    held = v1(("Suspended", "True", "WaitingForQuota"))
+    d = diagnose_pytorchjob(held, gang(2), 0, rooms)
+    assert d.reason == "WaitingForQuota" and "quota admits it" in d.message and "runPolicy" not in d.message
     failed = v1(("Running", "False", "PyTorchJobFailed"), ("Failed", "True", "PyTorchJobFailed"))
     d = diagnose_pytorchjob(failed, gang(2), 0, [])
     assert d.reason == "PyTorchJobFailed" and d.message.startswith("Failed: PyTorchJob x is failed")
