@@ -55,6 +55,7 @@ from gangctl.policy.decide import (Apply, Delete, Event, GateForget, GateIntent,
                                    missing_priority_class, store_pods)
 from gangctl.policy.failure import PodFailure, Restarts, classify
 from gangctl.policy.failure import decide as judge
+from gangctl.policy.gang import Gang
 from gangctl.policy.quota_coscheduling import NodeRange
 
 # runPolicy.managedBy values gangctl serves: unset, and Training Operator's own name (what v1 manifests
@@ -343,9 +344,11 @@ def _carry_out(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, restarts: Res
 
 
 # --- the running job ----------------------------------------------------------------------------
-def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str, size: int | None = None) -> dict:
+def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str, size: int | None = None,
+              gang: Gang | None = None) -> dict:
     """The Indexed Job of one replica type: pod i's hostname is `<job>-<type>-<i>`, as v1's pod name.
-    `size`: an elastic Worker Job's current size (completions = parallelism, changed together)."""
+    `size`: an elastic Worker Job's current size (completions = parallelism, changed together);
+    `gang`: the job's gang, for the backend's Job labels and annotations (Kueue's queue name)."""
     job = group.job
     size = job.num_nodes if size is None else size
     template = copy.deepcopy(job.pod_template)
@@ -359,10 +362,15 @@ def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str,
         job_spec["backoffLimit"] = ELASTIC_BACKOFF_LIMIT
         job_spec.setdefault("successPolicy", copy.deepcopy(ELASTIC_SUCCESS_POLICY))
     child_labels = {MANAGED_BY: MANAGER, pj.JOB_NAME: job.name, pj.REPLICA_TYPE: group.replica_type.lower()}
+    metadata: dict = {"name": group.child_name, "namespace": job.namespace, "labels": child_labels,
+                      "ownerReferences": [owner]}
+    if gang is not None:
+        child_labels.update(base.job_labels(backend, job, gang))
+        if (job_annotations := base.job_annotations(backend, job, gang)):
+            metadata["annotations"] = job_annotations
     return with_spec_hash({
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": group.child_name, "namespace": job.namespace, "labels": child_labels,
-                     "ownerReferences": [owner]},
+        "metadata": metadata,
         "spec": {"backoffLimit": 0, **job_spec, "completionMode": "Indexed", "completions": size,
                  "parallelism": size, "suspend": job.suspend or base.controls_suspend(backend),
                  "template": template},
@@ -405,13 +413,16 @@ def _ensure(resource: Resource, cached: dict | None, obj: dict) -> list[Step]:
 def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None],
          quota: _Quota) -> Plan:
     owner = owner_reference(s.pytorchjob)  # type: ignore[arg-type]
+    admits = base.controls_suspend(backend)   # Kueue: it unsuspends the Job it admits
+    if admits and quota.held is None:
+        quota = dataclasses.replace(quota, held=_admission_wait(s, backend, current))
     held = job.run_policy.suspend or quota.held is not None
-    if quota.held is not None:   # held like a suspended job: its child Jobs are applied suspended
+    if quota.held is not None and not admits:   # held like a suspended job: its child Jobs are applied suspended
         gang = dataclasses.replace(gang, groups=tuple(
             dataclasses.replace(g, job=dataclasses.replace(g.job, suspend=True)) for g in gang.groups))
     workers = gang.groups[-1]
     size, recheck = None, False
-    if workers.job.elastic and not held:
+    if workers.job.elastic and not held and not admits:   # under Kueue its admission sets the size
         sized = _elastic_size(s, workers, current[workers.child_name], quota.max_workers)
         if isinstance(sized, Plan):
             return sized
@@ -428,8 +439,11 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
         if gang.rdzv_store:
             steps += ensure_store(store_pods(s.pods), store_pod(gang, owner), s.scheduler_name)
     for group in gang.groups:
+        if admits and current[group.child_name] is not None:
+            continue   # made once: Kueue owns its suspend (and, admitting part of it, its parallelism)
         steps += _ensure(JOBS, current[group.child_name],
-                         child_job(group, owner, backend, s.scheduler_name, size if group is workers else None))
+                         child_job(group, owner, backend, s.scheduler_name, size if group is workers else None,
+                                   gang.gang()))
     for pod in _attempt_pods(s, current):
         stamp = pj.pod_stamp(job, pod)
         if stamp is not None and not pod["metadata"].get("deletionTimestamp"):
@@ -448,6 +462,16 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
         left = max(0.0, limit - (s.now - st.parse_time(start)).total_seconds())
         requeue = left if requeue is None else min(requeue, left)
     return Plan(steps=tuple(steps), requeue_after=requeue)
+
+
+def _admission_wait(s: Snapshot, backend, current: Mapping[str, dict | None]) -> tuple[str, str] | None:
+    """Under a backend that admits by unsuspending the Job (Kueue): why the job waits, in its words,
+    while its Job is still suspended (None once admitted)."""
+    jobs = [j for j in current.values() if j is not None]
+    if jobs and not any((j.get("spec") or {}).get("suspend") for j in jobs):
+        return None
+    return base.waiting(backend, s.groups.get(backend.name)) or (
+        "WaitingForQuota", f"waiting for {backend.name} to admit the job")
 
 
 def _elastic_size(s: Snapshot, workers: pj.ReplicaGroup, observed: dict | None,

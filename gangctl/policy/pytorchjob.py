@@ -411,6 +411,12 @@ def min_resources(job: PyTorchJob, groups: list[ReplicaGroup], min_member: int) 
 def _backend(job: PyTorchJob, default_backend: str | None) -> tuple[str | None, dict]:
     sched = job.run_policy.scheduling
     if job.labels.get(KUEUE_QUEUE_LABEL):
+        if len(job.replica_specs) > 1:
+            raise PyTorchJobMappingError(
+                f"metadata.labels[{KUEUE_QUEUE_LABEL}]: Kueue admits each of gangctl's child Jobs on its own, so "
+                f"a PyTorchJob with {' and '.join(job.replica_specs)} replicas would not be admitted as one gang; "
+                "use Worker replicas only (Worker 0 is rank 0), or remove the label to have gangctl's quota gate "
+                "admit it (`gangctl policy apply --backend coscheduling`)")
         settings: dict = {"queueName": job.labels[KUEUE_QUEUE_LABEL]}
         if sched and sched.priority_class:
             settings["priorityClassName"] = sched.priority_class

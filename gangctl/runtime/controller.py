@@ -186,7 +186,7 @@ class Controller:
 
     def _on_workload(self, uid_label: str, event: str, obj: dict) -> None:
         """An object a backend made from a child Job (Kueue's Workload, the Job's uid in `uid_label`):
-        requeue the TrainJob of that Job."""
+        requeue the TrainJob or PyTorchJob of that Job."""
         meta = obj["metadata"]
         if event == "DELETED":
             self.capacity_changed()
@@ -195,9 +195,11 @@ class Controller:
             if ref.get("kind") != "Job" or (uid and ref.get("uid") != uid):
                 continue
             job = self.caches.jobs.get(f"{meta['namespace']}/{ref['name']}")
-            owner = ((job or {}).get("metadata", {}).get("labels") or {}).get(TRAINJOB_NAME)
-            if owner:
-                self.queue.add(f"{meta['namespace']}/{owner}")
+            labels = (job or {}).get("metadata", {}).get("labels") or {}
+            if labels.get(TRAINJOB_NAME):
+                self.queue.add(f"{meta['namespace']}/{labels[TRAINJOB_NAME]}")
+            if labels.get(PYTORCHJOB_NAME):
+                self.queue.add(f"{PYTORCHJOB_KEY}{meta['namespace']}/{labels[PYTORCHJOB_NAME]}")
 
     def _on_runtime(self, _: str, obj: dict) -> None:
         name = obj["metadata"]["name"]

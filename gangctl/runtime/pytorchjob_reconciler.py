@@ -9,6 +9,8 @@ from __future__ import annotations
 from gangctl.api.resources import PYTORCHJOBS, Resource
 from gangctl.kube.client import ApiError
 from gangctl.kube.informer import Informer
+from gangctl.plugins import base
+from gangctl.plugins.registry import BACKENDS
 from gangctl.policy import decide_pytorchjob as dp
 from gangctl.policy.decide import GateView
 from gangctl.policy.pytorchjob import JOB_NAME, group_name
@@ -32,17 +34,25 @@ class PyTorchJobReconciler(Reconciler):
         ns, _, name = key.partition("/")
         if obj is None:
             return dp.Snapshot(key, self.clock(), None)
+        selector = {JOB_NAME: name}
+        jobs = tuple(self.caches.jobs.list(ns, selector))
         groups: dict[str, dict | None] = {}
         for backend_name, cache in self.caches.groups.items():
-            found = [g for g in cache.list(ns, {JOB_NAME: name}) if g["metadata"]["name"] == group_name(name)]
+            # A backend's object made from a child Job (Kueue's Workload) is found by that Job's uid
+            # (a Kueue-queued PyTorchJob has one Job, its Workers); gangctl's own group by its name.
+            made_from = [sel for j in jobs if (sel := base.watched_selector(BACKENDS[backend_name],
+                                                                            j["metadata"].get("uid", "")))]
+            if base.watched_selector(BACKENDS[backend_name], "") is not None:
+                found = [w for sel in made_from for w in cache.list(ns, sel)]
+            else:
+                found = [g for g in cache.list(ns, selector) if g["metadata"]["name"] == group_name(name)]
             groups[backend_name] = found[0] if found else None
-        selector = {JOB_NAME: name}
         gate = None
         if self.gate is not None and self.gate.governs(ns):
             gate = GateView(self.gate.admission(obj), self.gate.hold_reason(KEY_PREFIX + key))
         return dp.Snapshot(
             key, self.clock(), obj, scheduler_name=self.scheduler_name, gang_scheduler=self.gang_scheduler,
-            jobs=tuple(self.caches.jobs.list(ns, selector)), pods=tuple(self.caches.pods.list(ns, selector)),
+            jobs=jobs, pods=tuple(self.caches.pods.list(ns, selector)),
             services=tuple(self.caches.services.list(ns, selector)), groups=groups,
             priority_classes=self.caches.priority_class_names(), gate=gate)
 

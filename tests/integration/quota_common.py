@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -18,11 +19,14 @@ from pathlib import Path
 import yaml
 
 from gangctl.api.quantity import parse_quantity
-from gangctl.api.resources import PODS, TRAINING_RUNTIMES
+from gangctl.api.resources import PODS, PYTORCHJOBS, TRAINING_RUNTIMES
 from gangctl.config import REPO_ROOT
 from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.informer import Informer
+from gangctl.policy import pytorchjob as pj
 from gangctl.policy.quota import QuotaPolicy
+from gangctl.policy.quota_coscheduling import ADMISSION_ANNOTATION
+from tests.integration.helpers import KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, on_kwok_nodes
 
 POLICY_FILE = REPO_ROOT / "tests/integration/data/two-teams.yaml"
 POLICY = QuotaPolicy.model_validate(yaml.safe_load(POLICY_FILE.read_text()))
@@ -271,3 +275,44 @@ async def assert_preempted_event(kube: Kube, victim: str = "low", preemptor: str
     events = (await kube.get(f"/api/v1/namespaces/{TEAMS['team-a']}/events",
                              fieldSelector=f"involvedObject.name={victim},reason=Preempted"))["items"]
     assert events and preemptor in events[0]["message"], events
+
+
+# --- PyTorchJobs (kubeflow.org/v1) in the same teams ----------------------------------------------
+def pytorchjob(name: str, namespace: str, *, masters: int = 1, workers: int = 0, priority: str = "batch",
+               elastic: dict | None = None) -> dict:
+    """A v1 PyTorchJob of 8-GPU replicas on KWOK's GPU nodes, kept Running for an hour."""
+    template = {"metadata": {"annotations": {KWOK_COMPLETE_DELAY: "3600s", KWOK_COMPLETE_JITTER: "3600s"}},
+                "spec": on_kwok_nodes({"containers": [{"name": "pytorch", "image": "pytorch/pytorch:2.7.1",
+                                                       "command": ["torchrun", "t.py"],
+                                                       "resources": {"limits": {GPU: "8"}}}]})}
+    specs = {}
+    if masters:
+        specs["Master"] = {"replicas": masters, "restartPolicy": "OnFailure", "template": copy.deepcopy(template)}
+    if workers:
+        specs["Worker"] = {"replicas": workers, "restartPolicy": "OnFailure", "template": copy.deepcopy(template)}
+    spec: dict = {"pytorchReplicaSpecs": specs,
+                  "runPolicy": {"schedulingPolicy": {"priorityClass": priority, "scheduleTimeoutSeconds": 60}}}
+    if elastic:
+        spec["elasticPolicy"] = elastic
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+async def get_pytorchjob(kube: Kube, namespace: str, name: str) -> dict:
+    return await kube.get(PYTORCHJOBS.path(namespace, name))
+
+
+def v1_condition(job: dict, ctype: str) -> dict:
+    return next((c for c in (job.get("status") or {}).get("conditions") or [] if c["type"] == ctype), {})
+
+
+async def pj_pods(kube: Kube, namespace: str, name: str) -> list[dict]:
+    """The PyTorchJob's unfinished pods (v1's job-name label)."""
+    listing = await kube.get(PODS.path(namespace), labelSelector=f"{pj.JOB_NAME}={name}")
+    return [p for p in listing["items"] if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and not p["metadata"].get("deletionTimestamp")]
+
+
+def admission_of(job: dict) -> dict | None:
+    text = (job["metadata"].get("annotations") or {}).get(ADMISSION_ANNOTATION)
+    return json.loads(text) if text else None

@@ -94,7 +94,9 @@ async def serve_backend(cluster: tuple[ClusterSettings, Path], backend: str, log
             await prepare(kube)
     finally:
         await kube.close()
-    ctl = ControllerProcess(kubeconfig, log_dir / "controller.log")
+    # Volcano's cluster runs PyTorchJobs' gangs through Volcano, as v1's --gang-scheduler-name=volcano.
+    env = {"GANGCTL_PYTORCHJOB_GANG_SCHEDULER": "volcano"} if backend == "volcano" else {}
+    ctl = ControllerProcess(kubeconfig, log_dir / "controller.log", env=env)
     ctl.start()
     try:
         await wait_ready(ctl)

@@ -8,24 +8,22 @@ Volcano modules make against their schedulers, with the same policy and the same
 from __future__ import annotations
 
 import asyncio
-import copy
-import json
 import random
 
 import pytest
 
-from gangctl.api.resources import JOBS, POD_GROUPS, PODS, PYTORCHJOBS, TRAINING_RUNTIMES, TRAINJOBS
+from gangctl.api.resources import JOBS, POD_GROUPS, PYTORCHJOBS, TRAINING_RUNTIMES, TRAINJOBS
 from gangctl.config import REPO_ROOT
 from gangctl.kube.client import ApiError, Kube
-from gangctl.policy import pytorchjob as pj
 from gangctl.policy.status import phase
-from gangctl.policy.quota_coscheduling import ADMISSION_ANNOTATION, POLICY_CONFIGMAP, POLICY_NAMESPACE
+from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_NAMESPACE
 from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, bound, eventually, gang_state,
                                        gangctl_cli, get_trainjob, on_kwok_nodes, pods_of, reconciles,
                                        running, settled, submit, trainjob)
-from tests.integration.quota_common import (GPU, TEAMS, UsageSampler, apply_policy_cli, assert_preempted_event,
-                                            assert_same_jobs_within_policy, empty_teams, install_runtimes,
-                                            preempt_low_with_high, runtime, runtime_name)
+from tests.integration.quota_common import (GPU, TEAMS, UsageSampler, admission_of, apply_policy_cli,
+                                            assert_preempted_event, assert_same_jobs_within_policy, empty_teams,
+                                            get_pytorchjob, install_runtimes, pj_pods, preempt_low_with_high,
+                                            pytorchjob, runtime, runtime_name, v1_condition)
 
 pytestmark = pytest.mark.integration
 SOLO_POLICY = REPO_ROOT / "tests/integration/data/one-team-64.yaml"
@@ -136,97 +134,26 @@ async def test_the_same_jobs_never_exceed_the_policy(gated, kube):
     await assert_same_jobs_within_policy(kube)
 
 
-async def test_80_concurrent_trainjobs_never_exceed_a_64_gpu_quota(gated, kube, kubeconfig, cluster_settings):
-    # The one-team policy replaces the two-team one (one policy per cluster, as with Kueue's objects).
-    apply_policy_cli(kubeconfig, "coscheduling", cluster_settings.cluster_name, SOLO_POLICY)
-    # 80 jobs asking for 27 times the quota in GPU-seconds (CI-sized; the gate's cost per job is what
-    # benchmarks/scale.py measures at 5,000 nodes).
-    rng = random.Random(200)
-    jobs = []
-    for i in range(80):
-        nodes = rng.choice((1, 1, 2, 4))
-        gpus = rng.choice((1, 2, 4, 8))
-        jobs.append((f"j{i:03d}", nodes, gpus, f"{rng.randint(2, 4)}s"))
-    assert max(n * g for _, n, g, _ in jobs) == 32 and min(n * g for _, n, g, _ in jobs) == 1
-    sampler = UsageSampler(kube, limits={"solo": 64}, namespaces={"solo": "solo"}, interval=0.1)
-    stop = asyncio.Event()
-    task = asyncio.create_task(sampler.run(stop))
-    phases: dict[str, str] = {}
-    try:
-        for name, nodes, gpus, run_for in jobs:
-            await submit(kube, trainjob(name, "solo", nodes=nodes, gpus=gpus, run_for=run_for))
-
-        async def all_done() -> bool:
-            listing = (await kube.get(TRAINJOBS.path("solo")))["items"]
-            phases.update({tj["metadata"]["name"]: phase(tj.get("status")) for tj in listing})
-            return len(phases) == len(jobs) and all(p in ("Complete", "Failed") for p in phases.values())
-        await eventually(all_done, 900, f"all {len(jobs)} TrainJobs finished", interval=2.0)
-    finally:
-        stop.set()
-        await task
-        await kube.request("DELETE", TRAINJOBS.path("solo"), body={"propagationPolicy": "Background"})
-    assert sampler.samples > 100
-    assert sampler.over == [], f"more than 64 GPUs admitted or held: {sampler.over[:5]}"
-    assert all(p == "Complete" for p in phases.values()), {n: p for n, p in phases.items() if p != "Complete"}
-    print(f"[quota] {sampler.samples} samples; peak admitted {sampler.peak_admitted['solo']:g} GPUs, "
-          f"peak held {sampler.peak['solo']:g} GPUs of 64")
-    assert sampler.peak_admitted["solo"] >= 48, "the quota was used, not just respected"
-
-
 # --- PyTorchJobs: the same gate, the same team quota ------------------------------------------------
-def pytorchjob(name: str, namespace: str, *, masters: int = 1, workers: int = 0, priority: str = "batch",
-               elastic: dict | None = None) -> dict:
-    """A v1 PyTorchJob of 8-GPU replicas on KWOK's GPU nodes, kept Running for an hour."""
-    template = {"metadata": {"annotations": {KWOK_COMPLETE_DELAY: "3600s", KWOK_COMPLETE_JITTER: "3600s"}},
-                "spec": on_kwok_nodes({"containers": [{"name": "pytorch", "image": "pytorch/pytorch:2.7.1",
-                                                       "command": ["torchrun", "t.py"],
-                                                       "resources": {"limits": {GPU: "8"}}}]})}
-    specs = {}
-    if masters:
-        specs["Master"] = {"replicas": masters, "restartPolicy": "OnFailure", "template": copy.deepcopy(template)}
-    if workers:
-        specs["Worker"] = {"replicas": workers, "restartPolicy": "OnFailure", "template": copy.deepcopy(template)}
-    spec: dict = {"pytorchReplicaSpecs": specs,
-                  "runPolicy": {"schedulingPolicy": {"priorityClass": priority, "scheduleTimeoutSeconds": 60}}}
-    if elastic:
-        spec["elasticPolicy"] = elastic
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
-
-
-async def get_pytorchjob(kube: Kube, namespace: str, name: str) -> dict:
-    return await kube.get(PYTORCHJOBS.path(namespace, name))
-
-
-def v1_condition(job: dict, ctype: str) -> dict:
-    return next((c for c in (job.get("status") or {}).get("conditions") or [] if c["type"] == ctype), {})
-
-
 async def pytorchjob_runs(kube: Kube, namespace: str, name: str) -> bool:
     return v1_condition(await get_pytorchjob(kube, namespace, name), "Running").get("status") == "True"
 
 
-async def pj_pods(kube: Kube, namespace: str, name: str) -> list[dict]:
-    """The PyTorchJob's unfinished pods (v1's job-name label)."""
-    listing = await kube.get(PODS.path(namespace), labelSelector=f"{pj.JOB_NAME}={name}")
-    return [p for p in listing["items"] if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-            and not p["metadata"].get("deletionTimestamp")]
-
-
-def admission_of(job: dict) -> dict | None:
-    text = (job["metadata"].get("annotations") or {}).get(ADMISSION_ANNOTATION)
-    return json.loads(text) if text else None
-
-
-async def empty_team_a(kube: Kube) -> str:
+@pytest.fixture
+async def team_a(gated, kube: Kube):
+    """team-a's namespace, empty before the test and after it (pass or fail), so the GPU nodes its
+    jobs held are free for the modules after this one."""
+    async def empty() -> None:
+        await kube.request("DELETE", PYTORCHJOBS.path(ns), body={"propagationPolicy": "Background"})
+        await empty_teams(kube, ns)
     ns = TEAMS["team-a"]
-    await kube.request("DELETE", PYTORCHJOBS.path(ns), body={"propagationPolicy": "Background"})
-    await empty_teams(kube, ns)
-    return ns
+    await empty()
+    yield ns
+    await empty()
 
 
-async def test_pytorchjobs_and_trainjobs_share_the_teams_quota(gated, kube, kubeconfig, cluster_settings):
-    ns = await empty_team_a(kube)   # team-a may hold 24 GPUs
+async def test_pytorchjobs_and_trainjobs_share_the_teams_quota(team_a, kube, kubeconfig, cluster_settings):
+    ns = team_a   # team-a may hold 24 GPUs
     rt = dict(runtime=runtime_name("batch"), runtime_kind="TrainingRuntime")
     await submit(kube, trainjob("tj-16", ns, nodes=2, **rt))
     await eventually(lambda: running(kube, ns, "tj-16"), 60, "a 16-GPU TrainJob of team-a running")
@@ -263,8 +190,8 @@ async def test_pytorchjobs_and_trainjobs_share_the_teams_quota(gated, kube, kube
 
 
 async def test_a_higher_priority_pytorchjob_preempts_and_an_elastic_one_runs_what_it_was_admitted_with(
-        gated, kube, controller):
-    ns = await empty_team_a(kube)
+        team_a, kube, controller):
+    ns = team_a
     await kube.create(PYTORCHJOBS.path(ns), pytorchjob("low", ns, workers=2))            # 24 GPUs: all of it
     await eventually(lambda: pytorchjob_runs(kube, ns, "low"), 60, "the low-priority PyTorchJob on 24 GPUs")
     await kube.create(PYTORCHJOBS.path(ns), pytorchjob("high", ns, priority="urgent"))
@@ -307,3 +234,41 @@ async def test_a_higher_priority_pytorchjob_preempts_and_an_elastic_one_runs_wha
 
 async def _bound_count(kube: Kube, namespace: str, name: str, want: int) -> bool:
     return len(bound(await pj_pods(kube, namespace, name))) == want
+
+
+async def test_80_concurrent_trainjobs_never_exceed_a_64_gpu_quota(gated, kube, kubeconfig, cluster_settings):
+    # Last in the module: the one-team policy replaces the two-team one (one policy per cluster, as
+    # with Kueue's objects).
+    apply_policy_cli(kubeconfig, "coscheduling", cluster_settings.cluster_name, SOLO_POLICY)
+    # 80 jobs asking for 27 times the quota in GPU-seconds (CI-sized; the gate's cost per job is what
+    # benchmarks/scale.py measures at 5,000 nodes).
+    rng = random.Random(200)
+    jobs = []
+    for i in range(80):
+        nodes = rng.choice((1, 1, 2, 4))
+        gpus = rng.choice((1, 2, 4, 8))
+        jobs.append((f"j{i:03d}", nodes, gpus, f"{rng.randint(2, 4)}s"))
+    assert max(n * g for _, n, g, _ in jobs) == 32 and min(n * g for _, n, g, _ in jobs) == 1
+    sampler = UsageSampler(kube, limits={"solo": 64}, namespaces={"solo": "solo"}, interval=0.1)
+    stop = asyncio.Event()
+    task = asyncio.create_task(sampler.run(stop))
+    phases: dict[str, str] = {}
+    try:
+        for name, nodes, gpus, run_for in jobs:
+            await submit(kube, trainjob(name, "solo", nodes=nodes, gpus=gpus, run_for=run_for))
+
+        async def all_done() -> bool:
+            listing = (await kube.get(TRAINJOBS.path("solo")))["items"]
+            phases.update({tj["metadata"]["name"]: phase(tj.get("status")) for tj in listing})
+            return len(phases) == len(jobs) and all(p in ("Complete", "Failed") for p in phases.values())
+        await eventually(all_done, 900, f"all {len(jobs)} TrainJobs finished", interval=2.0)
+    finally:
+        stop.set()
+        await task
+        await kube.request("DELETE", TRAINJOBS.path("solo"), body={"propagationPolicy": "Background"})
+    assert sampler.samples > 100
+    assert sampler.over == [], f"more than 64 GPUs admitted or held: {sampler.over[:5]}"
+    assert all(p == "Complete" for p in phases.values()), {n: p for n, p in phases.items() if p != "Complete"}
+    print(f"[quota] {sampler.samples} samples; peak admitted {sampler.peak_admitted['solo']:g} GPUs, "
+          f"peak held {sampler.peak['solo']:g} GPUs of 64")
+    assert sampler.peak_admitted["solo"] >= 48, "the quota was used, not just respected"

@@ -6,15 +6,15 @@ import subprocess
 
 import pytest
 
-from gangctl.api.resources import JOBS, TRAINJOBS
+from gangctl.api.resources import JOBS, PYTORCHJOBS, TRAINJOBS
 from gangctl.kube.client import Kube
 from gangctl.plugins.kueue import WORKLOADS, Kueue
 from gangctl.commands.policy_apply import apply_policy
 from gangctl.policy.quota import QuotaPolicy
 from tests.integration.helpers import (bound, eventually, gang_state, get_trainjob, pods_of, running, submit,
                                        trainjob)
-from tests.integration.quota_common import (TEAMS, assert_same_jobs_within_policy, preempt_low_with_high,
-                                            runtime_name)
+from tests.integration.quota_common import (TEAMS, assert_same_jobs_within_policy, empty_teams, get_pytorchjob,
+                                            pj_pods, preempt_low_with_high, pytorchjob, runtime_name, v1_condition)
 from tests.integration.schedulers_common import EXAMPLE_POLICY, cli, gang_objects, serve_backend, start, stop
 
 import yaml
@@ -111,6 +111,48 @@ async def test_trainjobs_wait_for_quota_with_the_reason_and_start_when_it_frees(
     assert not [w for w in workloads if "a-big" in w["metadata"]["name"]], "a deleted TrainJob leaves no Workload"
     await kube.delete(TRAINJOBS.path(ns, "a-small"))
     await kube.delete(TRAINJOBS.path(ns, "a-waits"))
+
+
+async def test_a_pytorchjob_with_a_queue_name_waits_in_kueues_words_and_runs_when_admitted(kueue_controller, kube):
+    ns = TEAMS["team-a"]   # 24 GPUs at most
+    await empty_teams(kube, ns)
+    try:
+        def queued(name: str, **kw) -> dict:
+            obj = pytorchjob(name, ns, **kw)
+            obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "default"}
+            return obj
+        await kube.create(PYTORCHJOBS.path(ns), queued("pj-a", masters=0, workers=3))
+
+        async def runs(name: str) -> bool:
+            return v1_condition(await get_pytorchjob(kube, ns, name), "Running").get("status") == "True"
+        await eventually(lambda: runs("pj-a"), 90, "a 24-GPU PyTorchJob admitted by Kueue and running")
+        assert len(bound(await pj_pods(kube, ns, "pj-a"))) == 3
+        await kube.create(PYTORCHJOBS.path(ns), queued("pj-b", masters=0, workers=1))
+
+        async def waits_in_kueues_words() -> bool:
+            held = v1_condition(await get_pytorchjob(kube, ns, "pj-b"), "Suspended")
+            return (held.get("status") == "True" and held.get("reason") == "WaitingForQuota"
+                    and "insufficient" in held.get("message", "") and "nvidia.com/gpu" in held.get("message", ""))
+        await eventually(waits_in_kueues_words, 90, "pj-b Suspended, waiting for quota in Kueue's words")
+        assert bound(await pj_pods(kube, ns, "pj-b")) == [], "a job beyond quota holds no node"
+        await kube.delete(PYTORCHJOBS.path(ns, "pj-a"))
+        await eventually(lambda: runs("pj-b"), 90, "pj-b running once Kueue admits it")
+        assert v1_condition(await get_pytorchjob(kube, ns, "pj-b"), "Suspended")["status"] == "False"
+
+        # Kueue admits each child Job alone: a Master and Workers would not be one gang, so it is refused
+        await kube.create(PYTORCHJOBS.path(ns), queued("pj-split", workers=1))
+
+        async def failed() -> dict:
+            return v1_condition(await get_pytorchjob(kube, ns, "pj-split"), "Failed")
+        await eventually(lambda: _true(failed()), 60, "a Master + Worker PyTorchJob under Kueue Failed")
+        assert "kueue.x-k8s.io/queue-name" in (await failed())["message"]
+    finally:   # the GPU nodes go back to the tests after this one, pass or fail
+        await kube.request("DELETE", PYTORCHJOBS.path(ns), body={"propagationPolicy": "Background"})
+        await empty_teams(kube, ns)
+
+
+async def _true(condition) -> bool:
+    return (await condition).get("status") == "True"
 
 
 async def test_a_higher_priority_trainjob_preempts_within_the_team(kueue_controller, kube):

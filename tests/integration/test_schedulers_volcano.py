@@ -6,13 +6,14 @@ import subprocess
 
 import pytest
 
-from gangctl.api.resources import JOBS, PODS, TRAINJOBS
+from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, TRAINJOBS
 from gangctl.kube.client import ApiError, Kube
 from gangctl.plugins.volcano import VOLCANO_POD_GROUPS, VOLCANO_QUEUES, Volcano
 from tests.integration.helpers import (bound, eventually, gang_state, get_trainjob, pods_of, running, submit,
                                        trainjob)
 from tests.integration.quota_common import (POLICY_FILE, TEAMS, assert_preempted_event, assert_same_jobs_within_policy,
-                                            preempt_low_with_high, runtime_name)
+                                            empty_teams, get_pytorchjob, pj_pods, preempt_low_with_high, pytorchjob,
+                                            runtime_name, v1_condition)
 from tests.integration.schedulers_common import cli, gang_objects, remove_builder_gangs, serve_backend, start, stop
 
 pytestmark = pytest.mark.integration
@@ -126,6 +127,49 @@ async def test_trainjobs_wait_for_their_queue_with_the_reason_and_start_when_it_
     await eventually(lambda: running(kube, ns, "a-waits"), 120, "a-waits running once the queue has room")
     assert len(bound(await pods_of(kube, ns, "a-waits"))) == 2
     await kube.delete(TRAINJOBS.path(ns, "a-waits"))
+
+
+async def test_pytorchjobs_are_volcano_gangs_in_their_queue(volcano_controller, kube):
+    ns = TEAMS["team-a"]   # queue team-a: capability 24 GPUs
+    await empty_teams(kube, ns)
+
+    def in_queue(name: str) -> dict:   # a Master and a Worker of 8 GPUs: 16 GPUs
+        obj = pytorchjob(name, ns, workers=1)
+        obj["spec"]["runPolicy"]["schedulingPolicy"]["queue"] = "team-a"
+        return obj
+
+    async def runs(name: str) -> bool:
+        job = await get_pytorchjob(kube, ns, name)
+        return v1_condition(job, "Running").get("status") == "True" and len(bound(await pj_pods(kube, ns, name))) == 2
+    try:
+        await kube.create(PYTORCHJOBS.path(ns), in_queue("pj-first"))
+        await eventually(lambda: runs("pj-first"), 90, "a PyTorchJob admitted by its Volcano queue and running")
+        pg = await kube.get(VOLCANO_POD_GROUPS.path(ns, "pj-first-pytorch"))
+        assert pg["spec"]["queue"] == "team-a" and pg["spec"]["minMember"] == 2
+        assert pg["spec"]["minResources"]["nvidia.com/gpu"] == "16"
+        assert {p["spec"]["schedulerName"] for p in await pj_pods(kube, ns, "pj-first")} == {"volcano"}
+
+        await kube.create(PYTORCHJOBS.path(ns), in_queue("pj-second"))   # 16 + 16 > 24: Volcano holds it
+
+        async def held_whole() -> bool:
+            pg = await kube.get(VOLCANO_POD_GROUPS.path(ns, "pj-second-pytorch"))
+            return (pg.get("status") or {}).get("phase") in ("Pending", "Inqueue") and \
+                len(await pj_pods(kube, ns, "pj-second")) == 2
+        await eventually(held_whole, 60, "pj-second's gang made and held by Volcano")
+        assert bound(await pj_pods(kube, ns, "pj-second")) == [], "a gang beyond its queue holds no node"
+        await kube.delete(PYTORCHJOBS.path(ns, "pj-first"))
+
+        async def released() -> bool:
+            try:
+                await kube.get(VOLCANO_POD_GROUPS.path(ns, "pj-first-pytorch"))
+                return False
+            except ApiError as err:
+                return err.not_found
+        await eventually(released, 30, "pj-first's PodGroup deleted with it")
+        await eventually(lambda: runs("pj-second"), 120, "pj-second running once the queue has room")
+    finally:   # the GPU nodes go back to the tests after this one, pass or fail
+        await kube.request("DELETE", PYTORCHJOBS.path(ns), body={"propagationPolicy": "Background"})
+        await empty_teams(kube, ns)
 
 
 async def test_a_higher_priority_trainjob_preempts_within_the_team(volcano_controller, kube):

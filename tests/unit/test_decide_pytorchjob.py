@@ -467,3 +467,25 @@ def test_the_gate_reads_a_pytorchjobs_admission_and_lifecycle():
     # a TrainJob's record stays in its status, its suspend in spec.suspend
     tj = {"kind": "TrainJob", "spec": {"suspend": True}, "status": {"admission": record}}
     assert recorded_admission(tj) == record and user_suspended(tj)
+
+
+def test_under_kueue_the_worker_job_carries_the_queue_is_made_once_and_kueues_reason_is_shown():
+    obj = pytorchjob(workers=2)
+    del obj["spec"]["pytorchReplicaSpecs"]["Master"]
+    obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
+    plan = dp.decide(snap(obj, groups={"kueue": None}))
+    [job] = [a.obj for a in plan.of(Apply) if a.resource == JOBS]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a" and job["spec"]["suspend"]
+    held = next(c for c in plan.status["conditions"] if c["type"] == "Suspended")
+    assert (held["status"], held["reason"]) == ("True", "WaitingForQuota") and "Workload" in held["message"]
+    created = {**job, "metadata": {**job["metadata"], "uid": "w1"}}
+    workload = {"metadata": {"name": "wl"}, "spec": {"queueName": "team-a"}, "status": {"conditions": [
+        {"type": "QuotaReserved", "status": "False", "message": "couldn't assign flavors: insufficient quota"}]}}
+    plan = dp.decide(snap({**obj, "status": plan.status}, groups={"kueue": workload}, jobs=(created,)))
+    assert not [a for a in plan.of(Apply) if a.resource == JOBS], "Kueue owns the Job's suspend: never applied again"
+    held = next(c for c in plan.status["conditions"] if c["type"] == "Suspended")
+    assert "insufficient quota" in held["message"]
+    admitted_job = copy.deepcopy(created)
+    admitted_job["spec"]["suspend"] = False
+    plan = dp.decide(snap({**obj, "status": plan.status}, groups={"kueue": workload}, jobs=(admitted_job,)))
+    assert next(c for c in plan.status["conditions"] if c["type"] == "Suspended")["status"] == "False"

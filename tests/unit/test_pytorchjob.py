@@ -273,6 +273,11 @@ def test_backends():
     cos = pj.to_gang(m, default_backend="coscheduling")
     assert cos.gang().schedule_timeout_seconds == 120
     m["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
+    # Kueue admits each child Job alone: Master + Worker would be two admissions, not one gang
+    with pytest.raises(pj.PyTorchJobMappingError, match=r"^metadata\.labels\[kueue\.x-k8s\.io/queue-name\]: .*"
+                                                        r"Master and Worker.*Worker replicas only"):
+        pj.to_gang(m, default_backend="volcano")
+    del m["spec"]["pytorchReplicaSpecs"]["Master"]
     kq = pj.to_gang(m, default_backend="volcano")
     assert (kq.gang_backend, kq.gang_settings) == ("kueue", {"queueName": "lq", "priorityClassName": "high"})
 
