@@ -152,7 +152,12 @@ async def test_pytorchjobs_are_volcano_gangs_in_their_queue(volcano_controller, 
         await kube.create(PYTORCHJOBS.path(ns), in_queue("pj-second"))   # 16 + 16 > 24: Volcano holds it
 
         async def held_whole() -> bool:
-            pg = await kube.get(VOLCANO_POD_GROUPS.path(ns, "pj-second-pytorch"))
+            try:
+                pg = await kube.get(VOLCANO_POD_GROUPS.path(ns, "pj-second-pytorch"))
+            except ApiError as err:
+                if err.not_found:
+                    return False   # not made yet
+                raise
             return (pg.get("status") or {}).get("phase") in ("Pending", "Inqueue") and \
                 len(await pj_pods(kube, ns, "pj-second")) == 2
         await eventually(held_whole, 60, "pj-second's gang made and held by Volcano")
@@ -165,7 +170,11 @@ async def test_pytorchjobs_are_volcano_gangs_in_their_queue(volcano_controller, 
                 return False
             except ApiError as err:
                 return err.not_found
-        await eventually(released, 30, "pj-first's PodGroup deleted with it")
+        try:
+            await eventually(released, 30, "pj-first's PodGroup deleted with it")
+        except AssertionError:
+            pg = await kube.get(VOLCANO_POD_GROUPS.path(ns, "pj-first-pytorch"))
+            raise AssertionError(json.dumps({"metadata": pg["metadata"], "status": pg.get("status")}))
         await eventually(lambda: runs("pj-second"), 120, "pj-second running once the queue has room")
     finally:   # the GPU nodes go back to the tests after this one, pass or fail
         await kube.request("DELETE", PYTORCHJOBS.path(ns), body={"propagationPolicy": "Background"})
