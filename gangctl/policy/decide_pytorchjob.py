@@ -50,9 +50,9 @@ from gangctl.policy import elastic
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store
-from gangctl.policy.decide import (Apply, Delete, Event, GateForget, GateIntent, GateMayGrow, GateView, GateWants,
-                                   Metric, Patch, Plan, Step, WriteStatus, cache_grace_left, ensure_store,
-                                   missing_priority_class, store_pods)
+from gangctl.policy.decide import (RETRY_ANNOTATION, Apply, Delete, Event, GateForget, GateIntent, GateMayGrow,
+                                   GateView, GateWants, Metric, Patch, Plan, Step, WriteStatus, cache_grace_left,
+                                   ensure_store, missing_priority_class, store_pods)
 from gangctl.policy.failure import PodFailure, Restarts, classify
 from gangctl.policy.failure import decide as judge
 from gangctl.policy.gang import Gang
@@ -83,6 +83,7 @@ class Snapshot:
     groups: Mapping[str, dict | None] = field(default_factory=dict)   # backend -> its group (see decide)
     priority_classes: frozenset[str] | None = None   # the PriorityClasses that exist (None: not checked)
     gate: GateView | None = None           # None: no quota gate governs this namespace
+    nudge: bool = False                    # capacity was freed since this gang last tried
 
 
 def decide(s: Snapshot) -> Plan:
@@ -456,12 +457,31 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
             kind = next(c for c in status["conditions"] if c["status"] == "True" and c["type"] in (pj.SUCCEEDED, pj.FAILED))
             steps.append(Event("Normal" if kind["type"] == pj.SUCCEEDED else "Warning", kind["reason"], kind["message"]))
             steps += _release(s, job)
+    nudged = False
+    if s.nudge:   # capacity was freed: a gang still waiting for it is handed back to its scheduler
+        nudged = True
+        if base.needs_nudge(backend) and not held and not _finished(status) and not _running(status):
+            steps.append(Patch(backend.group_resource, job.namespace, pj.group_name(job.name),
+                               {"metadata": {"annotations": {RETRY_ANNOTATION: st.precise_timestamp(s.now)}}},
+                               missing_ok=True))
     requeue = ELASTIC_RECHECK_SECONDS if recheck and not _finished(status) else None
     limit, start = job.run_policy.active_deadline_seconds, status.get("startTime")
     if limit is not None and start is not None and not _finished(status):
         left = max(0.0, limit - (s.now - st.parse_time(start)).total_seconds())
         requeue = left if requeue is None else min(requeue, left)
-    return Plan(steps=tuple(steps), requeue_after=requeue)
+    return Plan(steps=tuple(steps), requeue_after=requeue, clear_nudge=nudged)
+
+
+def _running(status: dict) -> bool:
+    return any(c.get("type") == pj.RUNNING and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def waiting_for_gang(obj: dict) -> bool:
+    """Whether a PyTorchJob's gang may be waiting for capacity: not finished, not suspended (by its
+    user or gangctl's quota gate) and not running."""
+    status = obj.get("status") or {}
+    return not (_finished(status) or _running(status) or any(
+        c.get("type") == pj.SUSPENDED and c.get("status") == "True" for c in status.get("conditions") or []))
 
 
 def _admission_wait(s: Snapshot, backend, current: Mapping[str, dict | None]) -> tuple[str, str] | None:

@@ -25,6 +25,7 @@ from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy.cached import node_view, pod_view
 from gangctl.policy.leader import LeaseTimings
+from gangctl.policy.decide_pytorchjob import waiting_for_gang as pytorchjob_waiting
 from gangctl.policy.pytorchjob import JOB_NAME as PYTORCHJOB_NAME
 from gangctl.policy.status import phase, waiting_for_gang
 from gangctl.runtime.quota_gate import QuotaGate, policy_informer
@@ -168,6 +169,7 @@ class Controller:
     def _on_pytorchjob(self, event: str, obj: dict) -> None:
         key = PYTORCHJOB_KEY + object_key(obj)
         if event == "DELETED":
+            self.pytorchjobs.nudge.discard(object_key(obj))
             self.gate.forget(key)
             self.queue.forget(key)
         self.queue.add(key)
@@ -223,6 +225,10 @@ class Controller:
             if waiting_for_gang(tj.get("status")):
                 self.reconciler.nudge.add(key)
                 self.queue.add(key)
+        for key, obj in (self.caches.pytorchjobs.cache if self.caches.pytorchjobs else {}).items():
+            if pytorchjob_waiting(obj):
+                self.pytorchjobs.nudge.add(key)
+                self.queue.add(PYTORCHJOB_KEY + key)
 
     # --- running -------------------------------------------------------------------------------
     def informers(self) -> list[Informer]:

@@ -54,7 +54,7 @@ class PyTorchJobReconciler(Reconciler):
             key, self.clock(), obj, scheduler_name=self.scheduler_name, gang_scheduler=self.gang_scheduler,
             jobs=jobs, pods=tuple(self.caches.pods.list(ns, selector)),
             services=tuple(self.caches.services.list(ns, selector)), groups=groups,
-            priority_classes=self.caches.priority_class_names(), gate=gate)
+            priority_classes=self.caches.priority_class_names(), gate=gate, nudge=key in self.nudge)
 
     async def report_stuck(self, key: str, err: Exception) -> None:
         """v1's status has no condition for it (its conditions are the job's lifecycle): a Warning event

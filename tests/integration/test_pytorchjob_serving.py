@@ -11,6 +11,7 @@ import copy
 import json
 import shutil
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -276,6 +277,44 @@ async def test_explain_says_why_a_pytorchjob_waits_and_that_a_running_one_runs(k
     assert text.returncode == 0 and "GangScheduled" in text.stdout, text.stdout + text.stderr
     missing = gangctl_cli("explain", f"pytorchjob/{namespace}/no-such-job", kubeconfig=kubeconfig, timeout=60)
     assert missing.returncode == 1 and "PyTorchJob" in missing.stderr and "not found" in missing.stderr
+
+
+async def test_a_gang_that_does_not_fit_binds_nothing_and_binds_whole_once_capacity_appears(kube, namespace,
+                                                                                           controller):
+    filler = GPU_NODES - 2   # 2 GPU nodes stay free
+    await submit(kube, trainjob("filler", namespace, nodes=filler, run_for="3600s"))
+
+    async def filler_bound() -> bool:
+        return len(bound(await pods_of(kube, namespace, "filler"))) == filler
+    await eventually(filler_bound, 120, "the filler gang bound")
+    job = kwok_elastic("later", namespace, long_running=True, rdzvHost="rdzv.example", rdzvPort=2379)
+    job["spec"].pop("elasticPolicy")   # 4 Workers of a whole node each: 2 more nodes than are free
+    await kube.create(PYTORCHJOBS.path(namespace), job)
+
+    async def refused_whole() -> bool:
+        found = await pods(kube, namespace, "later")
+        assert bound(found) == [], "a gang that does not fit binds no pod"
+        refused = [p for p in found if any(c["type"] == "PodScheduled" and c["status"] == "False"
+                                           for c in (p.get("status") or {}).get("conditions") or [])]
+        return len(refused) == 4
+    await eventually(refused_whole, 60, "every Worker of the gang refused by the scheduler, none bound")
+    await kube.delete(TRAINJOBS.path(namespace, "filler"))
+    # Its pods go now, not after KWOK's 30 s termination grace.
+    await kube.request("DELETE", PODS.path(namespace), params={"labelSelector": "jobset.sigs.k8s.io/jobset-name=filler"},
+                       body={"gracePeriodSeconds": 0})
+    freed = time.monotonic()
+
+    async def bound_whole() -> bool:
+        return len(bound(await pods(kube, namespace, "later"))) == 4
+    # Well inside the scheduler's own 5-minute flush of unschedulable pods: gangctl hands the gang
+    # back to it when capacity is freed, as it does a TrainJob's.
+    await eventually(bound_whole, 90, "the PyTorchJob's gang bound whole once capacity appeared")
+    print(f"[gang] bound {time.monotonic() - freed:.1f} s after the filler's deletion")
+    await eventually(lambda: _is_running(kube, namespace, "later"), 30, "the PyTorchJob Running")
+
+
+async def _is_running(kube: Kube, namespace: str, name: str) -> bool:
+    return is_true(await get(kube, namespace, name), "Running")
 
 
 async def test_an_edit_the_running_workers_cannot_take_is_reported_as_an_event(kube, namespace, controller):

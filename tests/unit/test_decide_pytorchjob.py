@@ -489,3 +489,18 @@ def test_under_kueue_the_worker_job_carries_the_queue_is_made_once_and_kueues_re
     admitted_job["spec"]["suspend"] = False
     plan = dp.decide(snap({**obj, "status": plan.status}, groups={"kueue": workload}, jobs=(admitted_job,)))
     assert next(c for c in plan.status["conditions"] if c["type"] == "Suspended")["status"] == "False"
+
+
+def test_a_nudge_touches_a_waiting_gangs_podgroup_only():
+    group = {"metadata": {"name": "ddp-pytorch", "namespace": "team-a"}}
+    plan = dp.decide(snap(pytorchjob(), groups={"coscheduling": group}, nudge=True))
+    [touch] = [p for p in plan.of(Patch) if p.resource == POD_GROUPS]
+    assert touch.name == "ddp-pytorch" and touch.missing_ok
+    assert "gangctl.io/retry-requested-at" in touch.patch["metadata"]["annotations"] and plan.clear_nudge
+    running = {**pytorchjob(), "status": {"conditions": [{"type": "Running", "status": "True"}]}}
+    plan = dp.decide(snap(running, groups={"coscheduling": group}, nudge=True))
+    assert not [p for p in plan.of(Patch) if p.resource == POD_GROUPS] and plan.clear_nudge
+    assert dp.waiting_for_gang(pytorchjob()) and not dp.waiting_for_gang(running)
+    held = dp.decide(snap(pytorchjob(), gate=GateView(None, HOLD), nudge=True))
+    assert not [p for p in held.of(Patch) if p.resource == POD_GROUPS], "a job the gate holds has no gang to nudge"
+    assert not dp.waiting_for_gang({**pytorchjob(), "status": held.status})
