@@ -80,8 +80,9 @@ def say(msg: str) -> None:
 @dataclasses.dataclass(frozen=True)
 class AuditedCluster(LocalCluster):
     """The local cluster, its kube-apiserver writing an audit log (this benchmark's cluster only)."""
-    audit_policy: Path
-    audit_log: Path
+    # Defaults only because LocalCluster's own fields have them; the benchmark always passes both.
+    audit_policy: Path = Path("/nonexistent")
+    audit_log: Path = Path("/nonexistent")
 
     def component_args(self, ports: Ports) -> dict[str, dict[str, str]]:
         args = super().component_args(ports)
@@ -367,7 +368,8 @@ def main() -> int:
     audit_log.unlink(missing_ok=True)
     policy.parent.mkdir(parents=True, exist_ok=True)
     policy.write_text(yaml.safe_dump(AUDIT_POLICY))
-    cluster = AuditedCluster(settings, ensure_built(settings.integrations_dir, settings.bin_root), policy, audit_log)
+    cluster = AuditedCluster(settings, ensure_built(settings.integrations_dir, settings.bin_root), audit_policy=policy,
+                             audit_log=audit_log)
     try:
         started = time.monotonic()
         cluster.create()

@@ -139,7 +139,8 @@ def make_cluster(args: argparse.Namespace, side: str) -> Callable[[ClusterSettin
         log = STATE / f"{settings.cluster_name}-audit.log"
         log.unlink(missing_ok=True)
         bin_dir = lifecycle.local_cluster(settings).bin_dir
-        cluster = ScaleCluster(settings, bin_dir, policy, log, args.node_lease_seconds, args.node_monitor_grace)
+        cluster = ScaleCluster(settings, bin_dir, audit_policy=policy, audit_log=log,
+                               node_lease_seconds=args.node_lease_seconds, node_monitor_grace=args.node_monitor_grace)
         started = time.monotonic()
         say(f"cluster {settings.cluster_name}: starting (audit log {log})")
         cluster.create()
