@@ -13,7 +13,7 @@ import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gangctl.api.resources import JOBS, PODS, POD_GROUPS, TRAINJOBS
+from gangctl.api.resources import JOBS, PODS, POD_GROUPS, TRAINJOBS, Resource
 from gangctl.cluster.local import KWOK_NODE_SELECTOR, KWOK_RUNTIME, KWOK_TOLERATION
 from gangctl.kube.client import ApiError, Kube
 from gangctl.processes import ControllerProcess
@@ -193,9 +193,10 @@ async def holds_no_node(kube: Kube, namespace: str, name: str, timeout: float = 
     await eventually(released, timeout, f"{namespace}/{name} holding no node")
 
 
-async def pod_group(kube: Kube, namespace: str, name: str) -> dict | None:
+async def pod_group(kube: Kube, namespace: str, name: str, resource: Resource = POD_GROUPS) -> dict | None:
+    """The group object (Coscheduling's PodGroup unless `resource` names another backend's), None if absent."""
     try:
-        return await kube.get(POD_GROUPS.path(namespace, name))
+        return await kube.get(resource.path(namespace, name))
     except ApiError as err:
         if err.not_found:
             return None

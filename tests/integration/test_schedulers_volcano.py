@@ -7,10 +7,10 @@ import subprocess
 import pytest
 
 from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, TRAINJOBS
-from gangctl.kube.client import ApiError, Kube
+from gangctl.kube.client import Kube
 from gangctl.plugins.volcano import VOLCANO_POD_GROUPS, VOLCANO_QUEUES, Volcano
-from tests.integration.helpers import (bound, eventually, gang_state, get_trainjob, pods_of, running, submit,
-                                       trainjob)
+from tests.integration.helpers import (bound, eventually, gang_state, get_trainjob, pod_group, pods_of, running,
+                                       submit, trainjob)
 from tests.integration.quota_common import (POLICY_FILE, TEAMS, assert_preempted_event, assert_same_jobs_within_policy,
                                             empty_teams, get_pytorchjob, pj_pods, preempt_low_with_high, pytorchjob,
                                             runtime_name, v1_condition)
@@ -118,11 +118,7 @@ async def test_trainjobs_wait_for_their_queue_with_the_reason_and_start_when_it_
     await kube.delete(TRAINJOBS.path(ns, "a-big"))
 
     async def released() -> bool:
-        try:
-            await kube.get(VOLCANO_POD_GROUPS.path(ns, "a-big"))
-            return False
-        except ApiError as err:
-            return err.not_found
+        return await pod_group(kube, ns, "a-big", VOLCANO_POD_GROUPS) is None
     await eventually(released, 30, "a-big's PodGroup deleted with it")
     await eventually(lambda: running(kube, ns, "a-waits"), 120, "a-waits running once the queue has room")
     assert len(bound(await pods_of(kube, ns, "a-waits"))) == 2
@@ -152,29 +148,16 @@ async def test_pytorchjobs_are_volcano_gangs_in_their_queue(volcano_controller, 
         await kube.create(PYTORCHJOBS.path(ns), in_queue("pj-second"))   # 16 + 16 > 24: Volcano holds it
 
         async def held_whole() -> bool:
-            try:
-                pg = await kube.get(VOLCANO_POD_GROUPS.path(ns, "pj-second-pytorch"))
-            except ApiError as err:
-                if err.not_found:
-                    return False   # not made yet
-                raise
-            return (pg.get("status") or {}).get("phase") in ("Pending", "Inqueue") and \
+            pg = await pod_group(kube, ns, "pj-second-pytorch", VOLCANO_POD_GROUPS)   # None: not made yet
+            return pg is not None and (pg.get("status") or {}).get("phase") in ("Pending", "Inqueue") and \
                 len(await pj_pods(kube, ns, "pj-second")) == 2
         await eventually(held_whole, 60, "pj-second's gang made and held by Volcano")
         assert bound(await pj_pods(kube, ns, "pj-second")) == [], "a gang beyond its queue holds no node"
         await kube.delete(PYTORCHJOBS.path(ns, "pj-first"))
 
         async def released() -> bool:
-            try:
-                await kube.get(VOLCANO_POD_GROUPS.path(ns, "pj-first-pytorch"))
-                return False
-            except ApiError as err:
-                return err.not_found
-        try:
-            await eventually(released, 30, "pj-first's PodGroup deleted with it")
-        except AssertionError:
-            pg = await kube.get(VOLCANO_POD_GROUPS.path(ns, "pj-first-pytorch"))
-            raise AssertionError(json.dumps({"metadata": pg["metadata"], "status": pg.get("status")}))
+            return await pod_group(kube, ns, "pj-first-pytorch", VOLCANO_POD_GROUPS) is None
+        await eventually(released, 30, "pj-first's PodGroup deleted with it")
         await eventually(lambda: runs("pj-second"), 120, "pj-second running once the queue has room")
     finally:   # the GPU nodes go back to the tests after this one, pass or fail
         await kube.request("DELETE", PYTORCHJOBS.path(ns), body={"propagationPolicy": "Background"})
