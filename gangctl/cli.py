@@ -33,6 +33,7 @@ class Scheduler(str, Enum):
     volcano = "volcano"
     kueue = "kueue"
     native = "native"
+    kai = "kai"
 
 
 class QuotaBackend(str, Enum):
@@ -40,6 +41,7 @@ class QuotaBackend(str, Enum):
     volcano = "volcano"
     coscheduling = "coscheduling"
     native = "native"
+    kai = "kai"
 
 
 def _fail(message: str) -> None:
@@ -90,7 +92,7 @@ def cluster_up(
     gpu_nodes: int = typer.Option(4, help="KWOK GPU nodes to create"),
     gpus_per_node: int = typer.Option(8, help="nvidia.com/gpu allocatable on each GPU node"),
     process_nodes: int = typer.Option(0, help="process nodes (gangctl node-agent): pods on them run real processes"),
-    scheduler: Scheduler = typer.Option(Scheduler.coscheduling, help="also run Volcano, Kueue or upstream kube-scheduler with gang scheduling (native; built once, cached)"),
+    scheduler: Scheduler = typer.Option(Scheduler.coscheduling, help="also run Volcano, Kueue, KAI Scheduler or upstream kube-scheduler with gang scheduling (native; built once, cached)"),
 ) -> None:
     """Build the pinned binaries (once; minutes the first time), start the cluster, install CRDs and nodes."""
     from gangctl.cluster.build import BuildError
@@ -279,18 +281,20 @@ def policy_validate(file: str = typer.Argument(..., help="a quota policy YAML fi
 @policy_app.command("apply")
 def policy_apply(
     file: str = typer.Argument(..., help="a quota policy YAML file"),
-    backend: QuotaBackend = typer.Option(None, help="kueue, volcano, coscheduling or native (default: the scheduler the "
+    backend: QuotaBackend = typer.Option(None, help="kueue, volcano, kai, coscheduling or native (default: the scheduler the "
                                          "local cluster runs)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the diff against the cluster; change nothing"),
     kubeconfig: str = typer.Option(None, envvar="KUBECONFIG", help="default: the local cluster's"),
     output: Output = typer.Option(Output.text, "-o", "--output"),
 ) -> None:
-    """Translate a quota policy into Kueue objects or Volcano Queues and server-side apply them.
+    """Translate a quota policy into Kueue objects, Volcano Queues or KAI Queues and server-side apply them.
 
     With coscheduling (no quota system of its own) gangctl admits the jobs itself: the policy is
     stored in the ConfigMap gangctl-system/gangctl-quota-policy, with the policy's PriorityClasses.
     With Volcano it is stored there too: gangctl preempts lower-priority gangs where the policy
-    allows it, which Volcano's own preempt action does not do for a job its full queue holds back."""
+    allows it, which Volcano's own preempt action does not do for a job its full queue holds back.
+    With KAI, what its Queues cannot express (lendingLimit, reclaimWithinCohort Never, ...) is
+    named on stderr."""
     import asyncio
 
     from gangctl.kube.client import ApiError, Kube
@@ -329,6 +333,11 @@ def policy_apply(
         out.print(f"[{colour.get(c.action, 'white')}]{c.action:>9}[/] {c.kind} {where}{c.name}")
         if dry_run and c.diff:
             out.print("".join(c.diff).rstrip(), markup=False, highlight=False)
+    if backend is QuotaBackend.kai:
+        from gangctl.policy.quota_kai import unexpressed
+
+        for note in unexpressed(policy):
+            err.print(f"[yellow]note:[/] {note}")
     counts = {a: sum(c.action == a for c in changes) for a in dict.fromkeys(c.action for c in changes)}
     summary = ", ".join(f"{n} {a}" for a, n in counts.items())
     err.print(f"{backend.value}: {summary}{' (dry run: nothing changed)' if dry_run else ''}")

@@ -63,6 +63,7 @@ APPLIED_KINDS = {(r.api_version, r.kind): r for r in (
     Resource("kueue.x-k8s.io", "v1beta1", "workloadpriorityclasses", "WorkloadPriorityClass", namespaced=False),
     Resource("kueue.x-k8s.io", "v1alpha1", "cohorts", "Cohort", namespaced=False),
     Resource("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False),
+    Resource("scheduling.run.ai", "v2", "queues", "Queue", namespaced=False),
 )}
 
 

@@ -54,8 +54,8 @@ NODE_JOB = "node"
 """The replicated job (and its container) that runs the trainer; the SDK requires this name."""
 
 # The gang backends a runtime's podGroupPolicy may name (Trainer's coscheduling and volcano; gangctl's
-# kueue and native extensions).
-GANG_BACKENDS = ("coscheduling", "volcano", "kueue", "native")
+# kueue, native and kai extensions).
+GANG_BACKENDS = ("coscheduling", "volcano", "kueue", "native", "kai")
 PODGROUP_ONE_BACKEND_MESSAGE = f"podGroupPolicy: set exactly one of {', '.join(GANG_BACKENDS)}"
 ELASTIC_RANGE_MESSAGE = "elasticPolicy: minNodes must be less than or equal to maxNodes"
 NUM_PROC_VALUES = ("auto", "cpu", "gpu")
@@ -394,14 +394,27 @@ class NativePolicy(K8sModel):
                     "--scheduler-name, default-scheduler)")
 
 
+class KaiPolicy(K8sModel):
+    """NVIDIA KAI Scheduler (gangctl extension): a scheduling.run.ai/v2alpha2 PodGroup in a KAI Queue."""
+
+    queue: str | None = Field(
+        None, min_length=1, max_length=DNS_SUBDOMAIN_MAX,
+        description="the KAI Queue (a leaf queue; default: the team's queue under a quota policy, else default-queue)")
+    priority_class_name: str | None = Field(
+        None, description="PriorityClass of the PodGroup (default: the pod template's priorityClassName)")
+    preemptibility: Literal["preemptible", "non-preemptible"] | None = Field(
+        None, description="whether a higher-priority gang may preempt this one (default: preemptible; KAI runs a "
+                          "non-preemptible gang only within its queue's quota)")
+
+
 class PodGroupPolicy(K8sModel):
-    """The gang-scheduling backend: exactly one of coscheduling, volcano, kueue, native."""
+    """The gang-scheduling backend: exactly one of coscheduling, volcano, kueue, native, kai."""
 
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "[has(self.coscheduling), has(self.volcano), has(self.kueue), has(self.native)]"
+                    "rule": "[has(self.coscheduling), has(self.volcano), has(self.kueue), has(self.native), has(self.kai)]"
                     ".filter(x, x).size() == 1",
                     "message": PODGROUP_ONE_BACKEND_MESSAGE,
                 }
@@ -413,6 +426,7 @@ class PodGroupPolicy(K8sModel):
     volcano: VolcanoPolicy | None = None
     kueue: KueuePolicy | None = None
     native: NativePolicy | None = None
+    kai: KaiPolicy | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> PodGroupPolicy:

@@ -186,7 +186,7 @@ def ensure_coredns(integrations: Path, bin_root: Path, progress: Progress | None
     return target
 
 
-# Kueue and Volcano are built only when `cluster up --scheduler kueue|volcano` asks for them, each
+# Kueue, Volcano and KAI are built only when `cluster up --scheduler kueue|volcano|kai` asks for them, each
 # cached in its own folder (keyed like the others), so the default cluster never pays for them.
 KUEUE = GoModule("kueue", (Tool("sigs.k8s.io/kueue/cmd/kueue", "kueue"),))
 VOLCANO = GoModule("volcano", (
@@ -196,7 +196,15 @@ VOLCANO = GoModule("volcano", (
 # Upstream kube-scheduler (KEP-4671 gang scheduling), from the control plane's own pinned module.
 NATIVE = GoModule("controlplane", (Tool("k8s.io/kubernetes/cmd/kube-scheduler", "kube-scheduler"),),
                   cache_name="native-scheduler")
-EXTRA_MODULES = {"kueue": KUEUE, "volcano": VOLCANO, "native": NATIVE}
+# NVIDIA KAI Scheduler: its scheduler, binder and the PodGroup/Queue status controllers (not the
+# podgrouper or operator). The proxy serves v0.12.0 but will not list KAI's versions, so the pin is exact.
+KAI = GoModule("kai", (
+    Tool("github.com/NVIDIA/KAI-scheduler/cmd/scheduler", "kai-scheduler"),
+    Tool("github.com/NVIDIA/KAI-scheduler/cmd/binder", "kai-binder"),
+    Tool("github.com/NVIDIA/KAI-scheduler/cmd/podgroupcontroller", "kai-podgroupcontroller"),
+    Tool("github.com/NVIDIA/KAI-scheduler/cmd/queuecontroller", "kai-queuecontroller"),
+))
+EXTRA_MODULES = {"kueue": KUEUE, "volcano": VOLCANO, "native": NATIVE, "kai": KAI}
 
 
 def ensure_module(module: GoModule, integrations: Path, bin_root: Path, progress: Progress | None = None) -> Path:

@@ -162,9 +162,9 @@ async def _node_summary(kubeconfig: Path) -> dict:
 
 def start_scheduler(settings: ClusterSettings, kubeconfig: Path, scheduler: str, say: Say,
                     progress: BuildProgress | None = None, timeout: float = 120) -> None:
-    """Build (once) and start Kueue, Volcano or the native gang scheduler beside the cluster, with
+    """Build (once) and start Kueue, Volcano, KAI or the native gang scheduler beside the cluster, with
     its CRDs (and webhooks)."""
-    from gangctl.cluster import kueue, native, schedulers, volcano
+    from gangctl.cluster import kai, kueue, native, schedulers, volcano
     from gangctl.cluster.build import EXTRA_MODULES, ensure_module
 
     if scheduler not in schedulers.SCHEDULERS:
@@ -197,6 +197,19 @@ def start_scheduler(settings: ClusterSettings, kubeconfig: Path, scheduler: str,
         asyncio.run(_install(kubeconfig, [], webhooks=hooks))
         say(f"kueue running (pid {pid}); webhooks on https://127.0.0.1:{ports['webhook']}; "
             f"log {state / 'logs' / 'kueue.log'}")
+    elif scheduler == "kai":
+        procs, ports = kai.processes(settings, bin_dir, kubeconfig)
+        crds = kai.crds(settings.integrations_dir)
+        asyncio.run(_install(kubeconfig, crds, namespaces=[kai.NAMESPACE], objects=kai.default_queues()))
+        say(f"installed {len(crds)} KAI CRDs and its default queues")
+        started = {p.name: schedulers.spawn(state, p) for p in procs}
+        # Its health probe serves no checks (404): its metrics endpoint answers once its manager runs.
+        wait_http_ok(f"http://127.0.0.1:{ports['binder_metrics']}/metrics", timeout, "kai-binder to serve",
+                     lambda: running(started["kai-binder"]))
+        wait_http_ok(f"http://127.0.0.1:{ports['scheduler_metrics']}/metrics", timeout, "kai-scheduler to serve",
+                     lambda: running(started["kai-scheduler"]))
+        say(f"KAI Scheduler running ({', '.join(f'{n} pid {p}' for n, p in started.items())}); "
+            f"logs in {state / 'logs'}")
     else:
         procs, ports = volcano.processes(settings, bin_dir, kubeconfig)
         crds = volcano.crds(settings.integrations_dir)
@@ -219,7 +232,7 @@ async def _serves(kubeconfig: Path, path: str) -> bool:
 
 
 async def _install(kubeconfig: Path, crds: list[dict], *, namespaces: Sequence[str] = (),
-                   webhooks: Sequence[dict] = ()) -> None:
+                   webhooks: Sequence[dict] = (), objects: Sequence[dict] = ()) -> None:
     from gangctl.api.resources import NAMESPACES
 
     kube = await Kube.connect(kubeconfig)
@@ -230,6 +243,7 @@ async def _install(kubeconfig: Path, crds: list[dict], *, namespaces: Sequence[s
         if crds:
             await setup.install_crds(kube, crds)
         await setup.apply_webhooks(kube, webhooks)
+        await setup.apply_manifests(kube, objects)
     finally:
         await kube.close()
 

@@ -1,7 +1,7 @@
-"""Extra scheduler backends beside kwokctl's components: Kueue, Volcano or upstream kube-scheduler
-with gang scheduling (native), as local processes.
+"""Extra scheduler backends beside kwokctl's components: Kueue, Volcano, KAI Scheduler or upstream
+kube-scheduler with gang scheduling (native), as local processes.
 
-`cluster up --scheduler kueue|volcano|native` builds the backend (once, cached), writes its configuration,
+`cluster up --scheduler kueue|volcano|kai|native` builds the backend (once, cached), writes its configuration,
 starts its processes detached with their pids in <cache>/schedulers/<cluster>/pids (so `cluster down`
 stops them, like the node agents), and installs its CRDs (read from the Go module cache) and any
 webhook configuration. The coscheduling scheduler of the base cluster keeps running either way:
@@ -19,7 +19,7 @@ from pathlib import Path
 from gangctl.config import ClusterSettings
 from gangctl.processes import running
 
-SCHEDULERS = ("coscheduling", "volcano", "kueue", "native")
+SCHEDULERS = ("coscheduling", "volcano", "kueue", "native", "kai")
 LOOPBACK = "127.0.0.1"
 
 

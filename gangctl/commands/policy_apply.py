@@ -1,6 +1,6 @@
-"""`gangctl policy apply`: a quota policy's Kueue, Volcano or coscheduling (and native) objects, server-side applied.
+"""`gangctl policy apply`: a quota policy's Kueue, Volcano, KAI or coscheduling (and native) objects, server-side applied.
 
-The objects come from the pure translators (gangctl.policy.quota_kueue / quota_volcano /
+The objects come from the pure translators (gangctl.policy.quota_kueue / quota_volcano / quota_kai /
 quota_coscheduling: for coscheduling, gangctl admits the jobs itself and the policy is stored in
 the ConfigMap gangctl-system/gangctl-quota-policy that the controller's quota gate reads); this
 module only talks to the API server through gangctl.kube. `--dry-run` applies with `dryRun=All`
@@ -19,15 +19,17 @@ from gangctl.api.resources import object_path
 from gangctl.kube.client import ApiError, Kube
 from gangctl.policy.quota import QuotaPolicy
 from gangctl.policy.quota_coscheduling import coscheduling_objects, stored_policy
+from gangctl.policy.quota_kai import kai_objects
 from gangctl.policy.quota_kueue import kueue_objects
 from gangctl.policy.quota_volcano import volcano_objects
 
 FIELD_MANAGER = "gangctl-policy"
-Backend = Literal["kueue", "volcano", "coscheduling", "native"]
+Backend = Literal["kueue", "volcano", "coscheduling", "native", "kai"]
 
 _VOLATILE_META = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
 _CRD_HINT = {"kueue": "start the cluster with `gangctl cluster up --scheduler kueue`",
              "volcano": "start the cluster with `gangctl cluster up --scheduler volcano`",
+             "kai": "start the cluster with `gangctl cluster up --scheduler kai`",
              "coscheduling": "check the API server", "native": "check the API server"}
 
 
@@ -41,6 +43,8 @@ def objects_for(policy: QuotaPolicy, backend: Backend, text: str | None = None) 
     included: gangctl admits coscheduling jobs by it, and preempts for priority under Volcano)."""
     if backend == "kueue":
         return kueue_objects(policy)
+    if backend == "kai":
+        return kai_objects(policy)
     text = text if text is not None else policy_text(policy)
     if backend in ("coscheduling", "native"):   # no quota system of their own: gangctl's gate admits
         return coscheduling_objects(policy, text)

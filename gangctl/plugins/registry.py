@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from gangctl.plugins.base import GangBackend
 from gangctl.plugins.coscheduling import Coscheduling
+from gangctl.plugins.kai import Kai
 from gangctl.plugins.kueue import Kueue
 from gangctl.plugins.native import Native
 from gangctl.plugins.volcano import Volcano
@@ -12,6 +13,7 @@ BACKENDS: dict[str, GangBackend] = {
     "volcano": Volcano(),
     "kueue": Kueue(),
     "native": Native(),
+    "kai": Kai(),
 }
 
 

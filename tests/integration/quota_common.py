@@ -1,7 +1,7 @@
 """What the backend tests share: one quota policy, TrainJobs that differ only in their runtime, and a
 sampler of the GPUs each team holds.
 
-The same TrainJobs run under coscheduling and native gangs (gangctl's own admission), Kueue and Volcano: each team
+The same TrainJobs run under coscheduling and native gangs (gangctl's own admission), Kueue, Volcano and KAI: each team
 namespace gets a TrainingRuntime per priority whose podGroupPolicy names the backend, and nothing
 else about the jobs changes. The policy (tests/integration/data/two-teams.yaml) is applied with the
 CLI, the way an admin does it.
@@ -65,10 +65,10 @@ def runtime(backend: str, namespace: str, priority: str) -> dict:
         policy = {"schedulerName": NATIVE_SCHEDULER}
         pod = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
         pod["priorityClassName"] = priority  # gangctl's quota gate orders and preempts by it
-    elif backend == "volcano":
+    elif backend in ("volcano", "kai"):
         policy["queue"] = next(t.name for t in POLICY.teams if namespace in t.namespaces)
         pod = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-        pod["priorityClassName"] = priority  # Volcano preempts pods by their priority
+        pod["priorityClassName"] = priority  # Volcano and KAI preempt pods by their priority
     rt["spec"]["podGroupPolicy"] = {backend: policy}
     return rt
 

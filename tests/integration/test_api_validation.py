@@ -284,7 +284,7 @@ CASES: dict[str, Case] = {
                                      R((f"{ML}.torch.elasticPolicy.maxNodes",))),
     # --- runtimes: podGroupPolicy -------------------------------------------------------------
     "two gang backends": crt({"spec.podGroupPolicy": {"coscheduling": {}, "volcano": {"queue": "q"}}},
-                             R(("spec.podGroupPolicy",), ("set exactly one of coscheduling, volcano, kueue, native",))),
+                             R(("spec.podGroupPolicy",), ("set exactly one of coscheduling, volcano, kueue, native, kai",))),
     "no gang backend": rt({"spec.podGroupPolicy": {}}, R(("spec.podGroupPolicy",), ("exactly one",))),
     "scheduleTimeoutSeconds negative": rt({"spec.podGroupPolicy.coscheduling.scheduleTimeoutSeconds": -1},
                                           R(("spec.podGroupPolicy.coscheduling.scheduleTimeoutSeconds",))),

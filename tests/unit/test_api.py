@@ -326,9 +326,9 @@ def test_namespaced_runtime_and_pass_through_jobset_fields():
     [
         (
             lambda s: s["podGroupPolicy"].update(volcano={"queue": "q"}),
-            "spec.podGroupPolicy: set exactly one of coscheduling, volcano, kueue, native",
+            "spec.podGroupPolicy: set exactly one of coscheduling, volcano, kueue, native, kai",
         ),
-        (lambda s: s.update(podGroupPolicy={}), "spec.podGroupPolicy: set exactly one of coscheduling, volcano, kueue, native"),
+        (lambda s: s.update(podGroupPolicy={}), "spec.podGroupPolicy: set exactly one of coscheduling, volcano, kueue, native, kai"),
         (
             lambda s: s["mlPolicy"]["torch"].update(elasticPolicy={"minNodes": 4, "maxNodes": 2}),
             "spec.mlPolicy.torch.elasticPolicy: minNodes must be less than or equal to maxNodes",
@@ -454,7 +454,7 @@ def test_runtime_crd_validations():
         assert crd["spec"]["scope"] == scope
         spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
         pgp = spec["properties"]["podGroupPolicy"]
-        assert "podGroupPolicy: set exactly one of coscheduling, volcano, kueue, native" in rules(pgp)
+        assert "podGroupPolicy: set exactly one of coscheduling, volcano, kueue, native, kai" in rules(pgp)
         torch = spec["properties"]["mlPolicy"]["properties"]["torch"]
         elastic = torch["properties"]["elasticPolicy"]
         assert "elasticPolicy: minNodes must be less than or equal to maxNodes" in rules(elastic)

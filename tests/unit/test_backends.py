@@ -1,4 +1,4 @@
-"""Volcano, Kueue and native backend builders: what a resolved TrainJob becomes for each (pure, no cluster)."""
+"""Volcano, Kueue, KAI and native backend builders: what a resolved TrainJob becomes for each (pure, no cluster)."""
 from __future__ import annotations
 
 import copy
@@ -8,6 +8,8 @@ import yaml
 
 from gangctl.plugins import base
 from gangctl.plugins.coscheduling import Coscheduling
+from gangctl.plugins.kai import Kai
+from gangctl.plugins.kai import why_waiting as kai_waiting
 from gangctl.plugins.kueue import Kueue, workload_state
 from gangctl.plugins.registry import BACKENDS
 from gangctl.plugins.volcano import Volcano, podgroup_phase
@@ -44,6 +46,35 @@ def test_volcano_podgroup_queue_priority_and_members():
     assert group["spec"] == {"minMember": 4, "minTaskMember": {"node": 4},
                              "minResources": {"cpu": "64", "nvidia.com/gpu": "32"},
                              "queue": "ml-a", "priorityClassName": "high"}
+
+
+def test_kai_podgroup_queue_priority_preemptibility_and_pods():
+    job = resolve(TJ, runtime({"kai": {"queue": "ml-a"}}))
+    job.pod_template.setdefault("spec", {})["priorityClassName"] = "high"
+    group = Kai().group(job, size_gang(job.num_nodes, job.requests), owner_reference(TJ))
+    assert group["apiVersion"] == "scheduling.run.ai/v2alpha2" and group["kind"] == "PodGroup"
+    assert group["metadata"]["ownerReferences"][0]["uid"] == "u-9"
+    assert group["spec"] == {"minMember": 4, "queue": "ml-a", "priorityClassName": "high",
+                             "preemptibility": "preemptible"}
+    pod = node_job(job, owner_reference(TJ), Kai(), "scheduler-plugins-scheduler")["spec"]["template"]
+    assert pod["spec"]["schedulerName"] == "kai-scheduler"
+    assert pod["metadata"]["annotations"]["pod-group-name"] == "llm"
+    plain = resolve(TJ, runtime({"kai": {"preemptibility": "non-preemptible"}}))
+    spec = Kai().group(plain, size_gang(plain.num_nodes, plain.requests), owner_reference(TJ))["spec"]
+    assert spec["queue"] == "default-queue" and spec["preemptibility"] == "non-preemptible"
+
+
+def test_kai_says_why_a_gang_waits_in_its_own_words():
+    def pg(*reasons: str, message: str = "m") -> dict:
+        return {"metadata": {"name": "llm"}, "spec": {"queue": "ml-a"}, "status": {"schedulingConditions": [
+            {"type": "UnschedulableOnNodePool", "lastTransitionTime": "2026-11-25T10:00:00Z", "message": "old"},
+            {"type": "UnschedulableOnNodePool", "lastTransitionTime": "2026-11-25T10:00:05Z", "message": message,
+             "reasons": [{"reason": r} for r in reasons]}]}}
+    assert kai_waiting(None) is None and kai_waiting({"metadata": {"name": "x"}, "status": {}}) is None
+    reason, message = kai_waiting(pg("OverLimit", message="queue ml-a\n  is over its limit"))
+    assert reason == "WaitingForQuota" and message == "KAI queue ml-a has no room for PodGroup llm: queue ml-a is over its limit"
+    reason, message = kai_waiting(pg("PodSchedulingErrors", message="5 node(s) didn't have enough resources: GPUs"))
+    assert reason == "WaitingForGang" and "GPUs" in message and "queue ml-a" in message
 
 
 def test_volcano_defaults_to_the_default_queue_and_no_priority():
@@ -103,7 +134,7 @@ def test_coscheduling_keeps_the_defaults_of_the_optional_hooks():
 def test_registry_serves_every_backend_a_runtime_may_name():
     from gangctl.api.runtime import GANG_BACKENDS
 
-    assert set(BACKENDS) == set(GANG_BACKENDS) == {"coscheduling", "volcano", "kueue", "native"}
+    assert set(BACKENDS) == set(GANG_BACKENDS) == {"coscheduling", "volcano", "kueue", "native", "kai"}
     assert all(BACKENDS[name].name == name for name in BACKENDS)
 
 

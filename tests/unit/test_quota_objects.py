@@ -9,6 +9,7 @@ import yaml
 from gangctl.policy.quota import QuotaPolicy
 from gangctl.policy.quota_check import check_policy
 from gangctl.policy.quota_kueue import UNLIMITED, kueue_objects, priority_label, quantity
+from gangctl.policy.quota_kai import kai_objects, unexpressed
 from gangctl.policy.quota_volcano import queue_for_namespace, volcano_objects
 
 EXAMPLE_TEXT = (Path(__file__).parents[2] / "policies/example-teams.yaml").read_text()
@@ -103,6 +104,41 @@ def test_volcano_capability_counts_what_members_lend_and_the_borrowing_limit():
     queues = {n: o["spec"] for n, o in by(volcano_objects(pol), "Queue").items()}
     assert queues["b"]["capability"] == {"nvidia.com/gpu": "10"}
     assert queues["a"]["capability"] == {"nvidia.com/gpu": "16", "cpu": "4"}, "b limits no cpu, so lends none"
+
+
+def test_kai_queues_of_the_example_policy():
+    objs = kai_objects(EXAMPLE)
+    queues = {n: o["spec"] for n, o in by(objs, "Queue").items()}
+    assert set(queues) == {"cohort-research", "cohort-product", "ml-a", "ml-b", "prod", "eval"}
+    assert {n: o["value"] for n, o in by(objs, "PriorityClass").items()} == {"low": 10, "normal": 100, "high": 1000}
+    # A cohort is the parent of its teams: its quota and its limit are the sum of their nominal quotas.
+    assert queues["cohort-research"]["resources"]["gpu"] == {"quota": 128, "limit": 128, "overQuotaWeight": 1}
+    assert queues["cohort-research"]["resources"]["cpu"]["quota"] == 1024_000, "millicores"
+    assert queues["cohort-research"]["resources"]["memory"]["quota"] == 8796093, "8 TiB in megabytes, rounded down"
+    assert "parentQueue" not in queues["cohort-research"]
+    # ml-a: 64 guaranteed, borrows at most 32; ml-b has no borrowing limit: the cohort caps it.
+    assert queues["ml-a"]["parentQueue"] == "cohort-research"
+    assert queues["ml-a"]["resources"]["gpu"] == {"quota": 64, "limit": 96, "overQuotaWeight": 1}
+    assert queues["ml-b"]["resources"]["gpu"] == {"quota": 64, "limit": -1, "overQuotaWeight": 1}
+    assert queues["prod"]["parentQueue"] == queues["eval"]["parentQueue"] == "cohort-product"
+    assert by(objs, "Queue")["ml-a"]["metadata"]["labels"]["gangctl.io/quota-team"] == "ml-a"
+
+
+def test_kai_queue_outside_a_cohort_has_its_own_parent_and_unlimited_resources_it_leaves_out():
+    queues = {n: o["spec"] for n, o in by(kai_objects(policy()), "Queue").items()}
+    assert queues["a"]["parentQueue"] == "team-a"
+    assert queues["a"]["resources"]["gpu"] == queues["team-a"]["resources"]["gpu"] == \
+        {"quota": 8, "limit": 8, "overQuotaWeight": 1}
+    assert queues["a"]["resources"]["cpu"] == {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+
+
+def test_kai_names_what_its_queues_cannot_enforce():
+    notes = unexpressed(EXAMPLE)
+    assert any(n.startswith("team ml-b: lendingLimit") for n in notes)
+    assert not any("team prod" in n for n in notes), "prod sets nothing KAI lacks"
+    assert any(n.startswith("team eval: reclaimWithinCohort Never") for n in notes)
+    assert any(n.startswith("team a: withinTeam Never") for n in unexpressed(policy())), "the default"
+    assert unexpressed(policy(preemption={"withinTeam": "LowerPriority"})) == []
 
 
 def test_the_example_policy_is_valid():
