@@ -324,6 +324,11 @@ def policy_apply(
         changes = asyncio.run(run())
     except (ApiError, RuntimeError, OSError) as exc:
         _fail(str(exc))
+    if backend is QuotaBackend.kai:
+        from gangctl.policy.quota_kai import unexpressed
+
+        for note in unexpressed(policy):
+            err.print(f"[yellow]note:[/] {note}")
     if output is Output.json:
         print(json.dumps({"backend": backend.value, "dryRun": dry_run, "objects": [c.as_json() for c in changes]}, indent=2))
         return
@@ -333,11 +338,6 @@ def policy_apply(
         out.print(f"[{colour.get(c.action, 'white')}]{c.action:>9}[/] {c.kind} {where}{c.name}")
         if dry_run and c.diff:
             out.print("".join(c.diff).rstrip(), markup=False, highlight=False)
-    if backend is QuotaBackend.kai:
-        from gangctl.policy.quota_kai import unexpressed
-
-        for note in unexpressed(policy):
-            err.print(f"[yellow]note:[/] {note}")
     counts = {a: sum(c.action == a for c in changes) for a in dict.fromkeys(c.action for c in changes)}
     summary = ", ".join(f"{n} {a}" for a, n in counts.items())
     err.print(f"{backend.value}: {summary}{' (dry run: nothing changed)' if dry_run else ''}")

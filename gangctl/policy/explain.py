@@ -13,9 +13,10 @@ from typing import Mapping, Sequence
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy.gang import Gang
 from gangctl.policy.resolve import pod_requests
-from gangctl.policy.status import COMPLETE, FAILED, PENDING, RUNNING, SUSPENDED, gang_state
+from gangctl.policy.status import COMPLETE, FAILED, PENDING, RUNNING, SUSPENDED, WAITING, gang_state
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+WAITING_FOR_QUOTA = "WaitingForQuota"
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,11 @@ def diagnose(status: Mapping | None, gang: Gang, bound: int, rooms: Sequence[Nod
         return Diagnosis("GangScheduled", f"running: all {gang.min_member} pods of the gang are bound")
     if state.get("state") == PENDING and state.get("reason") != "Creating":
         return Diagnosis(state.get("reason", "NotCreated"), state.get("message", ""))
+    if state.get("state") == WAITING and state.get("reason") == WAITING_FOR_QUOTA and bound == 0:
+        # The backend's own quota system (Kueue, Volcano, KAI) holds the gang: its words, not the nodes'.
+        return Diagnosis(WAITING_FOR_QUOTA, f"{state.get('message', '')}: it holds no node until its queue has "
+                                            "room (when the team's other jobs finish, or the policy grants more)",
+                         gang.min_member, 0, (), scheduler_says)
     return _capacity(gang, bound, rooms, scheduler_says, retry_seconds)
 
 

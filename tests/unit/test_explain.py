@@ -115,3 +115,11 @@ def test_a_pytorchjob_is_read_by_v1_conditions_and_waits_on_the_same_numbers():
     assert diagnose_pytorchjob(done, gang(2), 0, []).reason == "PyTorchJobSucceeded"
     # a TrainJob's vocabulary means nothing here: Complete is not a v1 condition
     assert diagnose_pytorchjob(v1(("Complete", "True", "Done")), gang(4), 0, rooms).reason == "InsufficientCapacity"
+
+
+def test_a_gang_its_backend_holds_for_quota_is_explained_by_the_backend_not_the_nodes():
+    held = {"gang": {"state": "Waiting", "reason": "WaitingForQuota",
+                     "message": "KAI queue team-a has no room for PodGroup x: OverLimit"}}
+    d = diagnose(held, gang(2), 0, [NodeRoom("a", {GPU: Fraction(8)})])
+    assert d.reason == "WaitingForQuota" and d.message.startswith("KAI queue team-a has no room")
+    assert "queue has room" in d.message and d.rows == ()
