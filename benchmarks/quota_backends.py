@@ -1,9 +1,9 @@
-"""One quota policy, four backends, side by side: 200 TrainJobs of 1-32 GPUs against a 64-GPU quota.
+"""One quota policy, five backends, side by side: 200 TrainJobs of 1-32 GPUs against a 64-GPU quota.
 
-    .venv/bin/python benchmarks/quota_backends.py                                  # all four, 200 jobs
+    .venv/bin/python benchmarks/quota_backends.py                                  # all five, 200 jobs
     .venv/bin/python benchmarks/quota_backends.py --backends kueue,volcano --jobs 100 --json out.json
 
-For each backend (gangctl's own admission under coscheduling and native gangs, Kueue, Volcano) it brings up a cluster
+For each backend (gangctl's own admission under coscheduling and native gangs, Kueue, Volcano, KAI) it brings up a cluster
 of its own (`gangctl-bench-quota-<backend>`, --gpu-nodes KWOK nodes x 8 GPUs, so the quota and not
 the nodes binds), applies `tests/integration/data/one-team-64.yaml` with `gangctl policy apply`,
 installs one TrainingRuntime whose podGroupPolicy names the backend, starts `gangctl controller`,
@@ -44,7 +44,7 @@ from tests.integration.quota_common import RUNTIME, UsageSampler  # noqa: E402
 POLICY = REPO_ROOT / "tests/integration/data/one-team-64.yaml"
 NS, TEAM, QUOTA, RT = "solo", "solo", 64, "gang-bench"
 GANG_POLICY = {"coscheduling": {"scheduleTimeoutSeconds": 60}, "kueue": {}, "volcano": {"queue": TEAM},
-               "native": {"schedulerName": NATIVE_SCHEDULER}}
+               "native": {"schedulerName": NATIVE_SCHEDULER}, "kai": {"queue": TEAM}}
 
 
 def say(msg: str) -> None:
@@ -126,7 +126,7 @@ def one_backend(backend: str, args) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--backends", default="coscheduling,kueue,volcano,native")
+    p.add_argument("--backends", default="coscheduling,kueue,volcano,native,kai")
     p.add_argument("--jobs", type=int, default=200)
     p.add_argument("--gpu-nodes", type=int, default=16, help="KWOK nodes x 8 GPUs (default 128 GPUs: twice the quota)")
     p.add_argument("--seed", type=int, default=200)
