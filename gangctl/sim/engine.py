@@ -39,6 +39,9 @@ from gangctl.sim.traces import TraceJob
 from gangctl.sim.units import SIM_UNITS
 
 _ARRIVE, _FINISH, _USER_FAIL, _NODE_DOWN, _NODE_UP, _READY_TIMEOUT, _SAMPLE, _RETRY = range(8)
+# Backends that take a gang only when its quota and free nodes both hold it, in one decision (Volcano's
+# enqueue action, KAI's allocate): a waiting gang holds no quota (see gangctl.sim.scenario).
+ALLOCATES_WHOLE = frozenset({Backend.VOLCANO, Backend.KAI})
 PENDING, ADMITTED, RUNNING, DONE, FAILED = "pending", "admitted", "running", "done", "failed"
 
 
@@ -212,7 +215,7 @@ class Simulation:
 
     def _schedule(self) -> None:
         if self.pending_count:
-            gate = self._volcano_gate if self.backend is Backend.VOLCANO else None
+            gate = self._volcano_gate if self.backend in ALLOCATES_WHOLE else None
             views = self._admitted_views if self._preemption else None
             for d in decide(self.quotas, self.usage, self.pending, views, gate, waits=False):
                 if d.verdict is Verdict.WAIT:   # vetoed by the Volcano gate
@@ -319,7 +322,7 @@ class Simulation:
         if job.placement is not None:          # placed by the Volcano gate
             self._start(job, job.placement)
             return
-        if self.backend is Backend.VOLCANO:    # a preemptor: its victims' nodes are free now
+        if self.backend in ALLOCATES_WHOLE:    # a preemptor: its victims' nodes are free now
             placement = self.cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
             if placement is None:
                 self._requeue(job, job.workload)
@@ -564,7 +567,7 @@ class Simulation:
             self._fail(job)  # never, as the controller judges it: infrastructure is not charged
             return
         self._stop(job)
-        if self.backend is Backend.VOLCANO:
+        if self.backend in ALLOCATES_WHOLE:
             self._requeue(job, job.workload)
             return
         self._hold(job, job.gang.min_member)

@@ -7,6 +7,10 @@ Backend semantics, i.e. what differs between the scheduler backends in the model
   admission is evicted and requeued at the back of its queue, freeing its quota (waitForPodsReady).
 - `volcano`: a gang is enqueued only when its quota AND free nodes both hold it (the enqueue action
   checks idle capacity), so waiting gangs never hold quota.
+- `kai` (NVIDIA KAI Scheduler): as `volcano` — its allocate action takes a gang only when its queue's
+  quota or limit and free nodes both hold it, in one cycle, so waiting gangs hold no quota; its
+  preempt and reclaim actions evict victims and place the preemptor in the same cycle. (KAI's
+  fair share of idle quota by overQuotaWeight is not modelled: the policy's borrowing is.)
 - `native` (Kubernetes 1.36 gang scheduling): admitted by gangctl's quota gate as `coscheduling`;
   with the control plane's retries modelled, a gang that does not fit is tried again as soon as pods
   leave a node (kube-scheduler's own requeueing), not only on a nudge or the periodic retry, since
@@ -40,6 +44,7 @@ class Backend(str, Enum):
     KUEUE = "kueue"
     VOLCANO = "volcano"
     NATIVE = "native"
+    KAI = "kai"
 
 
 class PoolSpec(_Model):

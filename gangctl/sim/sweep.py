@@ -2,7 +2,7 @@
 and the question form "smallest cluster such that <metric> <= <value>", answered with its curve.
 
 Sweep syntax: `gpus=256..1024` (8 points) or `gpus=256..1024:128`, `quota=0.5,1,2` (factor on every
-team's nominal quota and limits), `elastic=on,off`, `backend=kueue,volcano,coscheduling,native`.
+team's nominal quota and limits), `elastic=on,off`, `backend=kueue,volcano,coscheduling,native,kai`.
 Targets: `<stat>_<queue_delay|jct><=|>=<value>[s|m|h|d]` with stat mean|p50|p95|p99, or
 `utilization>=0.8`. Cluster sizes scale every node pool by the same factor (whole nodes).
 """

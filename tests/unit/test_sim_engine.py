@@ -280,3 +280,20 @@ def test_a_native_gang_short_in_sum_is_retried_when_pods_leave_a_node():
     jobs = [job("a", 0, 100, nodes=2), job("b", 10, 100, nodes=2)]
     sc = with_control_plane(scenario(nodes=2, backend="native"), finishSeconds=5, retrySeconds=1000)
     assert {o.id: o for o in simulate(sc, ONE_TEAM, jobs).outcomes}["b"].start == 100
+
+
+@pytest.mark.parametrize("backend, held_while_waiting", [("coscheduling", 32), ("kai", 16), ("volcano", 16)])
+def test_a_gang_waiting_for_nodes_holds_quota_only_where_admission_precedes_placement(backend, held_while_waiting):
+    # Quota 32 GPUs, 2 nodes x 8: a runs on both; b fits the quota but not the nodes. gangctl's gate
+    # (coscheduling) admits b and its PodGroup waits holding 16 GPUs of quota; KAI and Volcano take a
+    # gang only when quota and nodes both hold it, so b holds nothing until a's nodes free.
+    team = QuotaPolicy.model_validate({"teams": [{"name": "t", "nominal": {"gpu": 32}}]})
+    seen: list[float] = []
+
+    def check(sim: Simulation) -> None:
+        if 1 <= sim.clock.now < 100:
+            seen.append(sim.usage["t"].get(GPU, 0))
+    result = simulate(scenario(nodes=2, backend=backend), team, [job("a", 0, 100, nodes=2), job("b", 1, 50, nodes=2)],
+                      observer=check)
+    assert seen and max(seen) == held_while_waiting
+    assert {o.id: o.start for o in result.outcomes} == {"a": 0, "b": 100}
