@@ -425,7 +425,7 @@ def _backend(job: PyTorchJob, default_backend: str | None) -> tuple[str | None, 
         return None, {}
     settings = {}
     if sched is not None:
-        if default_backend == "volcano" and sched.queue:
+        if default_backend in ("volcano", "kai") and sched.queue:   # backends whose gangs name a queue
             settings["queue"] = sched.queue
         if sched.priority_class:
             settings["priorityClassName"] = sched.priority_class

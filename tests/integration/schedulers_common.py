@@ -94,8 +94,8 @@ async def serve_backend(cluster: tuple[ClusterSettings, Path], backend: str, log
             await prepare(kube)
     finally:
         await kube.close()
-    # Volcano's cluster runs PyTorchJobs' gangs through Volcano, as v1's --gang-scheduler-name=volcano.
-    env = {"GANGCTL_PYTORCHJOB_GANG_SCHEDULER": "volcano"} if backend == "volcano" else {}
+    # Volcano's and KAI's clusters run PyTorchJobs' gangs through them, as v1's --gang-scheduler-name.
+    env = {"GANGCTL_PYTORCHJOB_GANG_SCHEDULER": backend} if backend in ("volcano", "kai") else {}
     ctl = ControllerProcess(kubeconfig, log_dir / "controller.log", env=env)
     ctl.start()
     try:

@@ -7,13 +7,14 @@ import subprocess
 
 import pytest
 
-from gangctl.api.resources import JOBS, PODS, TRAINJOBS
+from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, TRAINJOBS
 from gangctl.kube.client import Kube
 from gangctl.plugins.kai import KAI_POD_GROUPS, KAI_QUEUES, Kai
 from tests.integration.helpers import (bound, eventually, gang_state, get_trainjob, pod_group, pods_of, running,
                                        submit, trainjob)
-from tests.integration.quota_common import (POLICY_FILE, TEAMS, assert_same_jobs_within_policy, preempt_low_with_high,
-                                            runtime_name)
+from tests.integration.quota_common import (POLICY_FILE, TEAMS, assert_same_jobs_within_policy, empty_teams,
+                                            get_pytorchjob, pj_pods, preempt_low_with_high, pytorchjob, runtime_name,
+                                            v1_condition)
 from tests.integration.schedulers_common import cli, gang_objects, remove_builder_gangs, serve_backend, start, stop
 
 pytestmark = pytest.mark.integration
@@ -126,6 +127,39 @@ async def test_trainjobs_wait_for_their_queue_with_the_reason_and_start_when_it_
     await eventually(lambda: running(kube, ns, "a-waits"), 120, "a-waits running once the queue has room")
     assert len(bound(await pods_of(kube, ns, "a-waits"))) == 2
     await kube.delete(TRAINJOBS.path(ns, "a-waits"))
+
+
+async def test_pytorchjobs_are_kai_gangs_in_their_queue(kai_controller, kube):
+    ns = TEAMS["team-a"]   # queue team-a: limit 24 GPUs
+    await empty_teams(kube, ns)
+
+    def in_queue(name: str) -> dict:   # a Master and a Worker of 8 GPUs: 16 GPUs
+        obj = pytorchjob(name, ns, workers=1)
+        obj["spec"]["runPolicy"]["schedulingPolicy"]["queue"] = "team-a"
+        return obj
+
+    async def runs(name: str) -> bool:
+        job = await get_pytorchjob(kube, ns, name)
+        return v1_condition(job, "Running").get("status") == "True" and len(bound(await pj_pods(kube, ns, name))) == 2
+    try:
+        await kube.create(PYTORCHJOBS.path(ns), in_queue("pj-first"))
+        await eventually(lambda: runs("pj-first"), 90, "a PyTorchJob allocated by KAI in its queue and running")
+        pg = await kube.get(KAI_POD_GROUPS.path(ns, "pj-first-pytorch"))
+        assert pg["spec"]["queue"] == "team-a" and pg["spec"]["minMember"] == 2
+        assert {p["spec"]["schedulerName"] for p in await pj_pods(kube, ns, "pj-first")} == {"kai-scheduler"}
+
+        await kube.create(PYTORCHJOBS.path(ns), in_queue("pj-second"))   # 16 + 16 > 24: KAI holds it
+
+        async def held_whole() -> bool:
+            pg = await pod_group(kube, ns, "pj-second-pytorch", KAI_POD_GROUPS)   # None: not made yet
+            return pg is not None and bool((pg.get("status") or {}).get("schedulingConditions"))
+        await eventually(held_whole, 60, "pj-second's gang made and refused by KAI")
+        assert bound(await pj_pods(kube, ns, "pj-second")) == [], "a gang beyond its queue holds no node"
+        await kube.delete(PYTORCHJOBS.path(ns, "pj-first"))
+        await eventually(lambda: runs("pj-second"), 120, "pj-second running once the queue has room")
+    finally:   # the GPU nodes go back to the tests after this one, pass or fail
+        await kube.request("DELETE", PYTORCHJOBS.path(ns), body={"propagationPolicy": "Background"})
+        await empty_teams(kube, ns)
 
 
 async def test_a_higher_priority_trainjob_preempts_within_the_team(kai_controller, kube):

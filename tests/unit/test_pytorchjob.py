@@ -270,6 +270,8 @@ def test_backends():
     assert (pj.to_gang(m).gang_backend, pj.to_gang(m).gang_settings) == (None, {})
     vol = pj.to_gang(m, default_backend="volcano")
     assert vol.gang_settings == {"queue": "research", "priorityClassName": "high"}
+    kai = pj.to_gang(m, default_backend="kai")
+    assert (kai.gang_backend, kai.gang_settings) == ("kai", {"queue": "research", "priorityClassName": "high"})
     cos = pj.to_gang(m, default_backend="coscheduling")
     assert cos.gang().schedule_timeout_seconds == 120
     m["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
