@@ -6,6 +6,8 @@ unchanged pin reuses the binaries (and Go's own build cache makes a rebuild most
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -207,15 +209,34 @@ KAI = GoModule("kai", (
 EXTRA_MODULES = {"kueue": KUEUE, "volcano": VOLCANO, "native": NATIVE, "kai": KAI}
 
 
+@contextlib.contextmanager
+def _exclusive(folder: Path):
+    """Hold an exclusive lock on `folder` (created if need be): one build of a cache folder at a time,
+    across processes (`cluster up` in two terminals, the test suite's background prebuild). The
+    kernel drops the lock when the holder exits, however it exits."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def ensure_module(module: GoModule, integrations: Path, bin_root: Path, progress: Progress | None = None) -> Path:
-    """Build (or reuse) every program of one optional wrapper module; returns the folder holding them."""
+    """Build (or reuse) every program of one optional wrapper module; returns the folder holding them.
+    Waits for another process building the same folder, then reuses what it built."""
     go = go_binary()
     goversion = go_version(go)
     module_dir = integrations / module.folder
     out = bin_root / f"{module.cache_name or module.folder}-{module_key(module_dir, goversion)[:8]}"
     if (out / ".complete").exists():
         return out
-    out.mkdir(parents=True, exist_ok=True)
+    with _exclusive(out):
+        if not (out / ".complete").exists():
+            _build_module(go, goversion, module, module_dir, out, progress)
+    return out
+
+
+def _build_module(go: str, goversion: str, module: GoModule, module_dir: Path, out: Path,
+                  progress: Progress | None) -> None:
     total = len(module.tools)
     for number, tool in enumerate(module.tools, 1):
         target = out / tool.binary
@@ -225,7 +246,6 @@ def ensure_module(module: GoModule, integrations: Path, bin_root: Path, progress
         if progress:
             progress(tool.binary, number, total, "built")
     (out / ".complete").write_text(goversion + "\n")
-    return out
 
 
 # The peer controllers of benchmarks/controller_peer.py (Kubeflow Trainer and the JobSet controller it
@@ -246,6 +266,9 @@ PEER_MODULES = {"trainer": TRAINER, "jobset": JOBSET, "training-operator": TRAIN
 #   python -m gangctl.cluster.build helm
 HELM = GoModule("helm", (Tool("helm.sh/helm/v3/cmd/helm", "helm"),))
 TOOL_MODULES = {"helm": HELM}
+# What `python -m gangctl.cluster.build NAME...` builds: a tool, or an extra scheduler ahead of its
+# `cluster up --scheduler` (the integration tests prebuild the schedulers their modules will start).
+BUILDABLE = {**TOOL_MODULES, **EXTRA_MODULES}
 
 
 def ensure_tool(name: str, integrations: Path, bin_root: Path, progress: Progress | None = None) -> Path:
@@ -255,7 +278,8 @@ def ensure_tool(name: str, integrations: Path, bin_root: Path, progress: Progres
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m gangctl.cluster.build helm`: build (or reuse) a pinned tool, print its path."""
+    """`python -m gangctl.cluster.build helm|kueue|volcano|kai|native ...`: build (or reuse) pinned tools
+    or extra schedulers, print the folder (a tool: the binary) of each."""
     import argparse
     import sys
     import time
@@ -263,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     from gangctl.config import ClusterSettings
 
     parser = argparse.ArgumentParser(prog="python -m gangctl.cluster.build", description=main.__doc__)
-    parser.add_argument("tool", choices=sorted(TOOL_MODULES))
+    parser.add_argument("names", nargs="+", choices=sorted(BUILDABLE), metavar="NAME",
+                        help=f"one or more of {', '.join(sorted(BUILDABLE))}")
     args = parser.parse_args(argv)
     settings = ClusterSettings()
     started = time.monotonic()
@@ -276,13 +301,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  building {what}: {compiled} packages compiled so far" if line != "built"
                   else f"  built {what} ({done}/{total})", file=sys.stderr, flush=True)
 
-    try:
-        binary = ensure_tool(args.tool, settings.integrations_dir, settings.bin_root, progress)
-    except BuildError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"{args.tool} ready in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    print(binary)
+    for name in args.names:
+        try:
+            if name in TOOL_MODULES:
+                path = ensure_tool(name, settings.integrations_dir, settings.bin_root, progress)
+            else:
+                path = ensure_module(EXTRA_MODULES[name], settings.integrations_dir, settings.bin_root, progress)
+        except BuildError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"{name} ready after {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+        print(path, flush=True)
     return 0
 
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -45,6 +48,32 @@ def pytest_runtest_makereport(item, call):
         if log.exists():
             lines = log.read_bytes()[-64_000:].decode(errors="replace").splitlines()[-LOG_TAIL:]
             report.sections.append((f"{name} log, last {LOG_TAIL} lines ({log})", "\n".join(lines)))
+
+
+# The backend modules that start an extra scheduler built from source, in the order they run.
+PREBUILT = {"test_schedulers_kai": "kai", "test_schedulers_kueue": "kueue", "test_schedulers_volcano": "volcano"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prebuilt_schedulers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """Build the extra schedulers the collected backend modules will start, in the background from the
+    first integration test on, under `nice -n 19` (as every build): on a fresh machine the builds
+    (minutes each) overlap tests that mostly wait on the cluster, instead of running one after
+    another in the modules' fixtures. A module's `cluster up` waits for the build's lock and reuses
+    what it built; if the prebuild failed, it builds (and reports the error) itself."""
+    modules = {item.module.__name__.rsplit(".", 1)[-1] for item in request.session.items}
+    wanted = [name for module, name in PREBUILT.items() if module in modules]
+    if not wanted:
+        yield None
+        return
+    log = tmp_path_factory.mktemp("prebuild") / "build.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gangctl.cluster.build", *wanted], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    yield proc
+    if proc.poll() is None:   # a run that did not reach those modules: stop the build and its go children
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
 
 
 @pytest.fixture(scope="session")
