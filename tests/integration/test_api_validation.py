@@ -300,6 +300,10 @@ CASES: dict[str, Case] = {
                                           runtime={"spec.podGroupPolicy": {"volcano": {}}}),
     "native gangs on a cluster without them": tj({}, NotCreated("BackendNotInstalled", ("native", "--scheduler native")),
                                                  runtime={"spec.podGroupPolicy": {"native": {}}}),
+    "kai on a cluster without it": tj({}, NotCreated("BackendNotInstalled", ("kai", "--scheduler kai")),
+                                      runtime={"spec.podGroupPolicy": {"kai": {"queue": "team-a"}}}),
+    "kai preemptibility unknown": rt({"spec.podGroupPolicy": {"kai": {"preemptibility": "sometimes"}}},
+                                     R(("spec.podGroupPolicy.kai.preemptibility",))),
     "native schedulerName empty": rt({"spec.podGroupPolicy.native.schedulerName": ""},
                                      R(("spec.podGroupPolicy.native.schedulerName",))),
     # --- runtimes: template -------------------------------------------------------------------
