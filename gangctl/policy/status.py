@@ -202,12 +202,24 @@ def derive_status(previous: dict | None, jobs: list[ChildJob], gang: GangObserva
         status["conditions"] = conds
     else:
         status.pop("conditions", None)  # a running job has none, as under Trainer
-    status["jobsStatus"] = [
+    counts = [
         {"name": j.replicated_job, "active": j.active, "ready": j.ready, "succeeded": j.succeeded,
          "failed": j.failed, "suspended": j.parallelism if j.suspended else 0}
         for j in jobs
     ]
+    status["jobsStatus"] = previous["jobsStatus"] if _coalesced(previous, status, counts) else counts
     return status
+
+
+def _coalesced(previous: dict | None, status: dict, counts: list[dict]) -> bool:
+    """True when a waiting gang's new Job counters wait for its next progress step: while the gang is
+    not bound and status.gang is unchanged, the counters alone (the Job controller moves them pod by
+    pod while it creates a 1,024-pod gang) are not worth a status write each. They are written with
+    the next change of the gang's progress (tenths of the gang bound) or state."""
+    before = (previous or {}).get("jobsStatus")
+    gang, was = status.get("gang") or {}, gang_state(previous)
+    return (gang.get("state") == WAITING and was.get("state") == WAITING and gang.get("message") == was.get("message")
+            and isinstance(before, list) and [c.get("name") for c in before] == [c["name"] for c in counts])
 
 
 def phase(status: dict | None) -> str:

@@ -118,3 +118,14 @@ def test_a_stuck_job_is_told_why_with_a_long_api_message_cut_in_the_middle():
     assert 'Job.batch "x-worker" is invalid: spec.template' in message and "field is immutable" in message
     assert "suspend the PyTorchJob and resume it" in message
     assert st.stuck("TrainJob", None, None, "KeyError: 'x'")[0] == "InternalError"
+
+
+def test_a_waiting_gangs_counters_are_written_with_its_progress_not_pod_by_pod():
+    created = st.derive_status(None, [job(active=100)], st.GangObservation(1024, 0), False, T0)
+    more = st.derive_status(created, [job(active=900, ready=3)], st.GangObservation(1024, 50), False, T0)
+    assert more == created, "no new status (no write) for counters alone while the gang waits"
+    step = st.derive_status(more, [job(active=1024, ready=200)], st.GangObservation(1024, 300), False, T0)
+    assert step["gang"]["message"] != created["gang"]["message"]
+    assert step["jobsStatus"][0]["active"] == 1024 and step["jobsStatus"][0]["ready"] == 200, "written with progress"
+    bound = st.derive_status(step, [job(active=1024, ready=1024)], st.GangObservation(1024, 1024), False, T0)
+    assert st.phase(bound) == "Running" and bound["jobsStatus"][0]["ready"] == 1024
