@@ -1,3 +1,7 @@
+// Wrapper module that pins NVIDIA KAI Scheduler's scheduler, binder and PodGroup/Queue status
+// controllers for `gangctl cluster up --scheduler kai`. The Go module proxy serves v0.12.0 by its
+// exact version but does not list KAI's versions (so `go install ...@latest` fails); `go mod tidy`
+// ran against the exact pin. KAI's own go.mod has no replace directives to repeat here.
 module gangctl.local/kai
 
 go 1.24.4
