@@ -52,6 +52,13 @@ def group_object(resource: Resource, job: ResolvedJob, owner: dict, spec: dict) 
             "spec": spec}
 
 
+def group_priority_class(job: ResolvedJob) -> str | None:
+    """The PriorityClass a queue-based backend's group carries (Volcano, KAI): the runtime's
+    `podGroupPolicy.<backend>.priorityClassName`, else the pod template's."""
+    return (job.gang_settings.get("priorityClassName")
+            or (job.pod_template.get("spec") or {}).get("priorityClassName"))
+
+
 def job_labels(backend: GangBackend | None, job: ResolvedJob, gang: Gang) -> dict[str, str]:
     hook = getattr(backend, "job_labels", None)
     return dict(hook(job, gang)) if hook else {}

@@ -15,7 +15,7 @@ never run on another queue's idle quota.
 from __future__ import annotations
 
 from gangctl.api.resources import Resource
-from gangctl.plugins.base import group_object
+from gangctl.plugins.base import group_object, group_priority_class
 from gangctl.policy.gang import Gang
 from gangctl.policy.resolve import ResolvedJob
 
@@ -51,17 +51,13 @@ class Kai:
     def queue(self, job: ResolvedJob) -> str:
         return str(job.gang_settings.get("queue") or DEFAULT_QUEUE)
 
-    def priority_class(self, job: ResolvedJob) -> str | None:
-        return (job.gang_settings.get("priorityClassName")
-                or (job.pod_template.get("spec") or {}).get("priorityClassName"))
-
     def waiting(self, observed: dict | None) -> tuple[str, str] | None:
         return why_waiting(observed)
 
     def group(self, job: ResolvedJob, gang: Gang, owner: dict) -> dict:
         spec: dict = {"minMember": gang.min_member, "queue": self.queue(job),
                       "preemptibility": str(job.gang_settings.get("preemptibility") or PREEMPTIBLE)}
-        if (pc := self.priority_class(job)):
+        if (pc := group_priority_class(job)):
             spec["priorityClassName"] = pc
         return group_object(KAI_POD_GROUPS, job, owner, spec)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from gangctl.api.quantity import format_quantity
 from gangctl.api.resources import Resource
-from gangctl.plugins.base import group_object
+from gangctl.plugins.base import group_object, group_priority_class
 from gangctl.policy.gang import Gang
 from gangctl.policy.resolve import ResolvedJob
 
@@ -49,10 +49,6 @@ class Volcano:
     def queue(self, job: ResolvedJob) -> str:
         return str(job.gang_settings.get("queue") or DEFAULT_QUEUE)
 
-    def priority_class(self, job: ResolvedJob) -> str | None:
-        return (job.gang_settings.get("priorityClassName")
-                or (job.pod_template.get("spec") or {}).get("priorityClassName"))
-
     def waiting(self, observed: dict | None) -> tuple[str, str] | None:
         return why_waiting(observed)  # observed: the gang's PodGroup
 
@@ -63,7 +59,7 @@ class Volcano:
             "minResources": {k: format_quantity(v) for k, v in sorted(gang.min_resources.items())},
             "queue": self.queue(job),
         }
-        if (pc := self.priority_class(job)):
+        if (pc := group_priority_class(job)):
             spec["priorityClassName"] = pc
         return group_object(VOLCANO_POD_GROUPS, job, owner, spec)
 

@@ -99,6 +99,7 @@ class Simulation:
         self.quotas = policy.to_quotas(SIM_UNITS)
         self.cluster = cluster
         self.backend = backend
+        self._allocates_whole = backend in ALLOCATES_WHOLE   # read on every scheduling round
         self.failures = failures
         self.elastic = elastic
         self.sample_seconds = sample_seconds
@@ -215,7 +216,7 @@ class Simulation:
 
     def _schedule(self) -> None:
         if self.pending_count:
-            gate = self._volcano_gate if self.backend in ALLOCATES_WHOLE else None
+            gate = self._volcano_gate if self._allocates_whole else None
             views = self._admitted_views if self._preemption else None
             for d in decide(self.quotas, self.usage, self.pending, views, gate, waits=False):
                 if d.verdict is Verdict.WAIT:   # vetoed by the Volcano gate
@@ -322,7 +323,7 @@ class Simulation:
         if job.placement is not None:          # placed by the Volcano gate
             self._start(job, job.placement)
             return
-        if self.backend in ALLOCATES_WHOLE:    # a preemptor: its victims' nodes are free now
+        if self._allocates_whole:    # a preemptor: its victims' nodes are free now
             placement = self.cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
             if placement is None:
                 self._requeue(job, job.workload)
@@ -567,7 +568,7 @@ class Simulation:
             self._fail(job)  # never, as the controller judges it: infrastructure is not charged
             return
         self._stop(job)
-        if self.backend in ALLOCATES_WHOLE:
+        if self._allocates_whole:
             self._requeue(job, job.workload)
             return
         self._hold(job, job.gang.min_member)
