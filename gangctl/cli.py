@@ -168,6 +168,12 @@ def controller(
     leader_elect_namespace: str = typer.Option("gangctl-system", envvar="POD_NAMESPACE",
                                                help="namespace of the leader Lease (default: POD_NAMESPACE if set)"),
     leader_elect_lease_name: str = typer.Option("gangctl-controller", help="name of the leader Lease"),
+    trainer_status_url: str = typer.Option(None, envvar="GANGCTL_TRAINER_STATUS_URL",
+                                           help="base URL trainer pods report progress to, e.g. https://gangctl-"
+                                                "controller.gangctl-system.svc:8443 (default: the local cluster's "
+                                                "host Service if any, else off)"),
+    trainer_status_bind_address: str = typer.Option("127.0.0.1:8443", envvar="GANGCTL_TRAINER_STATUS_BIND_ADDRESS",
+                                                    help="HOST:PORT the progress endpoint (HTTPS) listens on"),
     log_level: str = typer.Option("INFO"),
 ) -> None:
     """Run the TrainJob controller until SIGTERM (exit 0) or a lost leader Lease (exit 1)."""
@@ -181,7 +187,12 @@ def controller(
         host, port = split_host_port(metrics_bind_address)
     except ValueError as exc:
         _fail(f"--metrics-bind-address: {exc}")
-    settings = ControllerSettings(kubeconfig=kubeconfig or None, metrics_host=host,
+    try:
+        status_host, status_port = split_host_port(trainer_status_bind_address)
+    except ValueError as exc:
+        _fail(f"--trainer-status-bind-address: {exc}")
+    settings = ControllerSettings(trainer_status_url=trainer_status_url or None, trainer_status_host=status_host,
+                                  trainer_status_port=status_port,kubeconfig=kubeconfig or None, metrics_host=host,
                                   metrics_port=port if metrics_port is None else metrics_port,
                                   metrics_auth=metrics_auth, leader_elect=leader_elect,
                                   leader_elect_namespace=leader_elect_namespace,

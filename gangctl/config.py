@@ -70,5 +70,14 @@ class ControllerSettings(BaseSettings):
                                                              "node NotReady that long (unset: off; PodGC's rule)")
     backoff_base_seconds: float = 0.005
     backoff_max_seconds: float = 1000.0
+    trainer_status_url: str | None = Field(None, description="base URL trainer pods report status.trainerStatus "
+                                           "to (https://<Service>.<namespace>.svc:<port>); unset: the local "
+                                           "cluster's host Service if it has one, else progress reporting off")
+    trainer_status_host: str = Field("127.0.0.1", description="address the progress endpoint listens on")
+    trainer_status_port: int = Field(8443, description="port the progress endpoint listens on (HTTPS)")
+    trainer_status_secret: str = Field("gangctl-system/gangctl-trainer-status-tls",
+                                       description="namespace/name of the Secret holding its CA and certificate "
+                                                   "(made at start when absent)")
+    trainer_status_rate: float = Field(1.0, description="progress reports a second per ServiceAccount (burst 10)")
     qps: float = Field(100.0, description="API requests per second, shared by every loop (0: unlimited)")
     burst: int = Field(200, description="API requests allowed in a burst above qps")

@@ -47,6 +47,7 @@ POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup"
 # Kubernetes' own PodGroup (KEP-4671, 1.36: GenericWorkload + GangScheduling feature gates).
 NATIVE_POD_GROUPS = Resource("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+SECRETS = Resource("", "v1", "secrets", "Secret")
 
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
 

@@ -99,6 +99,8 @@ async def prepare(cluster: LocalCluster, options: UpOptions, say: Say) -> None:
         # The version ConfigMap the kubeflow SDK reads (TrainerClient warns on every call without it),
         # readable by every authenticated user, as `kubectl apply -k deploy/` installs it.
         await setup.apply_manifests(kube, setup.load_manifests(settings.deploy_dir / "base" / "kubeflow"))
+        port = await setup.ensure_host_controller_service(kube)
+        say(f"trainer pods report progress through Service gangctl-local/host-controller to 127.0.0.1:{port}")
         runtimes = setup.load_manifests(settings.deploy_dir / "runtimes")
         say(f"applied ClusterTrainingRuntimes: {', '.join(await setup.apply_cluster_runtimes(kube, runtimes))}")
         if options.gpu_nodes:

@@ -11,6 +11,9 @@
   `gangctl cluster up`) the same way: the address is put on the namespace's loopback, so pods reach
   it through their default route (the bridge) as KUBERNETES_SERVICE_HOST/PORT say, and verify the
   apiserver's certificate, which names that IP (`gangctl cluster up` adds it);
+- relays the Service standing for the controller on the host (gangctl-local/host-controller, made
+  by `gangctl cluster up`) to the host port its annotation names, so trainer pods reach the
+  progress endpoint at the URL they are given and verify its certificate, which names the Service;
 - runs real CoreDNS (built from the pinned module in integrations/coredns) in that namespace on
   10.244.0.1:53 with the kubernetes plugin for `cluster.local`, reading Services, EndpointSlices
   and Pods through the relay. Pods' resolv.conf names 10.244.0.1, reachable over their veth.
@@ -88,6 +91,24 @@ async def kubernetes_service(kubeconfig: Path) -> tuple[str, int] | None:
         await kube.close()
 
 
+async def host_controller_service(kubeconfig: Path) -> tuple[str, int, int] | None:
+    """ClusterIP, port and host port of the Service standing for the controller on the host
+    (gangctl.policy.progress; None if the cluster has none)."""
+    from gangctl.kube.client import ApiError, Kube
+    from gangctl.policy import progress
+
+    kube = await Kube.connect(kubeconfig)
+    try:
+        svc = await kube.get(f"/api/v1/namespaces/{progress.LOCAL_NAMESPACE}/services/{progress.LOCAL_SERVICE}")
+        return (svc["spec"]["clusterIP"], int(svc["spec"]["ports"][0]["port"]),
+                int(svc["metadata"]["annotations"][progress.HOST_PORT_ANNOTATION]))
+    except (ApiError, KeyError, IndexError, ValueError) as err:
+        log.info("no host controller Service (%s): trainer pods cannot report progress", err)
+        return None
+    finally:
+        await kube.close()
+
+
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(65536):
@@ -127,6 +148,13 @@ async def run(opts: argparse.Namespace) -> int:
         add_local_address(net, service[0])
         service_server = await serve_relay(socket_in_netns(net, *service, socket.SOCK_STREAM), upstream)
         log.info("API relay on %s:%d (the kubernetes Service) in the namespace", *service)
+    host_service = await host_controller_service(Path(opts.kubeconfig))
+    host_server = None
+    if host_service:
+        ip, port, host_port = host_service
+        add_local_address(net, ip)
+        host_server = await serve_relay(socket_in_netns(net, ip, port, socket.SOCK_STREAM), ("127.0.0.1", host_port))
+        log.info("controller relay on %s:%d in the namespace -> 127.0.0.1:%d on the host", ip, port, host_port)
     kubeconfig = relay_kubeconfig(Path(opts.kubeconfig), state / "coredns-kubeconfig.yaml")
     conf = state / "Corefile"
     conf.write_text(corefile(kubeconfig))
@@ -150,8 +178,9 @@ async def run(opts: argparse.Namespace) -> int:
     await stop.wait()
     watcher.cancel()
     server.close()
-    if service_server:
-        service_server.close()
+    for extra in (service_server, host_server):
+        if extra:
+            extra.close()
     if coredns.poll() is None:
         coredns.terminate()
         try:

@@ -54,6 +54,9 @@ class Metrics:
         self.api_throttled = Counter("gangctl_api_throttled_total",
                                      "API requests the apiserver answered 429 (Priority and Fairness): retried "
                                      "after its Retry-After", registry=registry)
+        self.trainer_status_reports = Counter("gangctl_trainer_status_reports_total",
+                                              "Progress reports (status.trainerStatus) from trainer pods, by "
+                                              "HTTP answer", ["code"], registry=registry)
         self.quota_policy_valid.set(1)
         for phase in PHASES:
             self.trainjobs.labels(phase).set(0)

@@ -16,6 +16,7 @@ from gangctl.plugins.base import GangBackend
 from gangctl.plugins.names import (ANCESTOR_STEP, JOB_INDEX, MANAGED_BY, MANAGER, RESULT_FINALIZER, SPEC_HASH,
                                    TRAINJOB_NAME, child_job_name, child_labels)
 from gangctl.plugins.torch import torch_env
+from gangctl.policy import progress
 from gangctl.policy.gang import Gang
 from gangctl.policy.resolve import NODE_CONTAINER, NODE_JOB, ResolvedJob, ResolvedStep
 
@@ -76,8 +77,11 @@ ELASTIC_SUCCESS_POLICY = {"rules": [{"succeededCount": 1}]}
 
 
 def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, scheduler_name: str,
-             size: int | None = None, gang: Gang | None = None) -> dict:
+             size: int | None = None, gang: Gang | None = None, progress_url: str | None = None) -> dict:
     """The Indexed Job; `size` is an elastic job's current completions = parallelism (default: max).
+
+    With `progress_url` (the controller's status endpoint), every container may report training
+    progress (gangctl.policy.progress).
 
     With `gang`, the backend's Job labels and annotations are added (Kueue's queue name, its minimum
     parallelism). A backend that owns spec.suspend (Kueue) gets the Job created suspended: its
@@ -96,6 +100,8 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
             env = {e["name"]: e for e in container.get("env") or []}
             env.update({e["name"]: e for e in torch_env(job)})
             container["env"] = list(env.values())
+    if progress_url:
+        progress.inject(spec, progress_url, job.namespace, job.name)
 
     user_spec = copy.deepcopy(job.job_spec)
     if job.elastic:

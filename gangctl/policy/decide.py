@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Iterable, Mapping, Union
 
-from gangctl.api.resources import JOBS, PODS, SERVICES, Resource
+from gangctl.api.resources import CONFIGMAPS, JOBS, PODS, SERVICES, Resource
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.plugins import base
 from gangctl.plugins.kueue import QUEUE_LABEL
@@ -31,7 +31,7 @@ from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.torch import STORE_ROLE as TORCH_STORE_ROLE
 from gangctl.plugins.torch import rendezvous_store
 from gangctl.plugins.workload import headless_service, node_job, owner_reference, step_job, with_spec_hash
-from gangctl.policy import elastic
+from gangctl.policy import elastic, progress
 from gangctl.policy import status as st
 from gangctl.policy.failure import PodFailure, Restarts, classify, parse_failure_policy
 from gangctl.policy.failure import decide as judge
@@ -80,6 +80,7 @@ class Snapshot:
     disruptions: Mapping[str, PodFailure] = field(default_factory=dict)
     nudge: bool = False                    # capacity was freed since this gang last tried
     priority_classes: frozenset[str] | None = None  # the PriorityClasses that exist (None: not checked)
+    progress: progress.Endpoint | None = None   # where trainer pods report status.trainerStatus (None: off)
 
 
 # --- what one pass does -------------------------------------------------------------------------
@@ -516,7 +517,11 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
         group = with_spec_hash(backend.group(job, gang, owner))
         steps += _ensure(backend.group_resource, gang_after, group, first)
         applied_group, gang_after = backend.name, gang_after or group
-    desired = node_job(job, owner, backend, s.scheduler_name, size, gang)
+    progress_url = _progress_url(s, job)
+    if first and progress_url and s.progress is not None:
+        steps.append(Create(CONFIGMAPS, progress.config_map(job.namespace, job.name, s.progress.ca_pem, owner),
+                            cached=False))
+    desired = node_job(job, owner, backend, s.scheduler_name, size, gang, progress_url)
     after = observed
     if not kueue_owned:
         steps += _ensure(JOBS, observed, desired, first)
@@ -548,6 +553,15 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
                                {"metadata": {"annotations": {RETRY_ANNOTATION: st.precise_timestamp(s.now)}}},
                                missing_ok=True))
     return dataclasses.replace(plan, steps=tuple(steps), metrics=tuple(metrics))
+
+
+def _progress_url(s: Snapshot, job: ResolvedJob) -> str | None:
+    """A new node Job's pods get this controller's status endpoint; an existing Job keeps what its pods
+    were given (its template is immutable), whether progress reporting was on then or is now."""
+    if s.node_job is not None:
+        url = progress.injected_url(s.node_job)
+        return progress.base_of(url, job.namespace, job.name) if url else None
+    return s.progress.base_url if s.progress is not None else None
 
 
 def _ensure(resource: Resource, cached: dict | None, obj: dict, rejectable: bool) -> list[Step]:

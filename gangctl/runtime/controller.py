@@ -23,11 +23,14 @@ from gangctl.obs.server import make_app, serve
 from gangctl.plugins import base
 from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
 from gangctl.plugins.registry import BACKENDS
+from gangctl.kube import serving_cert
+from gangctl.policy import progress
 from gangctl.policy.cached import node_view, pod_view
 from gangctl.policy.leader import LeaseTimings
 from gangctl.policy.decide_pytorchjob import waiting_for_gang as pytorchjob_waiting
 from gangctl.policy.pytorchjob import JOB_NAME as PYTORCHJOB_NAME
 from gangctl.policy.status import phase, waiting_for_gang
+from gangctl.runtime import progress_server
 from gangctl.runtime.quota_gate import QuotaGate, policy_informer
 from gangctl.runtime.pytorchjob_reconciler import KEY_PREFIX as PYTORCHJOB_KEY
 from gangctl.runtime.pytorchjob_reconciler import PyTorchJobReconciler
@@ -339,6 +342,7 @@ async def run_controller(settings: ControllerSettings) -> int:
         loop.add_signal_handler(sig, stop.set)
     tasks: list[asyncio.Task] = []
     runner = None
+    runners = []
     try:
         backends = await served_backends(kube)
         log.info("gang backends served by this cluster: %s", ", ".join(sorted(backends)) or "none")
@@ -348,6 +352,9 @@ async def run_controller(settings: ControllerSettings) -> int:
                              settings.metrics_host, settings.metrics_port)
         log.info("serving /metrics%s /healthz /readyz on http://%s:%d", " (token-reviewed)" if authorize else "",
                  settings.metrics_host, settings.metrics_port)
+        progress_runner = await serve_progress(control, controller, settings)
+        if progress_runner is not None:
+            runners.append(progress_runner)
         elector = elector_task = None
         if settings.leader_elect:
             elector = LeaderElector(control, settings.leader_elect_namespace, settings.leader_elect_lease_name,
@@ -383,10 +390,49 @@ async def run_controller(settings: ControllerSettings) -> int:
         await asyncio.gather(*tasks, return_exceptions=True)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        for extra in runners:
+            await extra.cleanup()
         if runner is not None:
             await runner.cleanup()
         await control.close()
         await kube.close()
+
+
+async def serve_progress(control: Kube, controller: Controller, settings: ControllerSettings):
+    """Serve the progress endpoint (gangctl.runtime.progress_server) when a URL is set or the local
+    cluster has its host Service; tell the reconciler, so new trainer pods are given it."""
+    base_url, host, port = settings.trainer_status_url, settings.trainer_status_host, settings.trainer_status_port
+    if not base_url:
+        local = await local_progress_service(control)
+        if local is None:
+            log.info("progress endpoint off (no --trainer-status-url): status.trainerStatus is not served")
+            return None
+        base_url, port = local
+    namespace, _, secret = settings.trainer_status_secret.partition("/")
+    cert = await serving_cert.ensure(control, namespace, secret, progress.url_hosts(base_url))
+    server = progress_server.ProgressServer(
+        control, controller.caches.pods.get, rate=settings.trainer_status_rate,
+        on_answer=lambda code: controller.metrics.trainer_status_reports.labels(str(code)).inc())
+    runner = await progress_server.serve(server, cert, host, port)
+    controller.reconciler.progress = progress.Endpoint(base_url, cert.ca_pem)
+    log.info("progress endpoint on https://%s:%d; trainer pods report to %s", host, port, base_url)
+    return runner
+
+
+async def local_progress_service(kube: Kube) -> tuple[str, int] | None:
+    """(base URL, host port) from the Service `gangctl cluster up` makes for a controller on the host."""
+    try:
+        async for page in kube.list_pages(SERVICES.path(progress.LOCAL_NAMESPACE),
+                                          label_selector=progress.LOCAL_LABEL):
+            for svc in page.get("items") or []:
+                port = (svc["metadata"].get("annotations") or {}).get(progress.HOST_PORT_ANNOTATION)
+                if svc["metadata"]["name"] == progress.LOCAL_SERVICE and port:
+                    return (progress.service_url(progress.LOCAL_NAMESPACE, progress.LOCAL_SERVICE,
+                                                 progress.LOCAL_PORT), int(port))
+    except ApiError as err:
+        if not (err.not_found or err.status == 403):
+            raise
+    return None
 
 
 async def _drain(controller: Controller, grace: float) -> None:

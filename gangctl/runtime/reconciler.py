@@ -26,6 +26,8 @@ from gangctl.policy.failure import PodFailure
 from gangctl.policy.resolve import NODE_JOB
 
 log = logging.getLogger(__name__)
+# Status fields other writers own (see _write_status).
+OTHER_WRITERS = ("admission", "trainerStatus")
 
 @dataclass
 class Caches:
@@ -69,6 +71,8 @@ class Reconciler:
         self.nudge: set[str] = set()
         # gangctl's own quota admission for coscheduling (gangctl.runtime.quota_gate.QuotaGate).
         self.gate = None
+        # Where trainer pods report status.trainerStatus (the controller sets it when it serves it).
+        self.progress = None
         # Status is the only memory of what was decided (restart counters, the failed attempt already
         # judged): every status write carries the uid and resourceVersion it was decided from, so a
         # decision made on a stale cache fails with 409 and is made again on fresh data, and the
@@ -124,7 +128,7 @@ class Reconciler:
             key, self.clock(), trainjob, scheduler_name=self.scheduler_name, runtime=self._runtime_for(trainjob),
             jobs=jobs, node_job=node_job, service=service, pods=tuple(self.caches.pods.list(ns, {TRAINJOB_NAME: name})),
             groups=groups, gate=gate, disruptions=dict(self._disruptions.get(uid, {})), nudge=key in self.nudge,
-            priority_classes=self.caches.priority_class_names())
+            priority_classes=self.caches.priority_class_names(), progress=self.progress)
 
     async def apply(self, plan: d.Plan) -> None:
         """Carry out a plan: in-memory intents first (the gate, requeues, hints), then the writes in
@@ -250,9 +254,10 @@ class Reconciler:
         """Apply `status` as decided from `trainjob`: only onto that incarnation (uid) as it was then
         (resourceVersion). A stale cache or a concurrent writer gets 409 and the key is decided
         again; a TrainJob recreated under the same name never receives its predecessor's status."""
-        # status.admission is the quota gate's (its own field manager): never sent back from a
-        # possibly stale cache, or this apply would co-own it and could restore a removed admission.
-        status = {k: v for k, v in status.items() if k != "admission"}
+        # status.admission is the quota gate's and status.trainerStatus the progress endpoint's (each
+        # its own field manager): never sent back from a possibly stale cache, or this apply would
+        # co-own them and could restore a removed admission or an older progress report.
+        status = {k: v for k, v in status.items() if k not in OTHER_WRITERS}
         meta = trainjob["metadata"]
         body = {"apiVersion": trainjob["apiVersion"], "kind": trainjob["kind"],
                 "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "status": status}

@@ -1,0 +1,205 @@
+"""`status.trainerStatus`: how a training script reports its progress, as Kubeflow Trainer defines it
+(KEP-2779, Trainer v2.2+). Pure: the pod wiring, the report's validation and who may send it.
+
+The contract a script sees, in every container of every trainer pod:
+
+    KUBEFLOW_TRAINER_STATUS_URL      https://<controller>/apis/trainer.kubeflow.org/v1alpha1/namespaces/<ns>/trainjobs/<name>/status
+    KUBEFLOW_TRAINER_STATUS_CA_CERT  /var/run/secrets/kubeflow/trainer/ca.crt   (ConfigMap <trainjob>-tls-config)
+    KUBEFLOW_TRAINER_STATUS_TOKEN    /var/run/secrets/kubeflow/trainer/token    (audience trainer.kubeflow.org)
+
+and a POST of `{"trainerStatus": {...}}` with `Authorization: Bearer <token>` sets the TrainJob's
+`status.trainerStatus`. The token is the pod's own (bound to the pod), so a pod can report only for
+the TrainJob it belongs to.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gangctl.api.resources import TRAINER_GROUP
+from gangctl.plugins.names import TRAINJOB_NAME
+
+AUDIENCE = "trainer.kubeflow.org"
+VOLUME = "kubeflow-trainer-token"
+MOUNT_PATH = "/var/run/secrets/kubeflow/trainer"
+ENV_URL = "KUBEFLOW_TRAINER_STATUS_URL"
+ENV_CA_CERT = "KUBEFLOW_TRAINER_STATUS_CA_CERT"
+ENV_TOKEN = "KUBEFLOW_TRAINER_STATUS_TOKEN"
+TOKEN_SECONDS = 3600
+CA_KEY = "ca.crt"
+MAX_METRICS = 256           # the CRD's limit on status.trainerStatus.metrics
+INT32_MAX = 2**31 - 1
+# What the API server's TokenReview puts in user.extra for a token bound to a pod.
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
+SA_PREFIX = "system:serviceaccount:"
+# On a cluster made by `gangctl cluster up` the controller runs on the host: a selector-less Service
+# stands for it (its ClusterIP is relayed into the process nodes' network to the host port its
+# annotation names), and a controller given no URL uses it.
+LOCAL_NAMESPACE = "gangctl-local"
+LOCAL_SERVICE = "host-controller"
+LOCAL_PORT = 8443
+HOST_PORT_ANNOTATION = "gangctl.io/host-port"
+LOCAL_LABEL = "gangctl.io/host-controller=true"
+
+
+def service_url(namespace: str, service: str, port: int) -> str:
+    return f"https://{service}.{namespace}.svc:{port}"
+
+
+def url_hosts(base_url: str) -> list[str]:
+    """The names a serving certificate must carry for `base_url` (a Service's short and full names)."""
+    host = base_url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
+    hosts = [host]
+    if host.endswith(".svc"):
+        hosts.append(host + ".cluster.local")
+    return hosts
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where this controller takes reports: the base URL its pods are given, and the CA they trust."""
+
+    base_url: str
+    ca_pem: str
+
+
+def config_map_name(trainjob: str) -> str:
+    return f"{trainjob}-tls-config"
+
+
+def status_path(namespace: str, trainjob: str) -> str:
+    return f"/apis/{TRAINER_GROUP}/v1alpha1/namespaces/{namespace}/trainjobs/{trainjob}/status"
+
+
+def status_url(base_url: str, namespace: str, trainjob: str) -> str:
+    return base_url.rstrip("/") + status_path(namespace, trainjob)
+
+
+def config_map(namespace: str, trainjob: str, ca_pem: str, owner: dict) -> dict:
+    """The CA a trainer pod verifies the controller's certificate with, owned by the TrainJob."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": config_map_name(trainjob), "namespace": namespace,
+                         "labels": {TRAINJOB_NAME: trainjob}, "ownerReferences": [owner]},
+            "data": {CA_KEY: ca_pem}}
+
+
+def inject(spec: dict, base_url: str, namespace: str, trainjob: str) -> None:
+    """Give every container of a trainer pod spec the three variables and the projected volume (token
+    with the trainer audience, and the CA). A container's own value of a variable wins."""
+    volumes = [v for v in spec.get("volumes") or [] if v.get("name") != VOLUME]
+    volumes.append({"name": VOLUME, "projected": {"sources": [
+        {"serviceAccountToken": {"audience": AUDIENCE, "expirationSeconds": TOKEN_SECONDS, "path": "token"}},
+        {"configMap": {"name": config_map_name(trainjob), "items": [{"key": CA_KEY, "path": CA_KEY}]}}]}})
+    spec["volumes"] = volumes
+    env = [{"name": ENV_URL, "value": status_url(base_url, namespace, trainjob)},
+           {"name": ENV_CA_CERT, "value": f"{MOUNT_PATH}/{CA_KEY}"},
+           {"name": ENV_TOKEN, "value": f"{MOUNT_PATH}/token"}]
+    for container in spec.get("containers") or []:
+        own = {e["name"] for e in container.get("env") or []}
+        container["env"] = [*(container.get("env") or []), *(copy.deepcopy(e) for e in env if e["name"] not in own)]
+        mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") != VOLUME]
+        container["volumeMounts"] = [*mounts, {"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": True}]
+
+
+def injected_url(job: dict | None) -> str | None:
+    """The status URL an existing Job's pods were given (None: made without progress reporting). A
+    Job's pod template is immutable: what its pods got is kept, whatever this controller serves now."""
+    spec = (((job or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+    if not any(v.get("name") == VOLUME for v in spec.get("volumes") or []):
+        return None
+    for container in spec.get("containers") or []:
+        for env in container.get("env") or []:
+            if env.get("name") == ENV_URL and env.get("value"):
+                return env["value"]
+    return None
+
+
+def base_of(url: str, namespace: str, trainjob: str) -> str:
+    """The endpoint's base URL out of a status URL made by `status_url`."""
+    path = status_path(namespace, trainjob)
+    return url[: -len(path)] if url.endswith(path) else url
+
+
+# --- a report -------------------------------------------------------------------------------------
+class ReportError(ValueError):
+    """A report the API would refuse: the message names the field."""
+
+
+def parse_report(body: Any, now: datetime) -> dict:
+    """The `status.trainerStatus` a report sets. Fields as the CRD types them; `lastUpdatedTime`
+    defaults to the time the controller received the report."""
+    if not isinstance(body, dict) or set(body) - {"trainerStatus"}:
+        raise ReportError('the body must be a JSON object {"trainerStatus": {...}}')
+    status = body.get("trainerStatus")
+    if not isinstance(status, dict):
+        raise ReportError("trainerStatus: must be an object")
+    allowed = {"progressPercentage", "estimatedRemainingSeconds", "metrics", "lastUpdatedTime"}
+    if unknown := sorted(set(status) - allowed):
+        raise ReportError(f"trainerStatus.{unknown[0]}: unknown field (known: {', '.join(sorted(allowed))})")
+    out: dict = {}
+    for field, high in (("progressPercentage", 100), ("estimatedRemainingSeconds", INT32_MAX)):
+        value = status.get(field)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+            raise ReportError(f"trainerStatus.{field}: must be an integer from 0 to {high}, got {value!r}")
+        out[field] = value
+    metrics = status.get("metrics")
+    if metrics is not None:
+        if not isinstance(metrics, list) or len(metrics) > MAX_METRICS:
+            raise ReportError(f"trainerStatus.metrics: must be a list of at most {MAX_METRICS} items")
+        for i, metric in enumerate(metrics):
+            if not isinstance(metric, dict) or set(metric) != {"name", "value"} or not all(
+                    isinstance(metric[k], str) and metric[k] for k in ("name", "value")):
+                raise ReportError(f"trainerStatus.metrics[{i}]: must be {{\"name\": string, \"value\": string}}, "
+                                  "both non-empty (a number is sent as a string)")
+        out["metrics"] = [{"name": m["name"], "value": m["value"]} for m in metrics]
+    when = status.get("lastUpdatedTime")
+    if when is None:
+        out["lastUpdatedTime"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    else:
+        try:
+            datetime.fromisoformat(str(when).replace("Z", "+00:00"))
+        except ValueError:
+            raise ReportError(f"trainerStatus.lastUpdatedTime: must be an RFC 3339 time, got {when!r}") from None
+        out["lastUpdatedTime"] = when
+    return out
+
+
+# --- who sent it ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sender:
+    """The pod a token was issued to, from the API server's TokenReview."""
+
+    subject: str        # system:serviceaccount:<ns>:<sa> (the rate limit's key)
+    namespace: str
+    pod: str
+    pod_uid: str
+
+
+def sender(review_status: dict) -> Sender | None:
+    """Who a TokenReview (sent with the trainer audience) says the token belongs to; None unless it is
+    authenticated, for that audience, and bound to a pod."""
+    if not review_status.get("authenticated") or AUDIENCE not in (review_status.get("audiences") or []):
+        return None
+    user = review_status.get("user") or {}
+    username = user.get("username") or ""
+    extra = user.get("extra") or {}
+    pod, uid = (extra.get(POD_NAME_EXTRA) or [None])[0], (extra.get(POD_UID_EXTRA) or [None])[0]
+    if not username.startswith(SA_PREFIX) or not pod or not uid:
+        return None
+    namespace = username[len(SA_PREFIX):].split(":", 1)[0]
+    return Sender(username, namespace, pod, uid)
+
+
+def may_report(who: Sender, pod: dict | None, namespace: str, trainjob: str) -> bool:
+    """A report for TrainJob `namespace/trainjob` is accepted only from a live pod of that TrainJob:
+    the very pod the token was bound to (same uid), in the TrainJob's namespace."""
+    if pod is None or who.namespace != namespace:
+        return False
+    meta = pod.get("metadata") or {}
+    return (meta.get("uid") == who.pod_uid and meta.get("namespace") == namespace
+            and (meta.get("labels") or {}).get(TRAINJOB_NAME) == trainjob)
