@@ -163,6 +163,8 @@ def build_crds() -> dict[str, dict[str, Any]]:
         columns=[
             {"name": "State", "type": "string", "jsonPath": ".status.gang.state"},
             {"name": "Reason", "type": "string", "jsonPath": ".status.gang.reason"},
+            # as Trainer v2.2+ shows it: what the trainer last reported (status.trainerStatus)
+            {"name": "Progress %", "type": "integer", "jsonPath": ".status.trainerStatus.progressPercentage"},
             {"name": "Runtime", "type": "string", "jsonPath": ".spec.runtimeRef.name", "priority": 1},
             {"name": "Nodes", "type": "integer", "jsonPath": ".spec.trainer.numNodes", "priority": 1},
         ],

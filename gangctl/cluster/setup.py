@@ -140,13 +140,13 @@ async def wait_for(check: Callable[[], "asyncio.Future[bool]"], timeout: float, 
 
 
 async def ensure_host_controller_service(kube: Kube) -> int:
-    """The Service standing for a controller on the host (gangctl.policy.progress): namespace, a
+    """The Service standing for a controller on the host (gangctl.kube.host_controller): namespace, a
     selector-less Service with a ClusterIP, and the host port trainer pods' reports are relayed to,
     chosen once and kept for the cluster's life. Returns that port."""
-    from gangctl.policy import progress
+    from gangctl.kube import host_controller as host
     from gangctl.processes import free_port
 
-    ns, name = progress.LOCAL_NAMESPACE, progress.LOCAL_SERVICE
+    ns, name = host.NAMESPACE, host.SERVICE
     try:
         await kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     except ApiError as err:
@@ -160,7 +160,7 @@ async def ensure_host_controller_service(kube: Kube) -> int:
             raise
         svc = await kube.create(path, {
             "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "namespace": ns, "labels": {progress.LOCAL_LABEL.split("=")[0]: "true"},
-                         "annotations": {progress.HOST_PORT_ANNOTATION: str(free_port())}},
-            "spec": {"ports": [{"name": "trainer-status", "port": progress.LOCAL_PORT, "protocol": "TCP"}]}})
-    return int(svc["metadata"]["annotations"][progress.HOST_PORT_ANNOTATION])
+            "metadata": {"name": name, "namespace": ns, "labels": dict([host.LABEL]),
+                         "annotations": {host.HOST_PORT_ANNOTATION: str(free_port())}},
+            "spec": {"ports": [{"name": "trainer-status", "port": host.PORT, "protocol": "TCP"}]}})
+    return int(svc["metadata"]["annotations"][host.HOST_PORT_ANNOTATION])

@@ -93,15 +93,15 @@ async def kubernetes_service(kubeconfig: Path) -> tuple[str, int] | None:
 
 async def host_controller_service(kubeconfig: Path) -> tuple[str, int, int] | None:
     """ClusterIP, port and host port of the Service standing for the controller on the host
-    (gangctl.policy.progress; None if the cluster has none)."""
+    (gangctl.kube.host_controller; None if the cluster has none)."""
+    from gangctl.kube import host_controller as host
     from gangctl.kube.client import ApiError, Kube
-    from gangctl.policy import progress
 
     kube = await Kube.connect(kubeconfig)
     try:
-        svc = await kube.get(f"/api/v1/namespaces/{progress.LOCAL_NAMESPACE}/services/{progress.LOCAL_SERVICE}")
+        svc = await kube.get(f"/api/v1/namespaces/{host.NAMESPACE}/services/{host.SERVICE}")
         return (svc["spec"]["clusterIP"], int(svc["spec"]["ports"][0]["port"]),
-                int(svc["metadata"]["annotations"][progress.HOST_PORT_ANNOTATION]))
+                int(svc["metadata"]["annotations"][host.HOST_PORT_ANNOTATION]))
     except (ApiError, KeyError, IndexError, ValueError) as err:
         log.info("no host controller Service (%s): trainer pods cannot report progress", err)
         return None

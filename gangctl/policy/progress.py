@@ -35,18 +35,6 @@ INT32_MAX = 2**31 - 1
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 SA_PREFIX = "system:serviceaccount:"
-# On a cluster made by `gangctl cluster up` the controller runs on the host: a selector-less Service
-# stands for it (its ClusterIP is relayed into the process nodes' network to the host port its
-# annotation names), and a controller given no URL uses it.
-LOCAL_NAMESPACE = "gangctl-local"
-LOCAL_SERVICE = "host-controller"
-LOCAL_PORT = 8443
-HOST_PORT_ANNOTATION = "gangctl.io/host-port"
-LOCAL_LABEL = "gangctl.io/host-controller=true"
-
-
-def service_url(namespace: str, service: str, port: int) -> str:
-    return f"https://{service}.{namespace}.svc:{port}"
 
 
 def url_hosts(base_url: str) -> list[str]:

@@ -23,7 +23,7 @@ from gangctl.obs.server import make_app, serve
 from gangctl.plugins import base
 from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
 from gangctl.plugins.registry import BACKENDS
-from gangctl.kube import serving_cert
+from gangctl.kube import host_controller, serving_cert
 from gangctl.policy import progress
 from gangctl.policy.cached import node_view, pod_view
 from gangctl.policy.leader import LeaseTimings
@@ -422,13 +422,12 @@ async def serve_progress(control: Kube, controller: Controller, settings: Contro
 async def local_progress_service(kube: Kube) -> tuple[str, int] | None:
     """(base URL, host port) from the Service `gangctl cluster up` makes for a controller on the host."""
     try:
-        async for page in kube.list_pages(SERVICES.path(progress.LOCAL_NAMESPACE),
-                                          label_selector=progress.LOCAL_LABEL):
+        async for page in kube.list_pages(SERVICES.path(host_controller.NAMESPACE),
+                                          label_selector="=".join(host_controller.LABEL)):
             for svc in page.get("items") or []:
-                port = (svc["metadata"].get("annotations") or {}).get(progress.HOST_PORT_ANNOTATION)
-                if svc["metadata"]["name"] == progress.LOCAL_SERVICE and port:
-                    return (progress.service_url(progress.LOCAL_NAMESPACE, progress.LOCAL_SERVICE,
-                                                 progress.LOCAL_PORT), int(port))
+                port = (svc["metadata"].get("annotations") or {}).get(host_controller.HOST_PORT_ANNOTATION)
+                if svc["metadata"]["name"] == host_controller.SERVICE and port:
+                    return host_controller.url(), int(port)
     except ApiError as err:
         if not (err.not_found or err.status == 403):
             raise

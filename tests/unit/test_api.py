@@ -426,7 +426,7 @@ def test_trainjob_crd_validations():
     assert crd["spec"]["scope"] == "Namespaced"
     version = crd["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
-    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["State", "Reason", "Runtime", "Nodes", "Age"]
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["State", "Reason", "Progress %", "Runtime", "Nodes", "Age"]
     assert version["additionalPrinterColumns"][0]["jsonPath"] == ".status.gang.state"
     root = version["schema"]["openAPIV3Schema"]
     (name_rule,) = rules(root).values()
