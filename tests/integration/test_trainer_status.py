@@ -104,8 +104,8 @@ async def test_trainer_pods_report_progress_and_only_for_their_own_trainjob(
     async def reported(at_least: int):
         async def check() -> bool:
             tj = await get_trainjob(kube, namespace, name)
-            assert not is_true(tj, "Failed"), tj["status"]
-            return ((tj["status"].get("trainerStatus") or {}).get("progressPercentage") or 0) >= at_least
+            assert not is_true(tj, "Failed"), tj.get("status")
+            return (((tj.get("status") or {}).get("trainerStatus") or {}).get("progressPercentage") or 0) >= at_least
         return check
     await eventually(await reported(11), 120, "the first periodic report in status.trainerStatus")
 
@@ -146,13 +146,13 @@ async def test_trainer_pods_report_progress_and_only_for_their_own_trainjob(
 
     async def reported_since_restart() -> bool:
         tj = await get_trainjob(kube, namespace, name)
-        status = tj["status"].get("trainerStatus") or {}
+        status = (tj.get("status") or {}).get("trainerStatus") or {}
         return status.get("lastUpdatedTime", "") > time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(restarted + 1))
     await eventually(reported_since_restart, 60, "a report accepted by the restarted controller")
 
     async def complete() -> bool:
         tj = await get_trainjob(kube, namespace, name)
-        assert not is_true(tj, "Failed"), tj["status"]
+        assert not is_true(tj, "Failed"), tj.get("status")
         return is_true(tj, "Complete")
     await eventually(complete, 120, "the TrainJob Complete")
     final = (await get_trainjob(kube, namespace, name))["status"]["trainerStatus"]
