@@ -548,7 +548,8 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
         steps += _release(s, after, applied_group)
     elif s.nudge:
         plan = dataclasses.replace(plan, clear_nudge=True)
-        if base.needs_nudge(backend) and not job.suspend and st.waiting_for_gang(status):
+        if (base.needs_nudge(backend) and not job.suspend and st.waiting_for_gang(status)
+                and _refused(s, observed, gang)):
             steps.append(Patch(backend.group_resource, job.namespace, job.name,
                                {"metadata": {"annotations": {RETRY_ANNOTATION: st.precise_timestamp(s.now)}}},
                                missing_ok=True))
@@ -619,6 +620,20 @@ def _steady_status(s: Snapshot, job: ResolvedJob, backend, gang: Gang, quota: _Q
         if resize is not None:
             metrics.append(Metric("resizes", "inc", (resize.direction, resize.cause)))
     return status, metrics
+
+
+def _refused(s: Snapshot, job: dict | None, gang: Gang) -> bool:
+    """The scheduler gave up on the gang for now: all its pods exist and one it has not bound is
+    marked unschedulable. Only then is it worth handing back (a patch of its PodGroup); while the Job
+    controller still creates its pods, each new pod makes the scheduler try the gang again anyway."""
+    pods = [p for p in _pods_of(s, job["metadata"].get("uid"))] if job is not None else []
+    live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
+            and not p["metadata"].get("deletionTimestamp")]
+    return len(live) >= gang.min_member and any(
+        not (p.get("spec") or {}).get("nodeName") and any(
+            c.get("type") == "PodScheduled" and c.get("status") == "False"
+            for c in (p.get("status") or {}).get("conditions") or [])
+        for p in live)
 
 
 def _bound_pods(s: Snapshot, job: dict | None) -> int:

@@ -116,11 +116,11 @@ def trainer_conditions(status: dict | None) -> list[dict]:
 
 
 def bound_progress(bound: int, size: int) -> str:
-    """How much of a gang is bound, in tenths for gangs over ten pods: the message changes (and the
-    status is written) at most ten times while a 1,024-pod gang binds, not once per pod."""
+    """How much of a gang is bound, in quarters for gangs over ten pods: the message changes (and the
+    status is written) at most four times while a 1,024-pod gang binds, not once per pod."""
     if size <= 10:
         return f"{bound}/{size} pods of the gang are bound"
-    step = -(-size // 10)
+    step = -(-size // 4)
     return f"at least {bound // step * step}/{size} pods of the gang are bound"
 
 
@@ -215,7 +215,7 @@ def _coalesced(previous: dict | None, status: dict, counts: list[dict]) -> bool:
     """True when a waiting gang's new Job counters wait for its next progress step: while the gang is
     not bound and status.gang is unchanged, the counters alone (the Job controller moves them pod by
     pod while it creates a 1,024-pod gang) are not worth a status write each. They are written with
-    the next change of the gang's progress (tenths of the gang bound) or state."""
+    the next change of the gang's progress (quarters of the gang bound) or state."""
     before = (previous or {}).get("jobsStatus")
     gang, was = status.get("gang") or {}, gang_state(previous)
     return (gang.get("state") == WAITING and was.get("state") == WAITING and gang.get("message") == was.get("message")

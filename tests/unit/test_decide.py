@@ -255,15 +255,32 @@ def test_quota_gate_does_not_govern_a_backend_with_its_own_quota():
     assert job["spec"]["suspend"] is False
 
 
-def test_nudge_touches_only_a_waiting_coscheduling_gang():
+def unschedulable(p: dict) -> dict:
+    p["status"]["phase"] = "Pending"
+    p["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    return p
+
+
+def test_nudge_touches_only_a_waiting_coscheduling_gang_the_scheduler_refused():
     job = child()
     group = {"metadata": {"name": "llm", "namespace": "team-a"}}
-    plan = decide(snap(trainjob(), node_job=job, pods=(pod(0), pod(1, node=None)), nudge=True,
-                       groups={**ALL_BACKENDS, "coscheduling": group}))
+    refused = (pod(0), unschedulable(pod(1, node=None)))
+    plan = decide(snap(trainjob(), node_job=job, pods=refused, nudge=True, groups={**ALL_BACKENDS, "coscheduling": group}))
     assert plan.clear_nudge and [(p.resource, p.missing_ok) for p in plan.of(Patch)] == [(POD_GROUPS, True)]
-    volcano = decide(snap(trainjob(), rt=runtime(gang={"volcano": {}}), node_job=job, pods=(pod(0), pod(1, node=None)),
-                          nudge=True))
+    volcano = decide(snap(trainjob(), rt=runtime(gang={"volcano": {}}), node_job=job, pods=refused, nudge=True))
     assert volcano.clear_nudge and not volcano.of(Patch), "Volcano retries on its own"
+
+
+def test_no_nudge_while_the_gang_is_still_being_made_or_placed():
+    """Each new pod makes the scheduler try the gang again, and a gang it is placing was not refused:
+    patching its PodGroup then is a write for nothing (issue 12: the writes of a 1,024-pod gang)."""
+    job = child()
+    group = {"metadata": {"name": "llm", "namespace": "team-a"}}
+    for pods in ((unschedulable(pod(0, node=None)),),          # one of two pods made so far
+                 (pod(0), pod(1, node=None, phase="Pending"))):  # both made, one not yet tried
+        plan = decide(snap(trainjob(), node_job=job, pods=pods, nudge=True,
+                           groups={**ALL_BACKENDS, "coscheduling": group}))
+        assert plan.clear_nudge and not plan.of(Patch), pods
 
 
 def test_rejected_children_fail_the_trainjob_with_the_api_message():
