@@ -623,17 +623,17 @@ def _steady_status(s: Snapshot, job: ResolvedJob, backend, gang: Gang, quota: _Q
 
 
 def _refused(s: Snapshot, job: dict | None, gang: Gang) -> bool:
-    """The scheduler gave up on the gang for now: all its pods exist and one it has not bound is
-    marked unschedulable. Only then is it worth handing back (a patch of its PodGroup); while the Job
-    controller still creates its pods, each new pod makes the scheduler try the gang again anyway."""
+    """The scheduler gave up on the gang for now: all its pods exist, none is bound, and one is marked
+    unschedulable. Only then is it worth handing back (a patch of its PodGroup). While the Job
+    controller still creates its pods, each new pod makes the scheduler try the gang again anyway; once
+    one pod is bound, the gang has passed the scheduler's gang check and the rest are being bound."""
     pods = [p for p in _pods_of(s, job["metadata"].get("uid"))] if job is not None else []
     live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
             and not p["metadata"].get("deletionTimestamp")]
-    return len(live) >= gang.min_member and any(
-        not (p.get("spec") or {}).get("nodeName") and any(
-            c.get("type") == "PodScheduled" and c.get("status") == "False"
-            for c in (p.get("status") or {}).get("conditions") or [])
-        for p in live)
+    if len(live) < gang.min_member or any((p.get("spec") or {}).get("nodeName") for p in live):
+        return False
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+               for p in live for c in (p.get("status") or {}).get("conditions") or [])
 
 
 def _bound_pods(s: Snapshot, job: dict | None) -> int:

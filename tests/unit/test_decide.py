@@ -264,7 +264,7 @@ def unschedulable(p: dict) -> dict:
 def test_nudge_touches_only_a_waiting_coscheduling_gang_the_scheduler_refused():
     job = child()
     group = {"metadata": {"name": "llm", "namespace": "team-a"}}
-    refused = (pod(0), unschedulable(pod(1, node=None)))
+    refused = (unschedulable(pod(0, node=None)), unschedulable(pod(1, node=None)))
     plan = decide(snap(trainjob(), node_job=job, pods=refused, nudge=True, groups={**ALL_BACKENDS, "coscheduling": group}))
     assert plan.clear_nudge and [(p.resource, p.missing_ok) for p in plan.of(Patch)] == [(POD_GROUPS, True)]
     volcano = decide(snap(trainjob(), rt=runtime(gang={"volcano": {}}), node_job=job, pods=refused, nudge=True))
@@ -277,7 +277,8 @@ def test_no_nudge_while_the_gang_is_still_being_made_or_placed():
     job = child()
     group = {"metadata": {"name": "llm", "namespace": "team-a"}}
     for pods in ((unschedulable(pod(0, node=None)),),          # one of two pods made so far
-                 (pod(0), pod(1, node=None, phase="Pending"))):  # both made, one not yet tried
+                 (pod(0, node=None, phase="Pending"), pod(1, node=None, phase="Pending")),  # not tried yet
+                 (pod(0), unschedulable(pod(1, node=None)))):  # one bound: the gang passed, being bound
         plan = decide(snap(trainjob(), node_job=job, pods=pods, nudge=True,
                            groups={**ALL_BACKENDS, "coscheduling": group}))
         assert plan.clear_nudge and not plan.of(Patch), pods
