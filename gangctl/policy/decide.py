@@ -536,8 +536,11 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
     if backend is not None and not base.wants_group(backend) and observed is None:
         gang_after = None  # a Workload is found by its Job's uid: no Job, no Workload
     hints = plan.hints[1] if plan.hints else {}
+    # A Job this pass creates is reported as made (its writes come before the status write): the
+    # status says Waiting now instead of Creating, then Waiting one pass later (one write less).
+    made = after if observed is None and not job.elastic else None
     status, metrics = _steady_status(s, job, backend, gang, quota, observed, gang_after, hints, size, resize,
-                                     lost_gone)
+                                     lost_gone, made=made)
     previous = _previous(s)
     if resize is not None:
         steps.append(Event("Normal", "Resized", resize.message))
@@ -598,10 +601,12 @@ def ensure_store(pods: list[dict], pod: dict, scheduler_name: str) -> list[Step]
 
 def _steady_status(s: Snapshot, job: ResolvedJob, backend, gang: Gang, quota: _Quota, observed: dict | None,
                    gang_object: dict | None, hints: Mapping[str, PodFailure], size: int | None,
-                   resize: elastic.Resize | None, lost_gone: int) -> tuple[dict, list[Metric]]:
-    """The status this pass reports. `gang_object`: what the backend watches, as this pass leaves it."""
+                   resize: elastic.Resize | None, lost_gone: int, made: dict | None = None) -> tuple[dict, list[Metric]]:
+    """The status this pass reports. `gang_object`: what the backend watches, as this pass leaves it;
+    `made`: the node Job this pass creates (no Job observed yet)."""
     previous = _previous(s)
-    jobs = [st.ChildJob.from_job(observed, NODE_JOB)] if observed is not None else []
+    reported = observed if observed is not None else made
+    jobs = [st.ChildJob.from_job(reported, NODE_JOB)] if reported is not None else []
     gang_obs = st.GangObservation(gang.min_member, _bound_pods(s, observed))
     waiting = base.waiting(backend, gang_object) if backend else None
     # The user's spec.suspend: the quota gate's hold is reported as waiting, not as Suspended.
