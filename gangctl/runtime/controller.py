@@ -409,11 +409,18 @@ async def serve_progress(control: Kube, controller: Controller, settings: Contro
             return None
         base_url, port = local
     namespace, _, secret = settings.trainer_status_secret.partition("/")
-    cert = await serving_cert.ensure(control, namespace, secret, progress.url_hosts(base_url))
     server = progress_server.ProgressServer(
         control, controller.caches.pods.get, rate=settings.trainer_status_rate,
         on_answer=lambda code: controller.metrics.trainer_status_reports.labels(str(code)).inc())
-    runner = await progress_server.serve(server, cert, host, port)
+    try:
+        cert = await serving_cert.ensure(control, namespace, secret, progress.url_hosts(base_url))
+        runner = await progress_server.serve(server, cert, host, port)
+    except (ApiError, OSError) as err:
+        # Progress is optional: TrainJobs are served without it (new pods are not given the URL).
+        log.error("progress endpoint not served (%s): status.trainerStatus stays empty; check the Secret "
+                  "%s's RBAC (get/update by name, create) or the address %s:%d", err, settings.trainer_status_secret,
+                  host, port)
+        return None
     controller.reconciler.progress = progress.Endpoint(base_url, cert.ca_pem)
     log.info("progress endpoint on https://%s:%d; trainer pods report to %s", host, port, base_url)
     return runner
