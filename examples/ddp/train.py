@@ -11,14 +11,20 @@ seen. Every --checkpoint-every steps all ranks write one DCP checkpoint (model a
 sharded by DCP) to <checkpoint-dir>/step-<N>; at start the run resumes from the newest complete one.
 
 Exit 0 when the all-reduced loss falls below --target, 1 if --max-steps pass first.
-Every rank prints `step=<n> loss=<local> global_loss=<mean over ranks>` lines.
+Every rank prints `step=<n> loss=<local> global_loss=<mean over ranks>` lines. Rank 0 also reports
+progress to the TrainJob's `status.trainerStatus` (`kubectl get trainjob` shows PROGRESS %) through
+the KUBEFLOW_TRAINER_STATUS_* variables gangctl, like Kubeflow Trainer v2.2+, gives trainer pods.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import ssl
 import sys
 import time
+import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -87,6 +93,34 @@ def latest_checkpoint(root: Path) -> tuple[int, Path] | None:
     return max(found) if found else None
 
 
+class Progress:
+    """status.trainerStatus reports (Kubeflow Trainer's contract), at most one per `every` seconds;
+    off outside a TrainJob. A report that fails is printed once and never stops training."""
+
+    def __init__(self, every: float = 2.0):
+        self.url = os.environ.get("KUBEFLOW_TRAINER_STATUS_URL")
+        self.every, self.last, self.warned = every, 0.0, False
+
+    def report(self, percent: int, metrics: dict[str, object], force: bool = False) -> None:
+        if not self.url or (not force and time.monotonic() - self.last < self.every):
+            return
+        self.last = time.monotonic()
+        status = {"progressPercentage": max(0, min(100, percent)),
+                  "metrics": [{"name": k, "value": str(v)} for k, v in metrics.items()],
+                  "lastUpdatedTime": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        try:
+            token = Path(os.environ["KUBEFLOW_TRAINER_STATUS_TOKEN"]).read_text()
+            context = ssl.create_default_context(cafile=os.environ["KUBEFLOW_TRAINER_STATUS_CA_CERT"])
+            request = urllib.request.Request(self.url, data=json.dumps({"trainerStatus": status}).encode(),
+                                             headers={"Authorization": f"Bearer {token}",
+                                                      "Content-Type": "application/json"}, method="POST")
+            urllib.request.urlopen(request, context=context, timeout=5).close()
+        except Exception as err:  # noqa: BLE001 - progress is best effort
+            if not self.warned:
+                print(f"progress report not sent: {err}", file=sys.stderr, flush=True)
+                self.warned = True
+
+
 def main() -> int:
     args = parse_args()
     torch.set_num_threads(1)  # one process per node; the nodes share a small machine
@@ -116,6 +150,7 @@ def main() -> int:
         f"checkpoint_every={args.checkpoint_every}")
 
     loss_fn = nn.MSELoss()
+    progress = Progress() if rank == 0 else None
     began = time.monotonic()
     step, reached = start, False
     while step < args.max_steps:
@@ -132,6 +167,9 @@ def main() -> int:
         reached = global_loss < args.target
         if step == start + 1 or step % args.log_every == 0 or reached:
             log(f"step={step} loss={loss.item():.5f} global_loss={global_loss:.5f}")
+        if progress is not None:
+            progress.report(100 if reached else 100 * step // args.max_steps,
+                            {"global_loss": f"{global_loss:.5f}", "step": step}, force=reached)
         if step % args.checkpoint_every == 0 or reached:
             path = root / f"step-{step:06d}"
             dcp.save({"train": state}, checkpoint_id=str(path))

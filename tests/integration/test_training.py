@@ -73,6 +73,10 @@ async def test_ddp_example_trains_to_its_loss_target_on_three_process_nodes(kube
         assert len(set(final.values())) == 1, f"every rank all-reduces the same loss: {final}"
         saved = sorted(d.name for d in (ckpt_root / name).glob("step-*") if (d / ".metadata").exists())
         assert saved and saved[0] == "step-000050", saved
+        # Rank 0 reported its progress (status.trainerStatus) up to the end, before its pod exited.
+        progress = (await get_trainjob(kube, namespace, name))["status"]["trainerStatus"]
+        assert progress["progressPercentage"] == 100, progress
+        assert {m["name"]: m["value"] for m in progress["metrics"]}["global_loss"] == f"{final[0]:.5f}", progress
         since_creation = max(first_step_at) - _ts(created["metadata"]["creationTimestamp"])
         print(f"[training] 3-node DDP TrainJob: submission -> first step on every rank {max(first_step_at) - submitted:.1f}s "
               f"(creationTimestamp -> first step {since_creation:.1f}s, whole-second stamp), Complete after "
