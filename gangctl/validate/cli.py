@@ -6,7 +6,9 @@ Submits the first `--jobs` jobs of the scenario as TrainJobs (durations and gaps
 mean/p50/p95 JCT and queueing delay beside two simulations of the same slice on the same nodes:
 `ideal` (an instantaneous control plane) and `model` (the control plane's bind and finish latency,
 measured in this run from jobs that never waited, and gangctl's retry interval). The check passes
-when the model's mean JCT and mean queueing delay are within `--tolerance` of the real ones.
+when the model's mean JCT and mean queueing delay are within `--tolerance` of the real ones. With
+`--quota` both sides admit by the scenario's quota policy (stored for the controller's quota gate
+during the run, the previous policy put back afterwards).
 """
 from __future__ import annotations
 
@@ -41,6 +43,9 @@ def sim_check_command(
     keep: bool = typer.Option(False, help="keep the TrainJobs afterwards (default: delete them)"),
     output: str = typer.Option("text", "-o", "--output", help="text or json"),
     dump: Optional[Path] = typer.Option(None, help="write one JSON line per job: real and simulated submit/start/end"),
+    quota: bool = typer.Option(False, "--quota/--no-quota",
+                               help="admit by the scenario's quota policy on both sides (stored for the controller's "
+                                    "quota gate for the run, the previous policy put back after); default: no quota"),
 ) -> None:
     """Replay a scenario slice on the local cluster through the real controller and scheduler; compare with the simulator."""
     from gangctl.sim.scenario import load_quota_policy, load_scenario, load_workload
@@ -49,8 +54,9 @@ def sim_check_command(
     policy = load_quota_policy(sc.quota_policy)
     trace = load_workload(sc, policy)
     try:
+        policy_text = Path(sc.quota_policy).read_text() if quota else None
         result = asyncio.run(_run(sc, policy, trace.jobs, jobs, compression, kubeconfig, timeout, retry_seconds, keep,
-                                  quiet=output == "json"))
+                                  quiet=output == "json", policy_text=policy_text))
         per_job = result.pop("per_job")
         if dump is not None:
             dump.write_text("".join(json.dumps(row) + "\n" for row in per_job))
@@ -67,7 +73,9 @@ def sim_check_command(
     raise typer.Exit(0 if passed else 2)
 
 
-async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, retry_seconds, keep, quiet) -> dict:
+async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, retry_seconds, keep, quiet,
+               policy_text: str | None = None) -> dict:
+    """`policy_text`: replay under that quota policy (the scenario's, as its file says it)."""
     from gangctl.kube.client import Kube
     from gangctl.sim.engine import simulate
     from gangctl.sim.replay import RUNTIME, trainjob_submissions
@@ -79,7 +87,7 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
     try:
         await runner.check_runtime(kube, RUNTIME)
         pools = gpu_pools(await runner.gpu_nodes(kube))
-        p = plan(sc, policy, all_jobs, pools, count=count, compression=compression)
+        p = plan(sc, policy, all_jobs, pools, count=count, compression=compression, quota=policy_text is not None)
         ideal = simulate(p.scenario, p.policy, p.sim_jobs)
         run_id = f"{sc.name}-{int(time.time())}"
         ns_of = namespaces_of(p.policy)
@@ -92,11 +100,12 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
                       f"replaying {len(subs)} jobs ({p.left_out} left out: never fit), compression {compression:g}; "
                       f"the simulator expects about {ideal.summary['makespan_seconds']:.0f}s")
         await runner.ensure_namespaces(kube, set(ns_of.values()))
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err, transient=True, disable=quiet) as bar:
-            task = bar.add_task("jobs finished", total=len(subs))
-            record = await runner.replay(kube, subs, run_id, timeout=timeout,
-                                         progress=lambda done, total: bar.update(task, completed=done))
+        before = await runner.install_policy(kube, p.policy, policy_text) if policy_text is not None else None
+        try:
+            record = await _replay(kube, subs, run_id, timeout, quiet)
+        finally:
+            if policy_text is not None:
+                await runner.restore_policy(kube, before)
         if not keep:
             await runner.delete_run(kube, record)
     finally:
@@ -114,6 +123,16 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
             "measured_latency": latency | {"retry_seconds": retry_seconds},
             "real": real, "ideal": _pick(ideal.summary), "model": _pick(model.summary)}
 
+
+
+async def _replay(kube, subs, run_id, timeout, quiet):
+    from gangctl.validate import runner
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=quiet) as bar:
+        task = bar.add_task("jobs finished", total=len(subs))
+        return await runner.replay(kube, subs, run_id, timeout=timeout,
+                                   progress=lambda done, total: bar.update(task, completed=done))
 
 def measured_latency(real, ideal_outcomes, durations: dict[str, float]) -> dict[str, float]:
     """The control plane's own latencies, from this run: bind = real queueing delay of jobs the

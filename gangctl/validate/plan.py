@@ -1,9 +1,11 @@
 """Pure: the slice of a scenario to replay, and the simulation that must match the real run.
 
-What the real stack does today, and so what the simulation of a replay must model:
-- the controller creates a coscheduling PodGroup per TrainJob and has no quota admission yet, so
-  the simulated quota never binds (one team per scenario team, nothing limited) and the backend
-  is `coscheduling`;
+What the real stack does, and so what the simulation of a replay must model:
+- the controller creates a coscheduling PodGroup per TrainJob (the backend is `coscheduling`);
+- quota: by default the replay runs without a policy, so the simulated quota never binds (one team
+  per scenario team, nothing limited); with `quota`, the scenario's policy is stored where the
+  controller's quota gate reads it (as `gangctl policy apply --backend coscheduling` does) and the
+  simulation admits by the same policy, with the same decision code;
 - KWOK nodes do not fail and KWOK pods exit 0, so no failures;
 - no elastic gangs (the replay uses the shipped, rigid runtime) and no priority classes (the
   cluster has no PriorityClass objects for them);
@@ -62,7 +64,8 @@ def largest_gang(pools: list[NodePool], gpus_per_pod: int) -> int:
 
 
 def plan(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], pools: list[NodePool], *,
-         count: int, compression: float, control_plane: ControlPlane | None = None) -> ReplayPlan:
+         count: int, compression: float, control_plane: ControlPlane | None = None,
+         quota: bool = False) -> ReplayPlan:
     if not pools:
         raise ValueError("the cluster has no Ready GPU nodes")
     fitting = [j for j in jobs if largest_gang(pools, j.gpus_per_node) >= j.num_nodes]
@@ -85,7 +88,7 @@ def plan(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], pools: l
         "sample_seconds": 5.0,
     })
     sc = Scenario.model_validate(sc.model_dump(by_alias=True))
-    return ReplayPlan(sc, open_policy(policy), slice_, sim_jobs, left_out)
+    return ReplayPlan(sc, policy if quota else open_policy(policy), slice_, sim_jobs, left_out)
 
 
 def namespaces_of(policy: QuotaPolicy) -> dict[str, str]:

@@ -11,8 +11,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, NAMESPACES, NODES, TRAINJOBS
+from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, CONFIGMAPS, NAMESPACES, NODES, TRAINJOBS
+from gangctl.commands.policy_apply import apply_policy
 from gangctl.kube.client import ApiError, Kube
+from gangctl.policy.quota import QuotaPolicy
+from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_NAMESPACE
 from gangctl.sim.replay import SIM_RUN_LABEL, Submission
 from gangctl.validate.measure import finished_condition
 
@@ -129,3 +132,25 @@ async def delete_run(kube: Kube, record: ReplayRecord) -> None:
     for k in list(record.submitted):
         ns, name = k.split("/", 1)
         await kube.delete(TRAINJOBS.path(ns, name))
+
+
+async def install_policy(kube: Kube, policy: QuotaPolicy, text: str) -> dict | None:
+    """Store `policy` where the controller's quota gate reads it (as `gangctl policy apply --backend
+    coscheduling` does); return the policy ConfigMap that was there before (None: there was none)."""
+    try:
+        before = await kube.get(CONFIGMAPS.path(POLICY_NAMESPACE, POLICY_CONFIGMAP))
+    except ApiError as err:
+        if not err.not_found:
+            raise
+        before = None
+    await apply_policy(kube, policy, "coscheduling", dry_run=False, text=text)
+    return before
+
+
+async def restore_policy(kube: Kube, before: dict | None) -> None:
+    """Put back the quota policy a replay replaced (or remove the replay's, when there was none)."""
+    path = CONFIGMAPS.path(POLICY_NAMESPACE, POLICY_CONFIGMAP)
+    if before is None:
+        await kube.delete(path)
+        return
+    await kube.merge_patch(path, {"data": before.get("data") or {}})

@@ -97,6 +97,20 @@ def test_plan_models_what_the_real_stack_does():
     assert namespaces_of(p.policy) == namespaces_of(policy)
 
 
+def test_plan_with_quota_admits_by_the_scenarios_policy():
+    sc = load_scenario(ROOT / "simulations/replay-check-quota.yaml")
+    policy = load_quota_policy(sc.quota_policy)
+    jobs = load_workload(sc, policy).jobs
+    p = plan(sc, policy, jobs, [NodePool("g", 8, 8)], count=50, compression=60, quota=True)
+    assert p.policy is policy and sorted(namespaces_of(p.policy)) == ["eval", "ml-a", "ml-b", "prod"]
+    # The policy binds: with the cohort's 64 GPUs in use, eval (nominal 8) waits for 16 more.
+    quotas = p.policy.to_quotas()
+    usage = {"ml-a": {GPU: 64}}
+    pending = {"eval": [Workload("e", "eval", 0, 0.0, {GPU: 16})]}
+    assert [d.verdict for d in decide(quotas, usage, pending)] != [Verdict.ADMIT]
+    assert [d.verdict for d in decide(quotas, {}, pending)] == [Verdict.ADMIT]
+
+
 def test_open_policy_keeps_teams_and_namespaces():
     policy = QuotaPolicy.model_validate({"teams": [{"name": "a", "namespaces": ["x", "y"], "nominal": {"gpu": 1}}]})
     opened = open_policy(policy)
