@@ -76,6 +76,7 @@ def _bar(quiet: bool) -> Progress:
 
 
 def _single(sc, policy, jobs, directory: Path, quiet: bool) -> None:
+    from gangctl.sim import fidelity
     from gangctl.sim.engine import simulate
     from gangctl.sim.report import summary_table, write_report
 
@@ -86,6 +87,7 @@ def _single(sc, policy, jobs, directory: Path, quiet: bool) -> None:
         print(json.dumps(result.summary, indent=2))
         return
     out.print(summary_table(sc.name, result.summary))
+    out.print(fidelity.sentence(fidelity.load()))
     page = write_report(sc.name, result, directory)
     out.print(f"report: {page}")
 

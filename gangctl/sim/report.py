@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from gangctl.sim import fidelity
 from gangctl.sim.engine import SimResult
 
 _CDF_POINTS = 2000
@@ -80,7 +81,8 @@ def write_report(name: str, result: SimResult, directory: Path) -> Path:
     images = "".join(f"<h2>{html.escape(title)}</h2><img src='{f}' alt='{html.escape(title)}'>" for f, (title, _) in plots.items())
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>gangctl sim {html.escape(name)}</title>"
             "<style>body{font-family:sans-serif;max-width:900px;margin:auto}td,th{text-align:left;padding:2px 8px}"
-            f"</style></head><body><h1>Simulation {html.escape(name)}</h1><table>{rows}</table>{images}</body></html>")
+            f"</style></head><body><h1>Simulation {html.escape(name)}</h1>"
+            f"<p>{html.escape(fidelity.sentence(fidelity.load()))}</p><table>{rows}</table>{images}</body></html>")
     path = directory / "index.html"
     path.write_text(page)
     return path

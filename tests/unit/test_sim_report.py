@@ -80,3 +80,25 @@ def test_bad_trace_row_is_a_clear_error_and_can_be_skipped(tmp_path):
     result = sim(str(scenario), "--report", str(tmp_path / "r"))
     assert result.exit_code == 0, result.output
     assert "1 bad row" in result.output
+
+
+def test_the_report_states_how_far_the_simulator_was_validated(tmp_path):
+    from gangctl.sim import fidelity
+
+    measured = {"measured": "2026-11-26 04:20 UTC", "commit": "abc1234", "jobs_per_slice": 300,
+                "slices": ["replay-check", "replay-check-philly", "replay-check-quota"],
+                "max_relative_error": {"jct_seconds.mean": 0.043, "jct_seconds.p95": 0.09,
+                                       "queue_delay_seconds.mean": 0.216, "queue_delay_seconds.p95": None}}
+    text = fidelity.sentence(measured)
+    assert "mean JCT ±4%" in text and "p95 JCT ±9%" in text and "mean queueing delay ±22%" in text
+    assert "p95 queueing delay" not in text, "a metric not measured is not claimed"
+    assert "3 slices of 300 jobs" in text and "2026-11-26 04:20 UTC at abc1234" in text
+    path = tmp_path / "fidelity.json"
+    path.write_text(__import__("json").dumps(measured))
+    assert fidelity.load(path) == measured
+    assert fidelity.load(tmp_path / "absent.json") is None
+    assert fidelity.sentence(None).startswith("Not validated")
+    # The report prints the shipped file's sentence (or says it is not validated) under the results.
+    result = sim(str(SCENARIOS / "pai-small.yaml"), "--report", str(tmp_path / "r"))
+    assert fidelity.sentence(fidelity.load()).split(" (")[0] in " ".join(result.output.split())
+    assert __import__("html").escape(fidelity.sentence(fidelity.load())) in (tmp_path / "r" / "index.html").read_text()

@@ -1,0 +1,137 @@
+"""How far to trust the simulator: `gangctl sim-check` on three slices against the real control plane.
+
+    .venv/bin/python benchmarks/sim_fidelity.py --json out.json                   # ~55 min: 3 x 300 jobs
+    .venv/bin/python benchmarks/sim_fidelity.py --jobs 60 --json out.json         # a quick look (~12 min)
+    .venv/bin/python benchmarks/sim_fidelity.py --report out.json                 # the table again
+    .venv/bin/python benchmarks/sim_fidelity.py --report out.json --write-fidelity simulations/fidelity.json
+
+One local cluster of its own (8 KWOK nodes x 8 GPUs, as the slices' comments say) and `gangctl
+controller`; each slice runs through `gangctl sim-check SLICE -o json --dump` as a user would run it
+(the quota slice with `--quota`), one after the other. The table shows each slice's real mean and p95
+JCT and queueing delay beside the model's, with the model's relative error; `--write-fidelity` stores
+the largest errors over the slices in the file `gangctl sim` prints as its validated error bars.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.local import cluster_with_controller  # noqa: E402
+from gangctl.cluster.lifecycle import UpOptions  # noqa: E402
+
+SLICES = (("simulations/replay-check.yaml", False), ("simulations/replay-check-philly.yaml", False),
+          ("simulations/replay-check-quota.yaml", True))
+METRICS = (("jct_seconds", "mean"), ("jct_seconds", "p95"), ("queue_delay_seconds", "mean"),
+           ("queue_delay_seconds", "p95"))
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def conditions(args: argparse.Namespace) -> dict:
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "gangctl"], capture_output=True,
+                           text=True).stdout.split("\n")
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "gangctl": commit,
+            "gangctl_uncommitted": sorted(line[3:] for line in dirty if line.strip()),
+            "machine": {"cpu": cpu, "cores": os.cpu_count()}, "jobs": args.jobs, "compression": args.compression,
+            "gpu_nodes": args.gpu_nodes, "argv": sys.argv[1:]}
+
+
+def run_slice(kubeconfig: Path, scenario: str, quota: bool, args: argparse.Namespace, dumps: Path) -> dict:
+    name = Path(scenario).stem
+    cmd = [sys.executable, "-m", "gangctl.cli", "sim-check", scenario, "--jobs", str(args.jobs),
+           "--compression", str(args.compression), "-o", "json", "--dump", str(dumps / f"{name}.jsonl"),
+           *(["--quota"] if quota else [])]
+    say(f"{name}: {' '.join(cmd[3:])}")
+    started = time.monotonic()
+    out = subprocess.run(cmd, cwd=REPO, env={**os.environ, "KUBECONFIG": str(kubeconfig)}, capture_output=True,
+                         text=True)
+    if out.returncode not in (0, 2):  # 2: ran, and the model is outside the tolerance
+        raise RuntimeError(f"{name}: sim-check exited {out.returncode}: {out.stderr[-2000:]}")
+    result = json.loads(out.stdout)
+    result["slice"], result["quota"], result["wall_seconds"] = name, quota, round(time.monotonic() - started, 1)
+    say(f"{name}: done in {result['wall_seconds']:.0f} s; passed={result['passed']}")
+    return result
+
+
+def error(real: float | None, sim: float | None) -> float | None:
+    return None if not real or sim is None else (sim - real) / real
+
+
+def table(results: list[dict]) -> str:
+    head = ("| slice | jobs | " + " | ".join(f"{k.split('_')[0].replace('queue', 'queueing')} {s} real / model (error)"
+                                             for k, s in METRICS) + " |")
+    lines = [head, "|" + "---|" * (2 + len(METRICS))]
+    for r in results:
+        cells = []
+        for key, stat in METRICS:
+            real, model = r["real"][key][stat], r["model"][key][stat]
+            e = error(real, model)
+            cells.append(f"{real:.2f} / {model:.2f} ({e:+.1%})" if e is not None else "-")
+        lines.append(f"| {r['slice']}{' (quota)' if r['quota'] else ''} | {r['jobs']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def fidelity(results: list[dict], cond: dict) -> dict:
+    """The largest absolute error of the model over the slices, per metric: the simulator's error bars."""
+    worst = {}
+    for key, stat in METRICS:
+        errors = [abs(e) for r in results if (e := error(r["real"][key][stat], r["model"][key][stat])) is not None]
+        worst[f"{key}.{stat}"] = round(max(errors), 4) if errors else None
+    return {"measured": cond["date"], "commit": cond["gangctl"], "slices": [r["slice"] for r in results],
+            "jobs_per_slice": cond["jobs"], "compression": cond["compression"],
+            "command": "benchmarks/sim_fidelity.py " + " ".join(cond["argv"]), "max_relative_error": worst}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--jobs", type=int, default=300)
+    ap.add_argument("--compression", type=float, default=60.0)
+    ap.add_argument("--gpu-nodes", type=int, default=8)
+    ap.add_argument("--slices", nargs="*", help="scenario files (default: the three replay-check slices)")
+    ap.add_argument("--json", help="write conditions and results here")
+    ap.add_argument("--report", help="print the table of an earlier --json and exit")
+    ap.add_argument("--write-fidelity", help="store the largest errors for `gangctl sim` (simulations/fidelity.json)")
+    ap.add_argument("--cluster-name", default="gangctl-bench-fidelity")
+    args = ap.parse_args()
+    if args.report:
+        data = json.loads(Path(args.report).read_text())
+    else:
+        slices = [(s, "quota" in Path(s).stem) for s in args.slices] if args.slices else list(SLICES)
+        cond = conditions(args)
+        say("conditions: " + json.dumps(cond))
+        dumps = Path("/tmp") / f"{args.cluster_name}-dumps"
+        dumps.mkdir(exist_ok=True)
+        with cluster_with_controller(args.cluster_name, UpOptions(gpu_nodes=args.gpu_nodes, gpus_per_node=8),
+                                     say) as (_, cluster, _ctl):
+            results = [run_slice(cluster.kubeconfig, s, q, args, dumps) for s, q in slices]
+        data = {"conditions": cond, "results": results}
+        say(f"per-job dumps in {dumps}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(data, indent=2))
+    print(table(data["results"]))
+    f = fidelity(data["results"], data["conditions"])
+    print("largest error of the model: " + ", ".join(f"{k} {v:.1%}" for k, v in f["max_relative_error"].items()
+                                                     if v is not None))
+    if args.write_fidelity:
+        Path(args.write_fidelity).write_text(json.dumps(f, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""How far the simulator agrees with the real control plane: the error bars every report states.
+
+`benchmarks/sim_fidelity.py --write-fidelity simulations/fidelity.json` replays the shipped
+replay-check slices through the real controller and scheduler (`gangctl sim-check`) and stores the
+model's largest relative error over the slices per metric; `gangctl sim` prints them under its
+results, so a what-if is read with the margin it deserves.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gangctl.config import REPO_ROOT
+
+FILE = REPO_ROOT / "simulations" / "fidelity.json"
+_LABELS = {"jct_seconds.mean": "mean JCT", "jct_seconds.p95": "p95 JCT",
+           "queue_delay_seconds.mean": "mean queueing delay", "queue_delay_seconds.p95": "p95 queueing delay"}
+
+
+def load(path: Path = FILE) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def sentence(fidelity: dict | None) -> str:
+    if not fidelity:
+        return ("Not validated against a real control plane on this checkout (benchmarks/sim_fidelity.py "
+                "measures it).")
+    errors = ", ".join(f"{_LABELS.get(k, k)} ±{v:.0%}" for k, v in fidelity["max_relative_error"].items()
+                       if v is not None)
+    return (f"Error bars against the real control plane: {errors} (the largest error over "
+            f"{len(fidelity['slices'])} slices of {fidelity['jobs_per_slice']} jobs replayed by `gangctl sim-check`, "
+            f"measured {fidelity['measured']} at {fidelity['commit']}; benchmarks/README.md).")
