@@ -144,14 +144,19 @@ async def ensure_host_controller_service(kube: Kube) -> int:
     selector-less Service with a ClusterIP, and the host port trainer pods' reports are relayed to,
     chosen once and kept for the cluster's life. Returns that port."""
     from gangctl.kube import host_controller as host
+    from gangctl.policy.quota_coscheduling import POLICY_NAMESPACE
     from gangctl.processes import free_port
 
     ns, name = host.NAMESPACE, host.SERVICE
-    try:
-        await kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    except ApiError as err:
-        if not err.conflict:
-            raise
+    # ... and the controller's own namespace, as `kubectl apply -k deploy/` makes it: the Secret of
+    # the progress endpoint's certificate, the leader Lease and the quota policy live there.
+    for namespace in (ns, POLICY_NAMESPACE):
+        try:
+            await kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                     "metadata": {"name": namespace}})
+        except ApiError as err:
+            if not err.conflict:
+                raise
     path = f"/api/v1/namespaces/{ns}/services"
     try:
         svc = await kube.get(f"{path}/{name}")
