@@ -161,7 +161,9 @@ async def test_a_higher_priority_trainjob_preempts_within_the_team(kueue_control
 
 
 async def test_the_same_jobs_never_exceed_the_policy(kueue_controller, kube):
-    await assert_same_jobs_within_policy(kube)
+    # Half the mix: Kueue admits one workload at a time until its pods are ready (blockAdmission),
+    # so 24 jobs took three minutes of CI; the 200-job run is benchmarks/quota_backends.py.
+    await assert_same_jobs_within_policy(kube, count=12)
 
 
 async def test_jobs_without_a_queue_name_are_not_kueues(kueue_cluster, kube):
