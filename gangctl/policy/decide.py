@@ -632,7 +632,7 @@ def _refused(s: Snapshot, job: dict | None, gang: Gang) -> bool:
     unschedulable. Only then is it worth handing back (a patch of its PodGroup). While the Job
     controller still creates its pods, each new pod makes the scheduler try the gang again anyway; once
     one pod is bound, the gang has passed the scheduler's gang check and the rest are being bound."""
-    pods = [p for p in _pods_of(s, job["metadata"].get("uid"))] if job is not None else []
+    pods = _pods_of(s, job["metadata"].get("uid")) if job is not None else []
     live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
             and not p["metadata"].get("deletionTimestamp")]
     if len(live) < gang.min_member or any((p.get("spec") or {}).get("nodeName") for p in live):

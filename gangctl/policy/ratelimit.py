@@ -2,7 +2,8 @@
 
 - `TokenBucket`: `qps` tokens a second, at most `burst` saved up; `reserve(now)` takes one and
   says how long to wait before using it (0 when one is there). Shared by every request of the
-  client, and by the work queue as its overall limit.
+  client, and by the work queue as its overall limit; `take(now)` only when one is there (the
+  progress endpoint's per-ServiceAccount limit).
 - `ItemBackoff`: per-key exponential backoff, `base * 2**failures` capped at `cap`; the exponent
   is capped too, so a key that fails forever never overflows a float.
 """
@@ -29,6 +30,14 @@ class TokenBucket:
         self._last = now
         self._tokens -= 1.0
         return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    def take(self, now: float) -> float:
+        """Take a token if one is there (0); else take nothing and say how long until one is (a
+        server refusing a request with 429 must not spend the caller's future tokens)."""
+        wait = self.reserve(now)
+        if wait > 0:
+            self._tokens += 1.0  # give back the reservation
+        return wait
 
 
 @dataclass

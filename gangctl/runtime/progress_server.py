@@ -36,6 +36,7 @@ from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.serving_cert import ServingCert
 from gangctl.obs.server import bearer_token
 from gangctl.policy import progress
+from gangctl.policy.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "gangctl-trainer-status"
@@ -43,26 +44,19 @@ ROUTE = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{n
 
 
 class TokenBuckets:
-    """One token bucket per key (client-go's flowcontrol limiter, keyed): `take` says how long to wait
-    when the key's bucket is empty (0: go ahead)."""
+    """One `TokenBucket` per key (the oldest keys dropped past `max_keys`): `take(key)` says how long
+    to wait when the key's bucket is empty (0: go ahead)."""
 
     def __init__(self, rate: float, burst: int, max_keys: int = 4096, clock: Callable[[], float] = time.monotonic):
         self.rate, self.burst, self.max_keys, self.clock = rate, burst, max_keys, clock
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # key -> (tokens, at)
+        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
 
     def take(self, key: str) -> float:
-        now = self.clock()
-        tokens, at = self._buckets.pop(key, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - at) * self.rate)
-        wait = 0.0
-        if tokens >= 1:
-            tokens -= 1
-        else:
-            wait = (1 - tokens) / self.rate
-        self._buckets[key] = (tokens, now)
+        bucket = self._buckets.pop(key, None) or TokenBucket(self.rate, self.burst)
+        self._buckets[key] = bucket
         while len(self._buckets) > self.max_keys:
             self._buckets.popitem(last=False)
-        return wait
+        return bucket.take(self.clock())
 
 
 class ProgressServer:

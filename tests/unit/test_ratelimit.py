@@ -59,3 +59,10 @@ def test_an_unreachable_apiserver_is_retried_within_seconds():
     from gangctl.kube.informer import UNREACHABLE_CAP
     rng = random.Random(2)
     assert all(backoff_delay(n, rng, UNREACHABLE_CAP) <= UNREACHABLE_CAP for n in range(50))
+
+
+def test_take_refuses_without_spending_a_future_token():
+    bucket = TokenBucket(qps=1.0, burst=1)
+    assert bucket.take(0.0) == 0
+    assert bucket.take(0.0) == 1.0 and bucket.take(0.5) == 0.5, "a refusal takes nothing"
+    assert bucket.take(1.0) == 0
