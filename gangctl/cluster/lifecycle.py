@@ -37,7 +37,8 @@ def up(settings: ClusterSettings, options: UpOptions, say: Say, progress: BuildP
 
     cluster = local_cluster(settings, progress)
     scheduler = options.scheduler
-    if cluster.exists():
+    created = not cluster.exists()
+    if not created:
         say(f"cluster {settings.cluster_name!r} exists; starting its components")
         if scheduler == "coscheduling" and schedulers.chosen(settings) != "coscheduling":
             # Its webhooks (Kueue) or queues (Volcano) are in the cluster: restart what it was made with.
@@ -52,6 +53,13 @@ def up(settings: ClusterSettings, options: UpOptions, say: Say, progress: BuildP
     asyncio.run(prepare(cluster, options, say))
     if scheduler != "coscheduling":
         start_scheduler(settings, cluster.kubeconfig, scheduler, say, progress)
+    if created:
+        # kube-controller-manager started before the CRDs existed and rediscovers kinds only every
+        # 30 s: until then its garbage collector cannot look up a TrainJob, so the Job of a TrainJob
+        # deleted in that window stays, retried with a growing backoff (seen as a 30 s+ wait in CI).
+        # Restarted once, it knows every kind installed above from its first sync.
+        cluster.restart_component("kube-controller-manager")
+        say("kube-controller-manager restarted to learn the kinds installed after it started")
     if options.process_nodes:
         start_process_nodes(settings, cluster.kubeconfig, options.process_nodes, say, progress)
     return cluster

@@ -1,13 +1,17 @@
 """The `gangctl cluster` commands a person uses to find and inspect the local cluster."""
 from __future__ import annotations
 
+import asyncio
 import json
-import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import gangctl_cli
+from gangctl.api.resources import CONFIGMAPS, TRAINJOBS
+from gangctl.kube.client import Kube
+from gangctl.processes import running
+from tests.integration.helpers import eventually, gangctl_cli
 
 pytestmark = pytest.mark.integration
 
@@ -35,22 +39,41 @@ def test_status_of_a_missing_cluster_says_so():
     assert "gangctl cluster up" in result.stdout
 
 
-def test_up_then_down_leaves_no_process_behind(kubeconfig):
+def test_a_fresh_cluster_collects_a_deleted_trainjobs_children_and_down_leaves_no_process_behind(kubeconfig):
     # A second, small cluster beside the session's (kubeconfig makes sure the binaries are built).
     from gangctl.cluster.lifecycle import UpOptions, down, up
     from gangctl.config import ClusterSettings
 
     settings = ClusterSettings(cluster_name="gangctl-downtest")
     cluster = up(settings, UpOptions(gpu_nodes=1, gpus_per_node=8), lambda m: None)
-    pids = [int(p.read_text()) for p in (cluster.state_dir / "pids").glob("*.pid")]
-    assert len(pids) == 5
-    down(settings, lambda m: None)
-    alive = []
-    for pid in pids:
-        try:
-            os.kill(pid, 0)
-            alive.append(pid)
-        except ProcessLookupError:
-            pass
+    try:
+        # The garbage collector knows the kinds `up` installed from the start: a TrainJob deleted
+        # at once takes its children with it (kube-controller-manager alone would rediscover
+        # them only after up to 30 s, and retry the child with a growing backoff meanwhile).
+        asyncio.run(_delete_owner_and_wait_for_child(cluster.kubeconfig))
+        pids = [int(p.read_text()) for p in (cluster.state_dir / "pids").glob("*.pid")]
+        assert len(pids) == 5
+    finally:
+        down(settings, lambda m: None)
+    alive = [pid for pid in pids if running(pid)]  # a zombie of a restarted component is not running
     assert alive == [], f"processes left running after down: {alive}"
     assert not cluster.state_dir.exists()
+
+
+async def _delete_owner_and_wait_for_child(kubeconfig: Path) -> None:
+    kube = await Kube.connect(kubeconfig)
+    try:
+        owner = await kube.create(TRAINJOBS.path("default"), {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "owner"},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}, "suspend": True}})
+        ref = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "owner",
+               "uid": owner["metadata"]["uid"]}
+        await kube.create(CONFIGMAPS.path("default"), {"apiVersion": "v1", "kind": "ConfigMap",
+                                                       "metadata": {"name": "child", "ownerReferences": [ref]}})
+        await kube.delete(TRAINJOBS.path("default", "owner"))
+
+        async def child_gone() -> bool:
+            return not await kube.exists(CONFIGMAPS.path("default", "child"))
+        await eventually(child_gone, 10, "the deleted TrainJob's ConfigMap collected by the garbage collector")
+    finally:
+        await kube.close()
