@@ -8,8 +8,10 @@
 One local cluster of its own (8 KWOK nodes x 8 GPUs, as the slices' comments say) and `gangctl
 controller`; each slice runs through `gangctl sim-check SLICE -o json --dump` as a user would run it
 (the quota slice with `--quota`), one after the other. The table shows each slice's real mean and p95
-JCT and queueing delay beside the model's, with the model's relative error; `--write-fidelity` stores
-the largest errors over the slices in the file `gangctl sim` prints as its validated error bars.
+JCT and queueing delay beside the model's (the mean over its draws of the scheduler's random tie-breaks)
+with the draws' 5-95 % range and the model's relative error; `--write-fidelity` stores the largest
+errors over the slices in the file `gangctl sim` prints as its validated error bars, and the widest
+range (how far one run may fall from the model by chance alone).
 """
 from __future__ import annotations
 
@@ -74,28 +76,34 @@ def error(real: float | None, sim: float | None) -> float | None:
 
 
 def table(results: list[dict]) -> str:
-    head = ("| slice | jobs | " + " | ".join(f"{k.split('_')[0].replace('queue', 'queueing')} {s} real / model (error)"
-                                             for k, s in METRICS) + " |")
+    head = ("| slice | jobs | " + " | ".join(f"{k.split('_')[0].replace('queue', 'queueing')} {s} real / model "
+                                             "[draws 5-95 %] (error)" for k, s in METRICS) + " |")
     lines = [head, "|" + "---|" * (2 + len(METRICS))]
     for r in results:
         cells = []
         for key, stat in METRICS:
             real, model = r["real"][key][stat], r["model"][key][stat]
             e = error(real, model)
-            cells.append(f"{real:.2f} / {model:.2f} ({e:+.1%})" if e is not None else "-")
+            band = (r.get("model_band") or {}).get(key, {}).get(stat) or []
+            shown = f" [{band[0]:.1f}-{band[1]:.1f}]" if len(band) == 2 else ""
+            cells.append(f"{real:.2f} / {model:.2f}{shown} ({e:+.1%})" if e is not None else "-")
         lines.append(f"| {r['slice']}{' (quota)' if r['quota'] else ''} | {r['jobs']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def fidelity(results: list[dict], cond: dict) -> dict:
     """The largest absolute error of the model over the slices, per metric: the simulator's error bars."""
-    worst = {}
+    worst, chance = {}, {}
     for key, stat in METRICS:
         errors = [abs(e) for r in results if (e := error(r["real"][key][stat], r["model"][key][stat])) is not None]
         worst[f"{key}.{stat}"] = round(max(errors), 4) if errors else None
+        halves = [(b[1] - b[0]) / 2 / r["model"][key][stat] for r in results
+                  if len(b := (r.get("model_band") or {}).get(key, {}).get(stat) or []) == 2 and r["model"][key][stat]]
+        chance[f"{key}.{stat}"] = round(max(halves), 4) if halves else None
     return {"measured": cond["date"], "commit": cond["gangctl"], "slices": [r["slice"] for r in results],
             "jobs_per_slice": cond["jobs"], "compression": cond["compression"],
-            "command": "benchmarks/sim_fidelity.py " + " ".join(cond["argv"]), "max_relative_error": worst}
+            "command": "benchmarks/sim_fidelity.py " + " ".join(cond["argv"]), "max_relative_error": worst,
+            "max_relative_chance_spread": chance}
 
 
 def main() -> int:

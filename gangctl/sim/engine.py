@@ -607,10 +607,12 @@ class Simulation:
 
 def simulate(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob],
              progress: Callable[[int, int], None] | None = None,
-             observer: Callable[[Simulation], None] | None = None) -> SimResult:
-    """Run one scenario on already loaded jobs (teams in `TraceJob.group`)."""
+             observer: Callable[[Simulation], None] | None = None, placement_seed: int | None = None) -> SimResult:
+    """Run one scenario on already loaded jobs (teams in `TraceJob.group`). `placement_seed` draws
+    spread packing's ties between equally free nodes (default: the scenario's seed)."""
     spec = scenario.cluster
-    cluster = Cluster(spec.node_pools(), spec.packing, spec.same_zone, seed=scenario.seed)
+    cluster = Cluster(spec.node_pools(), spec.packing, spec.same_zone,
+                      seed=scenario.seed if placement_seed is None else placement_seed)
     sim = Simulation(jobs, policy, cluster, backend=scenario.backend, failures=scenario.failures,
                      elastic=scenario.workload.elastic, seed=scenario.seed, sample_seconds=scenario.sample_seconds,
                      pods_ready_timeout_seconds=scenario.pods_ready_timeout_seconds,

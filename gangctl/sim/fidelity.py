@@ -2,7 +2,8 @@
 
 `benchmarks/sim_fidelity.py --write-fidelity simulations/fidelity.json` replays the shipped
 replay-check slices through the real controller and scheduler (`gangctl sim-check`) and stores the
-model's largest relative error over the slices per metric; `gangctl sim` prints them under its
+model's largest relative error over the slices per metric, and how far one run varies by chance
+(the widest 5-95 % range of the model's tie-break draws); `gangctl sim` prints them under its
 results, so a what-if is read with the margin it deserves.
 """
 from __future__ import annotations
@@ -30,6 +31,10 @@ def sentence(fidelity: dict | None) -> str:
                 "measures it).")
     errors = ", ".join(f"{_LABELS.get(k, k)} ±{v:.0%}" for k, v in fidelity["max_relative_error"].items()
                        if v is not None)
+    chance = ", ".join(f"{_LABELS.get(k, k)} ±{v:.0%}" for k, v in (fidelity.get("max_relative_chance_spread") or {}).items()
+                       if v is not None and k.endswith(".mean"))
     return (f"Error bars against the real control plane: {errors} (the largest error over "
             f"{len(fidelity['slices'])} slices of {fidelity['jobs_per_slice']} jobs replayed by `gangctl sim-check`, "
-            f"measured {fidelity['measured']} at {fidelity['commit']}; benchmarks/README.md).")
+            f"measured {fidelity['measured']} at {fidelity['commit']}; benchmarks/README.md)."
+            + (f" One run of the same jobs also varies by chance, from the scheduler's random tie-breaks: {chance} "
+               "(5-95 % of the model's draws)." if chance else ""))

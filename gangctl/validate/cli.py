@@ -5,7 +5,9 @@ Submits the first `--jobs` jobs of the scenario as TrainJobs (durations and gaps
 `--compression`, run on KWOK through their pod-complete delay), waits for all, and prints the real
 mean/p50/p95 JCT and queueing delay beside two simulations of the same slice on the same nodes:
 `ideal` (an instantaneous control plane) and `model` (the control plane's bind and finish latency,
-measured in this run from jobs that never waited, and gangctl's retry interval). The check passes
+measured in this run from jobs that never waited, and gangctl's retry interval). The model is the
+mean over 32 draws of the scheduler's random tie-breaks (validate/expectation.py), shown with the
+5-95 % range of the draws: how far one real run may fall from it by chance. The check passes
 when the model's mean JCT and mean queueing delay are within `--tolerance` of the real ones. With
 `--quota` both sides admit by the scenario's quota policy (stored for the controller's quota gate
 during the run, the previous policy put back afterwards).
@@ -81,6 +83,7 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
     from gangctl.sim.replay import RUNTIME, trainjob_submissions
     from gangctl.sim.scenario import ControlPlane
     from gangctl.validate import runner
+    from gangctl.validate.expectation import expected
     from gangctl.validate.plan import gpu_pools, namespaces_of, plan
 
     kube = await Kube.connect(kubeconfig)
@@ -117,11 +120,13 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
     latency = measured_latency(outcomes, ideal.outcomes, {j.id: j.duration for j in p.sim_jobs})
     cp = ControlPlane(bind_seconds=latency["bind_seconds"], finish_seconds=latency["finish_seconds"],
                       retry_seconds=retry_seconds)
-    model = simulate(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs)
-    return {"per_job": per_job_rows(p.sim_jobs, outcomes, ideal.outcomes, model.outcomes),"scenario": sc.name, "jobs": len(subs), "compression": compression,
+    model = expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs)
+    return {"per_job": per_job_rows(p.sim_jobs, outcomes, ideal.outcomes, model.outcomes),
+            "scenario": sc.name, "jobs": len(subs), "compression": compression,
             "cluster": [{"nodes": pl.nodes, "gpus_per_node": pl.gpus_per_node} for pl in pools],
             "measured_latency": latency | {"retry_seconds": retry_seconds},
-            "real": real, "ideal": _pick(ideal.summary), "model": _pick(model.summary)}
+            "real": real, "ideal": _pick(ideal.summary), "model": _pick(model.summary),
+            "model_draws": model.draws, "model_band": model.bands}
 
 
 
@@ -171,22 +176,36 @@ def _pick(summary: dict) -> dict:
 
 def _print(result: dict, rows, tolerance: float, passed: bool) -> None:
     table = Table(title=f"sim-check {result['scenario']}: {result['jobs']} jobs, compression {result['compression']:g}")
-    for col in ("metric", "real", "sim ideal", "sim model", "model vs real"):
+    draws = result.get("model_draws", 1)
+    for col in ("metric", "real", "sim ideal", "sim model", f"model's {draws} draws 5-95 %", "model vs real"):
         table.add_column(col, justify="right")
     ideal = {r.metric: r.sim for r in compare(result["real"], result["ideal"])}
-    for r in rows:
+    for r, band in zip(rows, _band_cells(result)):
         d = r.relative_difference
         shown = "-" if d is None else f"{d:+.1%}"
         if r.checked:
             shown = f"[{'green' if r.ok(tolerance) else 'red'}]{shown}[/]"
-        table.add_row(r.metric, _num(r.real), _num(ideal[r.metric]), _num(r.sim), shown)
+        table.add_row(r.metric, _num(r.real), _num(ideal[r.metric]), _num(r.sim), band, shown)
     out.print(table)
     lat = result["measured_latency"]
     out.print(f"control plane measured: bind {lat['bind_seconds']}s, finish {lat['finish_seconds']}s; "
               f"retry every {lat['retry_seconds']}s")
+    out.print(f"sim model: the mean of {draws} draws of the scheduler's random tie-breaks; one real run may fall "
+              "anywhere in the draws' 5-95 % range by chance")
     out.print(f"real jobs: {result['real']['jobs']}")
     verdict_text = "[green]PASS[/]" if passed else "[red]FAIL[/]"
     out.print(f"{verdict_text}: mean JCT and mean queueing delay of the model within {tolerance:.0%} of the real ones")
+
+
+def _band_cells(result: dict) -> list[str]:
+    """The model's 5-95 % range per metric, in `compare`'s row order."""
+    band = result.get("model_band") or {}
+    cells = []
+    for key in ("jct_seconds", "queue_delay_seconds"):
+        for stat in ("mean", "p50", "p95"):
+            low_high = (band.get(key) or {}).get(stat) or []
+            cells.append(f"{low_high[0]:.2f}-{low_high[1]:.2f}" if len(low_high) == 2 else "-")
+    return cells
 
 
 def _num(v) -> str:

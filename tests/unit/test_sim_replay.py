@@ -12,6 +12,7 @@ from gangctl.api.trainjob import parse_trainjob
 from gangctl.policy.admission import GPU, Verdict, Workload, decide, queue_key
 from gangctl.policy.quota import QuotaPolicy
 from gangctl.policy.resolve import resolve
+from gangctl.sim.engine import simulate
 from gangctl.sim.metrics import JobOutcome
 from gangctl.sim.model import NodePool
 from gangctl.sim.replay import trainjob_submissions
@@ -19,6 +20,7 @@ from gangctl.sim.scenario import Backend, load_quota_policy, load_scenario, load
 from gangctl.sim.traces import TraceJob
 from gangctl.sim.model import Packing
 from gangctl.validate.cli import measured_latency, per_job_rows
+from gangctl.validate.expectation import expected
 from gangctl.validate.measure import RealOutcome, compare, outcome_of, summarize, verdict
 from gangctl.validate.plan import gpu_pools, namespaces_of, open_policy, plan
 
@@ -176,3 +178,27 @@ def test_per_job_dump_rows_put_real_times_after_the_first_submission_beside_the_
     assert rows[0]["real"] == {"submit": 0.0, "start": 0.5, "end": 11.5} and rows[0]["pods"] == 1
     assert rows[1]["real"] == {"submit": 5.0, "start": 20.0, "end": None}
     assert rows[1]["ideal"] == rows[1]["model"] == {"start": 10, "end": 20}
+
+
+# --- the model's expectation over tie draws ---------------------------------------------------------
+
+def test_the_model_is_the_mean_over_the_schedulers_tie_draws_with_their_spread():
+    sc = load_scenario(ROOT / "simulations/replay-check.yaml")
+    policy = load_quota_policy(sc.quota_policy)
+    p = plan(sc, policy, load_workload(sc, policy).jobs, [NodePool("g", 8, 8)], count=60, compression=60)
+    runs = [simulate(p.scenario, p.policy, p.sim_jobs, placement_seed=p.scenario.seed + i) for i in range(4)]
+    queue = [r.summary["queue_delay_seconds"]["mean"] for r in runs]
+    assert len(set(queue)) > 1, "spread's random ties change when whole nodes drain"
+    e = expected(p.scenario, p.policy, p.sim_jobs, draws=4)
+    assert e.draws == 4
+    assert e.summary["queue_delay_seconds"]["mean"] == pytest.approx(sum(queue) / 4)
+    low, high = e.bands["queue_delay_seconds"]["mean"]
+    assert min(queue) <= low < high <= max(queue)
+    starts = {o.id: o.start for o in e.outcomes}
+    waited = max(runs[0].outcomes, key=lambda o: o.queue_delay)
+    assert starts[waited.id] == pytest.approx(sum(next(o.start for o in r.outcomes if o.id == waited.id)
+                                                   for r in runs) / 4)
+    one = expected(p.scenario, p.policy, p.sim_jobs, draws=1)
+    assert one.summary["jct_seconds"] == runs[0].summary["jct_seconds"]
+    with pytest.raises(ValueError):
+        expected(p.scenario, p.policy, p.sim_jobs, draws=0)

@@ -89,7 +89,11 @@ def test_the_report_states_how_far_the_simulator_was_validated(tmp_path):
                 "slices": ["replay-check", "replay-check-philly", "replay-check-quota"],
                 "max_relative_error": {"jct_seconds.mean": 0.043, "jct_seconds.p95": 0.09,
                                        "queue_delay_seconds.mean": 0.216, "queue_delay_seconds.p95": None}}
+    assert "by chance" not in fidelity.sentence(measured), "a file without the spread claims none"
+    measured["max_relative_chance_spread"] = {"jct_seconds.mean": 0.061, "queue_delay_seconds.mean": 0.25,
+                                              "queue_delay_seconds.p95": 0.5}
     text = fidelity.sentence(measured)
+    assert "by chance, from the scheduler's random tie-breaks: mean JCT ±6%, mean queueing delay ±25%" in text
     assert "mean JCT ±4%" in text and "p95 JCT ±9%" in text and "mean queueing delay ±22%" in text
     assert "p95 queueing delay" not in text, "a metric not measured is not claimed"
     assert "3 slices of 300 jobs" in text and "2026-11-26 04:20 UTC at abc1234" in text
