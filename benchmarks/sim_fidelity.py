@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/sim_fidelity.py --jobs 60 --json out.json         # a quick look (~12 min)
     .venv/bin/python benchmarks/sim_fidelity.py --report out.json                 # the table again
     .venv/bin/python benchmarks/sim_fidelity.py --report out.json --write-fidelity simulations/fidelity.json
+    .venv/bin/python benchmarks/sim_fidelity.py --report out.json --remodel       # stored real runs, this model
 
 One local cluster of its own (8 KWOK nodes x 8 GPUs, as the slices' comments say) and `gangctl
 controller`; each slice runs through `gangctl sim-check SLICE -o json --dump` as a user would run it
@@ -71,6 +72,27 @@ def run_slice(kubeconfig: Path, scenario: str, quota: bool, args: argparse.Names
     return result
 
 
+def remodel(results: list[dict]) -> None:
+    """The model side of stored results again, with this checkout's simulator: the same slices, nodes,
+    compression and measured latencies (the plan is a pure function of them), so a model change is
+    judged against real runs already made."""
+    from gangctl.sim.model import NodePool
+    from gangctl.sim.scenario import ControlPlane, load_quota_policy, load_scenario, load_workload
+    from gangctl.validate.expectation import expected
+    from gangctl.validate.plan import plan
+
+    for r in results:
+        sc = load_scenario(REPO / "simulations" / f"{r['slice']}.yaml")
+        policy = load_quota_policy(sc.quota_policy)
+        pools = [NodePool(f"gpu-{i}", c["nodes"], c["gpus_per_node"]) for i, c in enumerate(r["cluster"])]
+        p = plan(sc, policy, load_workload(sc, policy).jobs, pools, count=r["jobs"], compression=r["compression"],
+                 quota=r["quota"])
+        cp = ControlPlane(**r["measured_latency"])
+        e = expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs)
+        r["model"] = {k: e.summary[k] for k in ("jobs", "jct_seconds", "queue_delay_seconds")}
+        r["model_band"], r["model_draws"] = e.bands, e.draws
+
+
 def error(real: float | None, sim: float | None) -> float | None:
     return None if not real or sim is None else (sim - real) / real
 
@@ -100,7 +122,8 @@ def fidelity(results: list[dict], cond: dict) -> dict:
         halves = [(b[1] - b[0]) / 2 / r["model"][key][stat] for r in results
                   if len(b := (r.get("model_band") or {}).get(key, {}).get(stat) or []) == 2 and r["model"][key][stat]]
         chance[f"{key}.{stat}"] = round(max(halves), 4) if halves else None
-    return {"measured": cond["date"], "commit": cond["gangctl"], "slices": [r["slice"] for r in results],
+    return {"measured": cond["date"], "commit": cond["gangctl"], "model_commit": cond.get("model_recomputed", cond["gangctl"]),
+            "slices": [r["slice"] for r in results],
             "jobs_per_slice": cond["jobs"], "compression": cond["compression"],
             "command": "benchmarks/sim_fidelity.py " + " ".join(cond["argv"]), "max_relative_error": worst,
             "max_relative_chance_spread": chance}
@@ -114,11 +137,16 @@ def main() -> int:
     ap.add_argument("--slices", nargs="*", help="scenario files (default: the three replay-check slices)")
     ap.add_argument("--json", help="write conditions and results here")
     ap.add_argument("--report", help="print the table of an earlier --json and exit")
+    ap.add_argument("--remodel", action="store_true", help="with --report: recompute the model side with this "
+                                                                "checkout's simulator")
     ap.add_argument("--write-fidelity", help="store the largest errors for `gangctl sim` (simulations/fidelity.json)")
     ap.add_argument("--cluster-name", default="gangctl-bench-fidelity")
     args = ap.parse_args()
     if args.report:
         data = json.loads(Path(args.report).read_text())
+        if args.remodel:
+            remodel(data["results"])
+            data["conditions"]["model_recomputed"] = conditions(args)["gangctl"]
     else:
         slices = [(s, "quota" in Path(s).stem) for s in args.slices] if args.slices else list(SLICES)
         cond = conditions(args)
