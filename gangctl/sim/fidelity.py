@@ -31,8 +31,8 @@ def sentence(fidelity: dict | None) -> str:
                 "measures it).")
     errors = ", ".join(f"{_LABELS.get(k, k)} ±{v:.0%}" for k, v in fidelity["max_relative_error"].items()
                        if v is not None)
-    chance = ", ".join(f"{_LABELS.get(k, k)} ±{v:.0%}" for k, v in (fidelity.get("max_relative_chance_spread") or {}).items()
-                       if v is not None and k.endswith(".mean"))
+    spread = fidelity.get("max_relative_chance_spread") or {}
+    chance = ", ".join(f"{_LABELS.get(k, k)} ±{v:.0%}" for k, v in spread.items() if v is not None and k.endswith(".mean"))
     return (f"Error bars against the real control plane: {errors} (the largest error over "
             f"{len(fidelity['slices'])} slices of {fidelity['jobs_per_slice']} jobs replayed by `gangctl sim-check`, "
             f"measured {fidelity['measured']} at {fidelity['commit']}; benchmarks/README.md)."
