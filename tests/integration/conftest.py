@@ -51,21 +51,17 @@ def pytest_runtest_makereport(item, call):
 
 
 # The backend modules that start an extra scheduler built from source, in the order they run.
-PREBUILT = {"tests.integration.test_schedulers_kai": "kai", "tests.integration.test_schedulers_kueue": "kueue",
-            "tests.integration.test_schedulers_volcano": "volcano",
-            # The chart tests run after the integration tests in `make test`: their helm is built
-            # meanwhile instead of for ~80 s in the unit tests' own fixture.
-            "tests.unit.test_deploy": "helm"}
+PREBUILT = {"test_schedulers_kai": "kai", "test_schedulers_kueue": "kueue", "test_schedulers_volcano": "volcano"}
 
 
 @pytest.fixture(scope="session", autouse=True)
 def prebuilt_schedulers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    """Build the extra schedulers the collected backend modules will start (and the chart tests' helm),
-    in the background from the first integration test on, under `nice -n 19` (as every build): on a
-    fresh machine the builds (minutes each) overlap tests that mostly wait on the cluster, instead of
-    running one after another in the modules' fixtures. A module's `cluster up` waits for the build's lock and reuses
+    """Build the extra schedulers the collected backend modules will start, in the background from the
+    first integration test on, under `nice -n 19` (as every build): on a fresh machine the builds
+    (minutes each) overlap tests that mostly wait on the cluster, instead of running one after
+    another in the modules' fixtures. A module's `cluster up` waits for the build's lock and reuses
     what it built; if the prebuild failed, it builds (and reports the error) itself."""
-    modules = {item.module.__name__ for item in request.session.items}
+    modules = {item.module.__name__.rsplit(".", 1)[-1] for item in request.session.items}
     wanted = [name for module, name in PREBUILT.items() if module in modules]
     if not wanted:
         yield None
