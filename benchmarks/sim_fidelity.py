@@ -88,9 +88,7 @@ def remodel(results: list[dict]) -> None:
         p = plan(sc, policy, load_workload(sc, policy).jobs, pools, count=r["jobs"], compression=r["compression"],
                  quota=r["quota"])
         cp = ControlPlane(**r["measured_latency"])
-        e = expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs)
-        r["model"] = {k: e.summary[k] for k in ("jobs", "jct_seconds", "queue_delay_seconds")}
-        r["model_band"], r["model_draws"] = e.bands, e.draws
+        r.update(expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs).result_fields())
 
 
 def error(real: float | None, sim: float | None) -> float | None:

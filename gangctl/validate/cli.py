@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gangctl.validate.measure import DEFAULT_TOLERANCE, compare, outcome_of, summarize, verdict
+from gangctl.validate.measure import COMPARED, DEFAULT_TOLERANCE, compare, outcome_of, summarize, verdict
 
 err = Console(stderr=True)
 out = Console()
@@ -125,8 +125,7 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
             "scenario": sc.name, "jobs": len(subs), "compression": compression,
             "cluster": [{"nodes": pl.nodes, "gpus_per_node": pl.gpus_per_node} for pl in pools],
             "measured_latency": latency | {"retry_seconds": retry_seconds},
-            "real": real, "ideal": _pick(ideal.summary), "model": _pick(model.summary),
-            "model_draws": model.draws, "model_band": model.bands}
+            "real": real, "ideal": _pick(ideal.summary), **model.result_fields()}
 
 
 
@@ -171,7 +170,7 @@ def per_job_rows(sim_jobs, real, ideal_outcomes, model_outcomes) -> list[dict]:
 
 
 def _pick(summary: dict) -> dict:
-    return {k: summary[k] for k in ("jobs", "jct_seconds", "queue_delay_seconds")}
+    return {k: summary[k] for k in ("jobs", *COMPARED)}
 
 
 def _print(result: dict, rows, tolerance: float, passed: bool) -> None:
@@ -201,7 +200,7 @@ def _band_cells(result: dict) -> list[str]:
     """The model's 5-95 % range per metric, in `compare`'s row order."""
     band = result.get("model_band") or {}
     cells = []
-    for key in ("jct_seconds", "queue_delay_seconds"):
+    for key in COMPARED:
         for stat in ("mean", "p50", "p95"):
             low_high = (band.get(key) or {}).get(stat) or []
             cells.append(f"{low_high[0]:.2f}-{low_high[1]:.2f}" if len(low_high) == 2 else "-")

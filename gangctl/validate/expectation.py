@@ -19,9 +19,9 @@ from gangctl.sim.engine import simulate
 from gangctl.sim.metrics import JobOutcome
 from gangctl.sim.scenario import Scenario
 from gangctl.sim.traces import TraceJob
+from gangctl.validate.measure import COMPARED
 
 DRAWS = 32
-COMPARED = ("jct_seconds", "queue_delay_seconds")
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,11 @@ class Expectation:
     outcomes: list[JobOutcome]     # each job's start and end, averaged over the draws
     bands: dict[str, dict[str, list[float]]]   # metric -> stat -> [5th, 95th percentile] over the draws
     draws: int
+
+    def result_fields(self) -> dict:
+        """The model's part of a sim-check result (the JSON `sim-check -o json` prints)."""
+        return {"model": {k: self.summary[k] for k in ("jobs", *COMPARED)}, "model_draws": self.draws,
+                "model_band": self.bands}
 
 
 def expected(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], draws: int = DRAWS) -> Expectation:

@@ -15,6 +15,7 @@ from gangctl.policy.status import parse_time
 
 COMPLETE, FAILED = "Complete", "Failed"
 DEFAULT_TOLERANCE = 0.05
+COMPARED = ("jct_seconds", "queue_delay_seconds")   # the summary metrics both sides have
 
 
 @dataclass(frozen=True)
