@@ -61,6 +61,10 @@ class Volcano:
         }
         if (pc := group_priority_class(job)):
             spec["priorityClassName"] = pc
+        if job.gang_settings.get("networkTopology"):
+            # As Trainer: Volcano v1.11+ places the gang within the tiers it allows. (The local
+            # cluster's Volcano v1.10 has no such field; its API server drops it.)
+            spec["networkTopology"] = dict(job.gang_settings["networkTopology"])
         return group_object(VOLCANO_POD_GROUPS, job, owner, spec)
 
 

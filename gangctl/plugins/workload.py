@@ -17,6 +17,7 @@ from gangctl.plugins.names import (ANCESTOR_STEP, JOB_INDEX, MANAGED_BY, MANAGER
                                    TRAINJOB_NAME, child_job_name, child_labels)
 from gangctl.plugins.torch import torch_env
 from gangctl.policy import progress
+from gangctl.policy.jobset import COORDINATOR
 from gangctl.policy.gang import Gang
 from gangctl.policy.resolve import NODE_CONTAINER, NODE_JOB, ResolvedJob, ResolvedStep
 
@@ -62,8 +63,9 @@ def headless_service(job: ResolvedJob, owner: dict) -> dict:
         "spec": {
             "clusterIP": "None",
             "selector": {TRAINJOB_NAME: job.name},
-            # Workers must resolve each other while they start, before readiness.
-            "publishNotReadyAddresses": True,
+            # Workers must resolve each other while they start, before readiness (JobSet's default;
+            # the runtime's network.publishNotReadyAddresses may turn it off).
+            "publishNotReadyAddresses": job.publish_not_ready,
         },
     })
 
@@ -88,8 +90,9 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
     admission unsuspends it, and gangctl never applies this Job again (see the reconciler)."""
     template = copy.deepcopy(job.pod_template)
     meta = template.setdefault("metadata", {})
-    labels = {**(meta.get("labels") or {}), **child_labels(job.name, NODE_JOB), ANCESTOR_STEP: "trainer"}
-    annotations = dict(meta.get("annotations") or {})
+    labels = {**(meta.get("labels") or {}), **child_labels(job.name, NODE_JOB), ANCESTOR_STEP: "trainer",
+              **coordinator_keys(job)}
+    annotations = {**(meta.get("annotations") or {}), **coordinator_keys(job)}
     spec = template.setdefault("spec", {})
     spec.setdefault("restartPolicy", "Never")
     spec["subdomain"] = job.name
@@ -121,11 +124,11 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
     metadata = {
         "name": child_job_name(job.name, NODE_JOB),
         "namespace": job.namespace,
-        "labels": {**(job.job_metadata.get("labels") or {}), **child_labels(job.name, NODE_JOB)},
+        "labels": {**(job.job_metadata.get("labels") or {}), **child_labels(job.name, NODE_JOB), **coordinator_keys(job)},
         "ownerReferences": [owner],
         "finalizers": [RESULT_FINALIZER],
     }
-    annotations = dict(job.job_metadata.get("annotations") or {})
+    annotations = {**(job.job_metadata.get("annotations") or {}), **coordinator_keys(job)}
     if gang is not None:
         metadata["labels"].update(base.job_labels(backend, job, gang))
         annotations.update(base.job_annotations(backend, job, gang))
@@ -141,16 +144,29 @@ def step_job(job: ResolvedJob, step: ResolvedStep, index: int, owner: dict) -> d
     a step that finished is read, never run again, until the TrainJob is done."""
     template = copy.deepcopy(step.pod_template)
     meta = template.setdefault("metadata", {})
-    labels = {**(step.job_metadata.get("labels") or {}), **child_labels(job.name, step.name), JOB_INDEX: str(index)}
+    labels = {**(step.job_metadata.get("labels") or {}), **child_labels(job.name, step.name), JOB_INDEX: str(index),
+              **coordinator_keys(job)}
     meta["labels"] = {**(meta.get("labels") or {}), **child_labels(job.name, step.name), JOB_INDEX: str(index),
-                      ANCESTOR_STEP: labels.get(ANCESTOR_STEP, step.name)}
+                      ANCESTOR_STEP: labels.get(ANCESTOR_STEP, step.name), **coordinator_keys(job)}
+    if job.coordinator:
+        meta["annotations"] = {**(meta.get("annotations") or {}), **coordinator_keys(job)}
     template.setdefault("spec", {}).setdefault("restartPolicy", "Never")
     metadata = {"name": child_job_name(job.name, step.name, index), "namespace": job.namespace, "labels": labels,
                 "ownerReferences": [owner], "finalizers": [RESULT_FINALIZER]}
-    if step.job_metadata.get("annotations"):
-        metadata["annotations"] = dict(step.job_metadata["annotations"])
+    if step.job_metadata.get("annotations") or job.coordinator:
+        metadata["annotations"] = {**(step.job_metadata.get("annotations") or {}), **coordinator_keys(job)}
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
             "spec": {**copy.deepcopy(step.job_spec), "template": template}}
+
+
+def coordinator_keys(job: ResolvedJob) -> dict[str, str]:
+    """JobSet's coordinator label and annotation (the same key), when the runtime names a coordinator."""
+    return {COORDINATOR: job.coordinator} if job.coordinator else {}
+
+
+def claims(job: ResolvedJob, owner: dict) -> list[dict]:
+    """The PVCs of the runtime's volumeClaimPolicies that this job's pods mount."""
+    return [c.object(job.name, job.namespace, owner) for c in job.claims]
 
 
 def gang_pod(meta: dict, spec: dict, labels: dict, annotations: dict, job, backend, scheduler_name: str) -> None:

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Iterable, Mapping, Union
 
-from gangctl.api.resources import CONFIGMAPS, JOBS, PODS, SERVICES, Resource
+from gangctl.api.resources import CONFIGMAPS, JOBS, PERSISTENT_VOLUME_CLAIMS, PODS, SERVICES, Resource
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.plugins import base
 from gangctl.plugins.kueue import QUEUE_LABEL
@@ -30,8 +30,8 @@ from gangctl.plugins.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, T
 from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.torch import STORE_ROLE as TORCH_STORE_ROLE
 from gangctl.plugins.torch import rendezvous_store
-from gangctl.plugins.workload import headless_service, node_job, owner_reference, step_job, with_spec_hash
-from gangctl.policy import elastic, progress
+from gangctl.plugins.workload import claims, headless_service, node_job, owner_reference, step_job, with_spec_hash
+from gangctl.policy import elastic, jobset, progress
 from gangctl.policy import status as st
 from gangctl.policy.failure import PodFailure, Restarts, classify, parse_failure_policy
 from gangctl.policy.failure import decide as judge
@@ -290,6 +290,8 @@ def _steps(s: Snapshot, job: ResolvedJob) -> tuple[list[Step], Plan | None]:
         elif _met(step.depends_on, complete, created):
             creates += [Create(JOBS, step_job(job, step, i, owner), rejectable=True)
                         for i, n in enumerate(names) if n not in by_name]
+    if creates:  # the runtime's shared volumes exist before the first pod that mounts them
+        creates = [*_claims(job, owner), *creates]
     if _met(job.depends_on, complete, created):
         return creates, None
     pending = [d.get("name", "") for d in job.depends_on if d.get("name") not in complete]
@@ -402,10 +404,43 @@ def _release(s: Snapshot, child: dict | None, applied_group: str | None = None) 
 
 def _finished(s: Snapshot) -> Plan:
     """Final: release the gang, and never recreate children someone deleted (TTL, cleanup); the
-    outcome is recorded, so the Jobs may go (TTL, by hand)."""
+    outcome is recorded, so the Jobs may go (TTL, by hand). The runtime's ttlSecondsAfterFinished
+    deletes them, as JobSet deletes itself: see _expired."""
     steps = _release(s, s.node_job)
     released = {step.job["metadata"]["name"] for step in steps if isinstance(step, LetGo)}
-    return Plan(steps=(*steps, *_let_go(*(j for j in s.jobs if j["metadata"]["name"] not in released))))
+    plan = Plan(steps=(*steps, *_let_go(*(j for j in s.jobs if j["metadata"]["name"] not in released))))
+    ttl = jobset.ttl_after_finished(s.runtime)
+    if ttl is None:
+        return plan
+    left = ttl - (s.now - _finished_at(_previous(s))).total_seconds()
+    if left > 0:
+        return dataclasses.replace(plan, requeue_after=left)
+    return dataclasses.replace(plan, steps=(*plan.steps, *_expired(s)))
+
+
+def _finished_at(status: dict) -> datetime:
+    when = [c.get("lastTransitionTime") for c in status.get("conditions") or []
+            if c.get("type") in (st.COMPLETE, st.FAILED) and c.get("status") == "True" and c.get("lastTransitionTime")]
+    return st.parse_time(when[0]) if when else datetime.min.replace(tzinfo=timezone.utc)
+
+
+def _expired(s: Snapshot) -> list[Step]:
+    """ttlSecondsAfterFinished has passed: the child Jobs (their pods with them), the headless Service
+    and the PVCs owned by the TrainJob go; the TrainJob and its status stay. Once nothing is left,
+    nothing more is sent."""
+    ns, name = _ns_name(s)
+    jobs = [j for j in s.jobs if not j["metadata"].get("deletionTimestamp")]
+    if not jobs and s.service is None:
+        return []
+    steps: list[Step] = [Delete(JOBS, ns, j["metadata"]["name"], uid=j["metadata"].get("uid"), propagation="Background")
+                         for j in jobs]
+    if s.service is not None:
+        steps.append(Delete(SERVICES, ns, s.service["metadata"]["name"]))
+    try:
+        job = resolve(s.trainjob, s.runtime)  # type: ignore[arg-type]
+    except (ResolveError, KeyError, ValueError):
+        return steps
+    return steps + [Delete(PERSISTENT_VOLUME_CLAIMS, ns, c.claim_name(name)) for c in job.claims if not c.retain]
 
 
 def _fail(s: Snapshot, reason: str, message: str, *, status: dict | None = None,
@@ -512,6 +547,8 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
     steps: list[Step] = _ensure_store(s, job, owner, backend) if job.elastic and not job.suspend else []
     first = observed is None
     steps += _ensure(SERVICES, s.service, headless_service(job, owner), first)
+    if first:
+        steps += _claims(job, owner)
     applied_group, gang_after = None, s.groups.get(backend.name) if backend is not None else None
     if base.wants_group(backend) and not job.suspend:
         group = with_spec_hash(backend.group(job, gang, owner))
@@ -566,6 +603,11 @@ def _progress_url(s: Snapshot, job: ResolvedJob) -> str | None:
         url = progress.injected_url(s.node_job)
         return progress.base_of(url, job.namespace, job.name) if url else None
     return s.progress.base_url if s.progress is not None else None
+
+
+def _claims(job: ResolvedJob, owner: dict) -> list[Step]:
+    """Create the runtime's volumeClaimPolicies PVCs (once: an existing claim is kept as it is)."""
+    return [Create(PERSISTENT_VOLUME_CLAIMS, claim, rejectable=True, cached=False) for claim in claims(job, owner)]
 
 
 def _ensure(resource: Resource, cached: dict | None, obj: dict, rejectable: bool) -> list[Step]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from gangctl.api.quantity import parse_quantity
 from gangctl.api.runtime import GANG_BACKENDS, PODGROUP_ONE_BACKEND_MESSAGE
+from gangctl.policy import jobset
 
 NODE_JOB = "node"  # the replicated job whose pods run torchrun (the SDK looks for this name)
 NODE_CONTAINER = "node"
@@ -84,6 +85,9 @@ class ResolvedJob:
     group_name: str | None = None       # the gang group's name when not the job's (see gang_name)
     env_containers: tuple[str, ...] = ()  # mlPolicy.torch.envInjection: the node job's other containers
     #                                       that also get the PET_* variables
+    claims: tuple[jobset.Claim, ...] = ()  # volumeClaimPolicies' claims some replicated job mounts
+    coordinator: str | None = None      # JobSet coordinator's address (label/annotation on children)
+    publish_not_ready: bool = True      # network.publishNotReadyAddresses of the headless Service
 
     @property
     def gang_name(self) -> str:
@@ -142,6 +146,7 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
     job_metadata = _merge_metadata(job_metadata, node.job_metadata)
     # spec.labels / spec.annotations (Trainer v2.0: "to apply for the derivative JobSet and Jobs") last.
     job_metadata = _merge_metadata(job_metadata, {"labels": spec.get("labels"), "annotations": spec.get("annotations")})
+    claims = _mount_claims(js, jobs, meta["name"])
 
     num_nodes = int(trainer.get("numNodes") or ml.get("numNodes") or 1)
     elastic = {**(torch.get("elasticPolicy") or {}), **(trainer.get("elasticPolicy") or {})}
@@ -178,7 +183,21 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
         active_deadline_seconds=spec.get("activeDeadlineSeconds"),
         env_containers=tuple(name for target in (torch.get("envInjection") or {}).get("targets") or []
                              if target.get("jobName") == NODE_JOB for name in target.get("containerNames") or []),
+        claims=claims, coordinator=jobset.coordinator(js, meta["name"]),
+        publish_not_ready=(js.get("network") or {}).get("publishNotReadyAddresses") is not False,
     )
+
+
+def _mount_claims(js: dict, jobs: dict[str, _JobParts], trainjob: str) -> tuple[jobset.Claim, ...]:
+    """The runtime's JobSet fields checked, and its volumeClaimPolicies mounted where JobSet would."""
+    try:
+        jobset.check(js, trainjob)
+        all_claims = jobset.claims(js)
+        used = {c.name: c for part in jobs.values()
+                for c in jobset.mount_claims(part.pod_template, all_claims, trainjob, part.where)}
+    except jobset.Unsupported as err:
+        raise ResolveError(str(err)) from None
+    return tuple(used.values())
 
 
 @dataclass

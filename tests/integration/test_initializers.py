@@ -1,5 +1,7 @@
 """Initializers on the real cluster: the runtime's dataset and model initializer jobs run, in dependsOn
-order, before the trainer's gang is made; a failing one fails the TrainJob with its reason."""
+order, before the trainer's gang is made, sharing the PVC of the runtime's volumeClaimPolicies (as
+Trainer's LLM runtimes declare it); ttlSecondsAfterFinished removes the children, not the TrainJob; a
+failing initializer fails the TrainJob with its reason."""
 from __future__ import annotations
 
 import copy
@@ -7,7 +9,7 @@ import copy
 import pytest
 import yaml
 
-from gangctl.api.resources import JOBS, TRAINING_RUNTIMES
+from gangctl.api.resources import JOBS, PERSISTENT_VOLUME_CLAIMS, SERVICES, TRAINING_RUNTIMES
 from gangctl.config import REPO_ROOT
 from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, condition, eventually, gang_state,
                                        get_trainjob, is_true, jobs_in, on_kwok_nodes, report_failed, submit, trainjob)
@@ -23,7 +25,7 @@ def step(name: str, after: list[str], run_for: str) -> dict:
         "metadata": {"labels": {ANCESTOR: name}},
         "spec": {"backoffLimit": 0, "template": {
             "metadata": {"annotations": {KWOK_COMPLETE_DELAY: run_for, KWOK_COMPLETE_JITTER: run_for}},
-            "spec": on_kwok_nodes({"restartPolicy": "Never", "volumes": [{"name": "initializer", "emptyDir": {}}],
+            "spec": on_kwok_nodes({"restartPolicy": "Never",
                                    "containers": [{"name": name, "image": "ghcr.io/kubeflow/trainer/" + name,
                                                    "volumeMounts": [{"name": "initializer",
                                                                      "mountPath": "/workspace"}]}]})}}}}
@@ -32,11 +34,21 @@ def step(name: str, after: list[str], run_for: str) -> dict:
     return out
 
 
-async def make_runtime(kube, namespace: str, name: str) -> str:
+async def make_runtime(kube, namespace: str, name: str, ttl: int | None = None) -> str:
+    """The shape of Trainer's LLM runtimes: two initializers, then the trainer, all mounting the
+    `initializer` volume that the runtime's volumeClaimPolicies declare."""
     rt = copy.deepcopy(RUNTIME)
     rt["kind"] = "TrainingRuntime"
     rt["metadata"] = {"name": name, "namespace": namespace}
-    jobs = rt["spec"]["template"]["spec"]["replicatedJobs"]
+    spec = rt["spec"]["template"]["spec"]
+    spec["volumeClaimPolicies"] = [{"templates": [{
+        "metadata": {"name": "initializer"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "resources": {"requests": {"storage": "1Gi"}}}}]}]
+    if ttl is not None:
+        spec["ttlSecondsAfterFinished"] = ttl
+    jobs = spec["replicatedJobs"]
+    jobs[0]["template"]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "initializer", "mountPath": "/workspace"}]
     jobs[0]["dependsOn"] = [{"name": "dataset-initializer", "status": "Complete"},
                             {"name": "model-initializer", "status": "Complete"}]
     rt["spec"]["template"]["spec"]["replicatedJobs"] = [
@@ -45,8 +57,22 @@ async def make_runtime(kube, namespace: str, name: str) -> str:
     return name
 
 
+async def volume_for(kube, namespace: str, claim: str) -> str:
+    """A PersistentVolume reserved for `claim` (the local cluster has no provisioner), as an admin
+    pre-provisions one; the PV controller binds them."""
+    name = f"{namespace}-{claim}"
+    await kube.create("/api/v1/persistentvolumes", {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                 "hostPath": {"path": f"/tmp/gangctl-test-pv/{name}"},
+                 "persistentVolumeReclaimPolicy": "Retain",
+                 "claimRef": {"namespace": namespace, "name": claim}}})
+    return name
+
+
 async def test_initializers_run_in_order_then_the_trainer(kube, controller, namespace):
-    rt = await make_runtime(kube, namespace, "with-init")
+    rt = await make_runtime(kube, namespace, "with-init", ttl=8)
+    pv = await volume_for(kube, namespace, "initializer-init")
     tj = trainjob("init", namespace, nodes=2, runtime=rt, runtime_kind="TrainingRuntime", run_for="2s")
     tj["spec"]["initializer"] = {"dataset": {"storageUri": "hf://tatsu-lab/alpaca"}}
     await submit(kube, tj)
@@ -60,6 +86,10 @@ async def test_initializers_run_in_order_then_the_trainer(kube, controller, name
     env = dataset["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "STORAGE_URI", "value": "hf://tatsu-lab/alpaca"} in env
     assert dataset["spec"]["template"]["metadata"]["labels"][ANCESTOR] == "dataset-initializer"
+    assert {"name": "initializer", "persistentVolumeClaim": {"claimName": "initializer-init"}} in \
+        dataset["spec"]["template"]["spec"]["volumes"]
+    claim = await kube.get(PERSISTENT_VOLUME_CLAIMS.path(namespace, "initializer-init"))
+    assert claim["metadata"]["ownerReferences"][0]["name"] == "init", "deleted with the TrainJob"
 
     async def complete() -> bool:
         return is_true(await get_trainjob(kube, namespace, "init"), "Complete")
@@ -71,6 +101,17 @@ async def test_initializers_run_in_order_then_the_trainer(kube, controller, name
     assert set(jobs) == {"init-dataset-initializer-0", "init-model-initializer-0", "init-node-0"}
     assert created["init-model-initializer-0"] >= done["init-dataset-initializer-0"], "model after dataset"
     assert created["init-node-0"] >= done["init-model-initializer-0"], "the trainer after both"
+    trainer = jobs["init-node-0"]["spec"]["template"]["spec"]
+    assert {"name": "initializer", "persistentVolumeClaim": {"claimName": "initializer-init"}} in trainer["volumes"]
+    bound = await kube.get(f"/api/v1/persistentvolumes/{pv}")
+    assert bound["status"]["phase"] in ("Bound", "Released"), "the pods ran on the runtime's claim"
+
+    async def cleaned_up() -> bool:  # ttlSecondsAfterFinished: 8
+        return (not await jobs_in(kube, namespace) and not await kube.exists(SERVICES.path(namespace, "init"))
+                and not await kube.exists(PERSISTENT_VOLUME_CLAIMS.path(namespace, "initializer-init")))
+    await eventually(cleaned_up, 60, "the children deleted ttlSecondsAfterFinished after the TrainJob finished")
+    assert is_true(await get_trainjob(kube, namespace, "init"), "Complete"), "the TrainJob stays, Complete"
+    await kube.delete(f"/api/v1/persistentvolumes/{pv}")
 
 
 async def test_a_failing_initializer_fails_the_trainjob_and_the_trainer_never_starts(kube, controller, namespace):
