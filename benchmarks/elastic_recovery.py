@@ -171,8 +171,11 @@ def main() -> int:
     p.add_argument("--kills", type=int, default=5)
     p.add_argument("--cluster", default="gangctl-bench-elastic")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--lost-pod-seconds", type=float, default=None,
+                   help="start the controller with GANGCTL_LOST_POD_SECONDS (the opt-in lost-pod reaper)")
     args = p.parse_args()
-    with cluster_with_controller(args.cluster, UpOptions(2, 8), say) as (settings, cluster, _):
+    env = {"GANGCTL_LOST_POD_SECONDS": str(args.lost_pod_seconds)} if args.lost_pod_seconds else None
+    with cluster_with_controller(args.cluster, UpOptions(2, 8), say, env=env) as (settings, cluster, _):
         rounds = asyncio.run(run(settings, cluster.kubeconfig, args.kills))
     keys = ("detect", "rdzv", "start", "total", "default_estimate", "regrow")
     summary = {k: {"p50": statistics.median(r[k] for r in rounds), "p95": pct([r[k] for r in rounds], 0.95)}

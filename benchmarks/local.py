@@ -41,10 +41,11 @@ def controller(kubeconfig: Path, log_path: Path, *, env: dict[str, str] | None =
 
 @contextlib.contextmanager
 def cluster_with_controller(name: str, options: UpOptions, say: Callable[[str], None], *,
-                            keep: bool = False) -> Iterator[tuple[ClusterSettings, LocalCluster, ControllerProcess]]:
+                            keep: bool = False, env: dict[str, str] | None = None,
+                            ) -> Iterator[tuple[ClusterSettings, LocalCluster, ControllerProcess]]:
     """Cluster `name` started afresh (one left by an interrupted run is deleted first) and the
-    controller ready (log: /tmp/NAME-controller.log); both stopped at exit, the cluster deleted
-    unless `keep`."""
+    controller ready (log: /tmp/NAME-controller.log, its environment `env` on top of ours); both
+    stopped at exit, the cluster deleted unless `keep`."""
     def make(settings: ClusterSettings) -> LocalCluster:
         started = time.monotonic()
         cluster = up(settings, options, say)
@@ -54,5 +55,5 @@ def cluster_with_controller(name: str, options: UpOptions, say: Callable[[str], 
     with own_cluster(name, make, say, keep=keep) as (settings, cluster):
         log_path = Path("/tmp") / f"{name}-controller.log"
         log_path.unlink(missing_ok=True)
-        with controller(cluster.kubeconfig, log_path) as ctl:
+        with controller(cluster.kubeconfig, log_path, env=env) as ctl:
             yield settings, cluster, ctl

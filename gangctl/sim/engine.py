@@ -38,10 +38,13 @@ from gangctl.sim.scenario import Backend, ControlPlane, ElasticSpec, Failures, S
 from gangctl.sim.traces import TraceJob
 from gangctl.sim.units import SIM_UNITS
 
-_ARRIVE, _FINISH, _USER_FAIL, _NODE_DOWN, _NODE_UP, _READY_TIMEOUT, _SAMPLE, _RETRY = range(8)
+_ARRIVE, _FINISH, _USER_FAIL, _NODE_DOWN, _NODE_UP, _READY_TIMEOUT, _SAMPLE, _RETRY, _RELEASE = range(9)
 # Backends that take a gang only when its quota and free nodes both hold it, in one decision (Volcano's
 # enqueue action, KAI's allocate): a waiting gang holds no quota (see gangctl.sim.scenario).
 ALLOCATES_WHOLE = frozenset({Backend.VOLCANO, Backend.KAI})
+# Backends whose quota is gangctl's own gate: it counts a job's quota until it sees the TrainJob
+# reported done (finish_seconds after its pods exit); the nodes are free at the exit already.
+GATED_UNTIL_REPORTED = frozenset({Backend.COSCHEDULING, Backend.NATIVE})
 PENDING, ADMITTED, RUNNING, DONE, FAILED = "pending", "admitted", "running", "done", "failed"
 
 
@@ -100,6 +103,7 @@ class Simulation:
         self.cluster = cluster
         self.backend = backend
         self._allocates_whole = backend in ALLOCATES_WHOLE   # read on every scheduling round
+        self._release_on_report = backend in GATED_UNTIL_REPORTED
         self.failures = failures
         self.elastic = elastic
         self.sample_seconds = sample_seconds
@@ -180,6 +184,8 @@ class Simulation:
                 self._node_down()
             elif kind == _NODE_UP:
                 self._node_up(version)
+            elif kind == _RELEASE:
+                self._hold(job, 0)
             elif kind == _RETRY:
                 self._parked.clear()
                 self._unfit.clear()
@@ -440,7 +446,10 @@ class Simulation:
     def _finish(self, job: SimJob) -> None:
         job.remaining = 0.0
         self._stop(job)
-        self._hold(job, 0)
+        if self._release_on_report and self.finish_seconds:
+            self._push(self.clock.now + self.finish_seconds, _RELEASE, job, job.version)
+        else:
+            self._hold(job, 0)
         self._end(job, DONE)
         if self.retry_seconds is not None:   # the PodGroup goes when the job is reported done: gangctl nudges
             self._push(self.clock.now + self.nudge_delay, _RETRY, None, 0)
@@ -472,6 +481,9 @@ class Simulation:
         self._end(job, FAILED)
 
     def _preempt(self, job: SimJob) -> None:
+        if job.state == DONE:   # finished, not yet reported: evicting it only frees its quota sooner
+            self._hold(job, 0)
+            return
         if job.state == RUNNING:
             self._interrupt(job, planned=False)
             self._stop(job)

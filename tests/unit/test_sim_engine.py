@@ -205,6 +205,21 @@ def test_bind_and_finish_latency_add_to_delay_and_jct_but_nodes_free_at_exit():
     assert (by["b"].start, by["b"].end) == (104, 207)
 
 
+TWO_TEAMS_OF_16 = QuotaPolicy.model_validate({"teams": [{"name": "t", "nominal": {"gpu": 16}},
+                                                      {"name": "u", "nominal": {"gpu": 16}}]})
+
+
+@pytest.mark.parametrize("backend, b_start", [("coscheduling", 105), ("native", 105), ("kueue", 102)])
+def test_gangctls_gate_frees_a_jobs_quota_when_the_job_is_reported_done(backend, b_start):
+    """gangctl's quota gate counts a job until it sees the TrainJob done (finish latency after its
+    pods exit); the nodes are free at the exit. Kueue frees the Workload when the Job finishes."""
+    jobs = [job("a", 0, 100, nodes=2), job("b", 10, 100, nodes=2)]
+    sc = with_control_plane(scenario(nodes=4, backend=backend), bindSeconds=2, finishSeconds=3)
+    by = {o.id: o for o in simulate(sc, TWO_TEAMS_OF_16, jobs).outcomes}
+    assert by["a"].end == 105                      # exit at 102, reported done 3 s later
+    assert by["b"].start == b_start + 2            # admitted then, bound 2 s after (two nodes were free all along)
+
+
 def test_with_retries_modelled_a_waiting_gang_starts_at_the_nudge_or_the_periodic_retry():
     jobs = [job("a", 0, 100, nodes=2), job("b", 10, 100, nodes=2)]
     nudged = with_control_plane(scenario(nodes=2), finishSeconds=5, retrySeconds=1000)
