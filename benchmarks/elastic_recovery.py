@@ -1,7 +1,7 @@
 """Elastic recovery on real node loss: SIGKILL of the process node hosting rank 0 -> first training step
 after recovery, over repeated kills, beside what torchrun's default rendezvous settings would give.
 
-    .venv/bin/python benchmarks/elastic_recovery.py --kills 5 [--cluster gangctl-bench-elastic] [--json]
+    .venv/bin/python benchmarks/elastic_recovery.py --kills 5 [--victim index0|rotate] [--cluster gangctl-bench-elastic] [--json]
 
 Brings up its own cluster (2 KWOK GPU nodes, 5 process nodes: 4 workers + the rendezvous store),
 its own controller, and one elastic TrainJob (min 2, max 4, one worker per node) running
@@ -13,6 +13,8 @@ logs (`kubectl logs --timestamps`, torchrun's agents at LOGLEVEL=INFO):
   start   = that -> first training step (workers start, import torch, gloo init, DCP load)
   total   = kill -> first training step with 3 workers
 then start a new process node and measure `regrow` = node start -> first step with 4 workers.
+`--victim rotate` kills the node of completion index k mod 4 in round k instead (node losses spread
+over the job, as in a long run; the default, index0, loses the same index every round).
 torchrun's defaults (keep-alive 5 s x 3 before a dead agent is dropped, last_call 30 s) would add
 15 s + 30 s = 45 s to the rendezvous: `default ~= detect + 45 s + start` (gangctl: 1 s x 3 and 2 s).
 The cluster is deleted at the end.
@@ -110,7 +112,7 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-async def run(settings: ClusterSettings, kubeconfig: Path, kills: int) -> list[dict]:
+async def run(settings: ClusterSettings, kubeconfig: Path, kills: int, victim: str = "index0") -> list[dict]:
     state = process_node_state(settings) / "bench"
     kube = await Kube.connect(kubeconfig)
     ckpt = Path("/tmp/gangctl-elastic-bench") / settings.cluster_name
@@ -130,11 +132,12 @@ async def run(settings: ClusterSettings, kubeconfig: Path, kills: int) -> list[d
                 return any(w == 4 and t > since + 2 for _, w, t in await logs.steps())
             await wait_for(four, 180, "4 workers training")
             pods = (await kube.get(PODS.path(NS), labelSelector=f"jobset.sigs.k8s.io/jobset-name={NAME}"))["items"]
-            [rank0] = [p for p in pods if p["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index")
-                       == "0" and p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
-            victim = rank0["spec"]["nodeName"]
+            lose = "0" if victim == "index0" else str(k % 4)
+            [target] = [p for p in pods if p["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index")
+                        == lose and p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+            node = target["spec"]["nodeName"]
             await logs.read()
-            os.kill(launch.agent_pid(state, victim), signal.SIGKILL)
+            os.kill(launch.agent_pid(state, node), signal.SIGKILL)
             killed = time.time()
 
             async def three():
@@ -151,8 +154,8 @@ async def run(settings: ClusterSettings, kubeconfig: Path, kills: int) -> list[d
             async def regrown():
                 return next((t for _, w, t in await logs.steps() if w == 4 and t > first), None)
             back = await wait_for(regrown, 180, "4 workers again")
-            await kube.delete(NODES.path(name=victim))
-            r = {"kill": k + 1, "step": step, "detect": failed - killed, "rdzv": rdzv - failed,
+            await kube.delete(NODES.path(name=node))
+            r = {"kill": k + 1, "index": int(lose), "step": step, "detect": failed - killed, "rdzv": rdzv - failed,
                  "start": first - rdzv, "total": first - killed, "regrow": back - grow}
             r["default_estimate"] = r["detect"] + r["start"] + max(r["rdzv"], DEFAULT_EXTRA)
             say(" ".join(f"{key}={v:.1f}" if isinstance(v, float) else f"{key}={v}" for key, v in r.items()))
@@ -171,12 +174,14 @@ def main() -> int:
     p.add_argument("--kills", type=int, default=5)
     p.add_argument("--cluster", default="gangctl-bench-elastic")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--victim", choices=("index0", "rotate"), default="index0",
+                   help="whose node each round kills: completion index 0's, or index k mod 4's in round k")
     p.add_argument("--lost-pod-seconds", type=float, default=None,
                    help="start the controller with GANGCTL_LOST_POD_SECONDS (the opt-in lost-pod reaper)")
     args = p.parse_args()
     env = {"GANGCTL_LOST_POD_SECONDS": str(args.lost_pod_seconds)} if args.lost_pod_seconds else None
     with cluster_with_controller(args.cluster, UpOptions(2, 8), say, env=env) as (settings, cluster, _):
-        rounds = asyncio.run(run(settings, cluster.kubeconfig, args.kills))
+        rounds = asyncio.run(run(settings, cluster.kubeconfig, args.kills, args.victim))
     keys = ("detect", "rdzv", "start", "total", "default_estimate", "regrow")
     summary = {k: {"p50": statistics.median(r[k] for r in rounds), "p95": pct([r[k] for r in rounds], 0.95)}
                for k in keys}
