@@ -17,8 +17,8 @@ from gangctl.plugins.names import (ANCESTOR_STEP, JOB_INDEX, MANAGED_BY, MANAGER
                                    TRAINJOB_NAME, child_job_name, child_labels)
 from gangctl.plugins.torch import torch_env
 from gangctl.policy import progress
-from gangctl.policy.jobset import COORDINATOR
 from gangctl.policy.gang import Gang
+from gangctl.policy.jobset import COORDINATOR
 from gangctl.policy.resolve import NODE_CONTAINER, NODE_JOB, ResolvedJob, ResolvedStep
 
 
@@ -124,7 +124,8 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
     metadata = {
         "name": child_job_name(job.name, NODE_JOB),
         "namespace": job.namespace,
-        "labels": {**(job.job_metadata.get("labels") or {}), **child_labels(job.name, NODE_JOB), **coordinator_keys(job)},
+        "labels": {**(job.job_metadata.get("labels") or {}), **child_labels(job.name, NODE_JOB),
+                   **coordinator_keys(job)},
         "ownerReferences": [owner],
         "finalizers": [RESULT_FINALIZER],
     }
