@@ -154,8 +154,8 @@ def step_job(job: ResolvedJob, step: ResolvedStep, index: int, owner: dict) -> d
     template.setdefault("spec", {}).setdefault("restartPolicy", "Never")
     metadata = {"name": child_job_name(job.name, step.name, index), "namespace": job.namespace, "labels": labels,
                 "ownerReferences": [owner], "finalizers": [RESULT_FINALIZER]}
-    if step.job_metadata.get("annotations") or job.coordinator:
-        metadata["annotations"] = {**(step.job_metadata.get("annotations") or {}), **coordinator_keys(job)}
+    if (annotations := {**(step.job_metadata.get("annotations") or {}), **coordinator_keys(job)}):
+        metadata["annotations"] = annotations
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
             "spec": {**copy.deepcopy(step.job_spec), "template": template}}
 

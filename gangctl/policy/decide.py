@@ -290,7 +290,7 @@ def _steps(s: Snapshot, job: ResolvedJob) -> tuple[list[Step], Plan | None]:
         elif _met(step.depends_on, complete, created):
             creates += [Create(JOBS, step_job(job, step, i, owner), rejectable=True)
                         for i, n in enumerate(names) if n not in by_name]
-    if creates:  # the runtime's shared volumes exist before the first pod that mounts them
+    if creates and not s.jobs:  # the runtime's shared volumes exist before the first pod that mounts them
         creates = [*_claims(job, owner), *creates]
     if _met(job.depends_on, complete, created):
         return creates, None
@@ -436,11 +436,8 @@ def _expired(s: Snapshot) -> list[Step]:
                          for j in jobs]
     if s.service is not None:
         steps.append(Delete(SERVICES, ns, s.service["metadata"]["name"]))
-    try:
-        job = resolve(s.trainjob, s.runtime)  # type: ignore[arg-type]
-    except (ResolveError, KeyError, ValueError):
-        return steps
-    return steps + [Delete(PERSISTENT_VOLUME_CLAIMS, ns, c.claim_name(name)) for c in job.claims if not c.retain]
+    return steps + [Delete(PERSISTENT_VOLUME_CLAIMS, ns, c.claim_name(name))
+                    for c in jobset.claims(jobset.template_spec(s.runtime)) if not c.retain]
 
 
 def _fail(s: Snapshot, reason: str, message: str, *, status: dict | None = None,
@@ -547,7 +544,7 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
     steps: list[Step] = _ensure_store(s, job, owner, backend) if job.elastic and not job.suspend else []
     first = observed is None
     steps += _ensure(SERVICES, s.service, headless_service(job, owner), first)
-    if first:
+    if first and not s.jobs:  # made with the TrainJob's first child (an initializer's, when it has some)
         steps += _claims(job, owner)
     applied_group, gang_after = None, s.groups.get(backend.name) if backend is not None else None
     if base.wants_group(backend) and not job.suspend:

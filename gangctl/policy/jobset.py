@@ -111,8 +111,11 @@ def coordinator(spec: dict, trainjob: str) -> str | None:
     return f"{trainjob}-{c.get('replicatedJob')}-{int(c.get('jobIndex') or 0)}-{int(c.get('podIndex') or 0)}.{trainjob}"
 
 
+def template_spec(runtime: dict | None) -> dict:
+    """A runtime's JobSet spec (`spec.template.spec`); empty without a runtime."""
+    return (((runtime or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+
+
 def ttl_after_finished(runtime: dict | None) -> int | None:
-    if runtime is None:
-        return None
-    ttl = (((runtime.get("spec") or {}).get("template") or {}).get("spec") or {}).get("ttlSecondsAfterFinished")
+    ttl = template_spec(runtime).get("ttlSecondsAfterFinished")
     return int(ttl) if ttl is not None else None

@@ -146,7 +146,7 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
     job_metadata = _merge_metadata(job_metadata, node.job_metadata)
     # spec.labels / spec.annotations (Trainer v2.0: "to apply for the derivative JobSet and Jobs") last.
     job_metadata = _merge_metadata(job_metadata, {"labels": spec.get("labels"), "annotations": spec.get("annotations")})
-    claims = _mount_claims(js, jobs, meta["name"])
+    claims = _jobset_fields(js, jobs, meta["name"])
 
     num_nodes = int(trainer.get("numNodes") or ml.get("numNodes") or 1)
     elastic = {**(torch.get("elasticPolicy") or {}), **(trainer.get("elasticPolicy") or {})}
@@ -188,7 +188,7 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
     )
 
 
-def _mount_claims(js: dict, jobs: dict[str, _JobParts], trainjob: str) -> tuple[jobset.Claim, ...]:
+def _jobset_fields(js: dict, jobs: dict[str, _JobParts], trainjob: str) -> tuple[jobset.Claim, ...]:
     """The runtime's JobSet fields checked, and its volumeClaimPolicies mounted where JobSet would."""
     try:
         jobset.check(js, trainjob)

@@ -60,6 +60,7 @@ def test_a_claim_template_becomes_one_pvc_created_before_the_first_pod_that_moun
     node = next(a.obj for a in trainer.of(Apply) if a.obj["kind"] == "Job")
     assert {"name": "initializer", "persistentVolumeClaim": {"claimName": "initializer-llm"}} in \
         node["spec"]["template"]["spec"]["volumes"], "the trainer reads what the initializers wrote"
+    assert not creates(trainer, PERSISTENT_VOLUME_CLAIMS), "made once, with the TrainJob's first child"
 
 
 def test_a_retained_claim_is_not_owned_by_the_trainjob():
