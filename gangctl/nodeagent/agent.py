@@ -55,6 +55,8 @@ LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 CLUSTER_DOMAIN = "cluster.local"
 LEASE_RENEW_SECONDS = 2.0
 STATUS_SECONDS = 10.0
+CONFIG_ERROR = "CreateContainerConfigError"
+CONFIG_RETRY_FIRST, CONFIG_RETRY_MAX = 1.0, 10.0  # seconds; kubelet's pod workers retry every 10 s
 
 
 def now() -> str:
@@ -111,6 +113,8 @@ class PodWorker:
     finished: bool = False
     conditions: list[dict] = field(default_factory=list)
     config_error: tuple[str, str] | None = None
+    config_retries: int = 0
+    retry_at: float = 0.0  # monotonic time of the next attempt after a config error
     binds: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # container -> (folder, mountPath)
 
 
@@ -211,6 +215,8 @@ class NodeAgent:
                     return
                 if not w.started:
                     await self._start_pod(w, pod)
+                elif w.config_error and w.config_error[0] == CONFIG_ERROR and time.monotonic() >= w.retry_at:
+                    await self._start_containers(w, pod)
                 await self._post_status(w, pod)
         except Exception:
             log.exception("pod %s: worker failed", w.key)
@@ -254,17 +260,33 @@ class NodeAgent:
                 c.state.reason, c.state.message = "CreatePodSandboxError", str(err)
             return
         w.rt.pod_ip = ip
+        await self._start_containers(w, pod)
+
+    async def _start_containers(self, w: PodWorker, pod: dict) -> None:
+        """Plan the containers' processes and volumes, then start them. A SpecError leaves the pod
+        Pending with the reason and is tried again later, as kubelet does (its pod workers retry every
+        10 s): a new namespace's `default` ServiceAccount, or a ConfigMap, may exist a moment later."""
         try:
-            specs = process_specs(pod, pod_ip=ip, host_ip=self.cfg.node.address,
+            specs = process_specs(pod, pod_ip=w.rt.pod_ip, host_ip=self.cfg.node.address,
                                   allocatable=self.cfg.node.capacity, base_env=self.base_env,
                                   service_env=self.service_env)
             await self._prepare_volumes(w, pod)
         except SpecError as err:
-            w.config_error = ("CreateContainerConfigError", str(err))
+            if w.config_error != (CONFIG_ERROR, str(err)):
+                await self.events.warning(pod, "Failed", f"Error: {err}")
+            w.config_error = (CONFIG_ERROR, str(err))
             for c in w.containers.values():
-                c.state.reason, c.state.message = "CreateContainerConfigError", str(err)
-            await self.events.warning(pod, "Failed", f"Error: {err}")
+                c.state.reason, c.state.message = CONFIG_ERROR, str(err)
+            delay = min(CONFIG_RETRY_MAX, CONFIG_RETRY_FIRST * 2 ** w.config_retries)
+            w.config_retries += 1
+            w.retry_at = time.monotonic() + delay
+            asyncio.get_running_loop().call_later(delay, w.wake.set)
             return
+        if w.config_error:
+            log.info("pod %s: configured after %d retries", w.key, w.config_retries)
+            w.config_error = None
+            for c in w.containers.values():
+                c.state.reason, c.state.message = "ContainerCreating", ""
         await self._post_status(w, pod)  # the pod IP before any process starts, so peers can resolve it
         images = ", ".join(sorted({s.image for s in specs if s.image})) or "none"
         await self.events.normal(pod, "ProcessNode",

@@ -113,7 +113,10 @@ async def finished(kube: Kube, ns: str, name: str, timeout: float = 60) -> dict:
     async def done() -> bool:
         seen["pod"] = await kube.get(PODS.path(ns, name))
         return seen["pod"]["status"].get("phase") in ("Succeeded", "Failed")
-    await eventually(done, timeout, f"pod {name} to finish")
+    try:
+        await eventually(done, timeout, f"pod {name} to finish")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; its status: {json.dumps(seen.get('pod', {}).get('status'))}") from None
     return seen["pod"]
 
 
@@ -198,6 +201,30 @@ async def test_no_token_when_automount_is_off(kube, namespace, kubeconfig, proce
         assert p["status"]["phase"] == "Succeeded"
         assert not any("serviceaccount" in (m["mountPath"]) for m in p["spec"]["containers"][0].get("volumeMounts", []))
         assert result(kubeconfig, namespace, name) == {"secrets": False}
+
+
+async def test_a_pod_waits_for_a_missing_configmap_and_starts_once_it_exists(kube, namespace, kubeconfig,
+                                                                             process_nodes):
+    # kubelet keeps such a pod Pending and tries again. Every pod meets this for a moment: its token
+    # volume names the kube-root-ca.crt ConfigMap, which kube-controller-manager publishes into a new
+    # namespace shortly after the namespace exists.
+    spec = pod("early", "print('RESULT ' + open('/var/run/secrets/late/greeting').read())")
+    spec["spec"]["volumes"] = [{"name": "late", "projected": {"sources": [{"configMap": {"name": "late-config"}}]}}]
+    spec["spec"]["containers"][0]["volumeMounts"] = [{"name": "late", "mountPath": "/var/run/secrets/late"}]
+    await kube.create(PODS.path(namespace), spec)
+
+    async def waiting() -> bool:
+        p = await kube.get(PODS.path(namespace, "early"))
+        states = [cs["state"].get("waiting") or {} for cs in p["status"].get("containerStatuses") or []]
+        return any(w.get("reason") == "CreateContainerConfigError" and "late-config" in w.get("message", "")
+                   for w in states)
+    await eventually(waiting, 60, "pod early waiting on its missing ConfigMap")
+    assert (await kube.get(PODS.path(namespace, "early")))["status"]["phase"] == "Pending"
+    await kube.create(f"/api/v1/namespaces/{namespace}/configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late-config"}, "data": {"greeting": "1"}})
+    p = await finished(kube, namespace, "early")
+    assert p["status"]["phase"] == "Succeeded"
+    assert result(kubeconfig, namespace, "early") == 1
 
 
 def _kubelet_get(url: str, cafile: Path, cert: tuple[Path, Path] | None) -> int:
