@@ -61,7 +61,8 @@ class ProjectedVolumes:
 
     async def prepare(self, pod: dict, volumes: dict[str, ProjectedVolume]) -> dict[str, Path]:
         """Write every projected volume of the pod; volume name -> its folder. SpecError when the
-        API refuses a token or a ConfigMap is missing (the pod stays Pending, as with kubelet)."""
+        API refuses a token or a ConfigMap is missing (the pod stays Pending and the agent tries again,
+        as kubelet does)."""
         meta = pod["metadata"]
         out: dict[str, Path] = {}
         tokens = PodTokens(pod)
