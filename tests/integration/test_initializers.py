@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+import pytest_asyncio
 import yaml
 
 from gangctl.api.resources import JOBS, PERSISTENT_VOLUME_CLAIMS, SERVICES, TRAINING_RUNTIMES
@@ -57,10 +58,21 @@ async def make_runtime(kube, namespace: str, name: str, ttl: int | None = None) 
     return name
 
 
-async def volume_for(kube, namespace: str, claim: str) -> str:
+@pytest_asyncio.fixture
+async def volumes(kube):
+    """Names of the PersistentVolumes a test reserved: cluster-scoped, so deleted when the test ends,
+    whether it passed or not."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        await kube.delete(f"/api/v1/persistentvolumes/{name}")
+
+
+async def volume_for(kube, volumes: list[str], namespace: str, claim: str) -> str:
     """A PersistentVolume reserved for `claim` (the local cluster has no provisioner), as an admin
     pre-provisions one; the PV controller binds them."""
     name = f"{namespace}-{claim}"
+    volumes.append(name)
     await kube.create("/api/v1/persistentvolumes", {
         "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
@@ -70,9 +82,9 @@ async def volume_for(kube, namespace: str, claim: str) -> str:
     return name
 
 
-async def test_initializers_run_in_order_then_the_trainer(kube, controller, namespace):
+async def test_initializers_run_in_order_then_the_trainer(kube, controller, namespace, volumes):
     rt = await make_runtime(kube, namespace, "with-init", ttl=8)
-    pv = await volume_for(kube, namespace, "initializer-init")
+    pv = await volume_for(kube, volumes, namespace, "initializer-init")
     tj = trainjob("init", namespace, nodes=2, runtime=rt, runtime_kind="TrainingRuntime", run_for="2s")
     tj["spec"]["initializer"] = {"dataset": {"storageUri": "hf://tatsu-lab/alpaca"}}
     await submit(kube, tj)
@@ -111,7 +123,6 @@ async def test_initializers_run_in_order_then_the_trainer(kube, controller, name
                 and not await kube.exists(PERSISTENT_VOLUME_CLAIMS.path(namespace, "initializer-init")))
     await eventually(cleaned_up, 60, "the children deleted ttlSecondsAfterFinished after the TrainJob finished")
     assert is_true(await get_trainjob(kube, namespace, "init"), "Complete"), "the TrainJob stays, Complete"
-    await kube.delete(f"/api/v1/persistentvolumes/{pv}")
 
 
 async def test_a_failing_initializer_fails_the_trainjob_and_the_trainer_never_starts(kube, controller, namespace):
