@@ -265,7 +265,8 @@ class NodeAgent:
     async def _start_containers(self, w: PodWorker, pod: dict) -> None:
         """Plan the containers' processes and volumes, then start them. A SpecError leaves the pod
         Pending with the reason and is tried again later, as kubelet does (its pod workers retry every
-        10 s): a new namespace's `default` ServiceAccount, or a ConfigMap, may exist a moment later."""
+        10 s): the kube-root-ca.crt ConfigMap of every token volume reaches a new namespace a moment
+        after the namespace itself, and any ConfigMap or token may be there later."""
         try:
             specs = process_specs(pod, pod_ip=w.rt.pod_ip, host_ip=self.cfg.node.address,
                                   allocatable=self.cfg.node.capacity, base_env=self.base_env,
