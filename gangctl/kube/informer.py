@@ -1,9 +1,16 @@
 """List+watch informers that keep a cache of raw JSON objects, as client-go's reflector does.
 
-- The first LIST is paginated (`limit`/`continue`), so a cluster of 150,000 pods is read in pages
-  with their own timeouts, and the event loop gets a turn between pages.
+- The first list is a streaming list (a watch with `sendInitialEvents`, client-go's WatchListClient):
+  the apiserver sends every object from its watch cache as an event, then a bookmark marking the
+  end, and the same stream goes on with the changes. Against a server without the WatchList feature
+  (off by default before Kubernetes 1.34; it answers 422) it is a paginated LIST (`limit`/`continue`)
+  instead. Either way a cluster of 150,000 pods is never one response, and the event loop gets a
+  turn every few hundred objects. The stream is the faster of the two (benchmarks/README.md, scale
+  P3): the apiserver sends it from its watch cache without a consistent read per page, and no page
+  of 500 whole pods stays alive while it is decoded, so Python's garbage collector is not set off
+  over and over to walk the growing cache.
 - The watch resumes from the last resourceVersion it saw. Only a 410 Gone (that version fell out
-  of etcd's window) costs a new LIST; any other failure (connection reset, apiserver restart,
+  of etcd's window) costs a new list; any other failure (connection reset, apiserver restart,
   429, 5xx) waits a capped, jittered backoff and watches again from where it was.
 - Cached objects are stripped of what gangctl never reads (`managedFields`, kubectl's
   last-applied annotation): that is most of an object's bytes. A `transform` (the controller passes
@@ -44,6 +51,15 @@ BACKOFF_START, BACKOFF_CAP = 0.8, 5.0
 # and the controller should resume within seconds of it coming back: a lower cap for that case.
 UNREACHABLE_CAP = 2.0
 STALE_AFTER = 30.0                        # failing this long makes the informer not ready
+YIELD_EVERY = 500                         # objects handled between two turns of the event loop
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+def streaming_list_refused(err: "ApiError") -> bool:
+    """Whether the apiserver refused a streaming list as a request it does not take (the WatchList
+    feature off: 422 "sendInitialEvents is forbidden"; servers older than the feature: 400), so the
+    informer should list in pages instead."""
+    return err.status in (400, 422)
 
 
 def object_key(obj: dict) -> str:
@@ -74,7 +90,7 @@ class Informer:
     def __init__(self, kube: Kube, resource: Resource, *, namespace: str | None = None,
                  label_selector: str | None = None, handlers: Iterable[Handler] = (),
                  index_label: str | None = None, page_size: int = 500,
-                 transform: Callable[[dict], dict] | None = None):
+                 transform: Callable[[dict], dict] | None = None, streaming_list: bool = True):
         self.kube = kube
         self.transform = transform
         self.resource = resource
@@ -85,6 +101,7 @@ class Informer:
         self.synced = asyncio.Event()
         self.relists = 0
         self.page_size = page_size
+        self.streaming_list = streaming_list  # False: paginated LISTs (set when the server refuses streams)
         self.index_label = index_label
         self._index: dict[tuple[str | None, str], set[str]] = {}
         self._rv = ""
@@ -149,12 +166,21 @@ class Informer:
     async def run(self) -> None:
         while True:
             try:
-                if not self._rv:
+                if self._rv:
+                    await self._watch()
+                elif self.streaming_list:
+                    await self._watch(listing=_Listing())
+                else:
                     await self._relist()
-                await self._watch()
+                    await self._watch()
             except asyncio.CancelledError:
                 raise
             except ApiError as err:
+                if not self._rv and self.streaming_list and streaming_list_refused(err):
+                    log.info("the apiserver refused a streaming list of %s (%s); listing in pages",
+                             self.resource.plural, err)
+                    self.streaming_list = False
+                    continue
                 if err.gone:
                     log.info("watch of %s expired (410 Gone); re-listing", self.resource.plural)
                     self._rv = ""
@@ -183,25 +209,31 @@ class Informer:
 
     async def _relist(self) -> None:
         """LIST in pages into the cache itself: each page's objects replace their cached versions as it
-        arrives (a 150,000-pod list never holds two caches at once), and what the list did not show is
-        dropped at the end. Handlers hear of every change once the list is complete."""
-        seen: set[str] = set()
-        changed: list[str] = []
+        arrives (a 150,000-pod list never holds two caches at once)."""
+        listing = _Listing()
         rv = ""
         async for page in self.kube.list_pages(self.resource.path(self.namespace),
                                                label_selector=self.label_selector, limit=self.page_size):
             for obj in page.get("items", []):
-                obj = self._cached_form(obj)
-                key = object_key(obj)
-                seen.add(key)
-                old = self.cache.get(key)
-                if _rv_of(old) != _rv_of(obj):
-                    changed.append(key)
-                self.cache[key] = obj
-                self._reindex(key, old, obj)
+                self._listed(listing, obj)
             rv = (page.get("metadata") or {}).get("resourceVersion") or rv
             await asyncio.sleep(0)  # let the rest of the controller run between pages
-        gone = [self.cache.pop(k) for k in list(self.cache.keys() - seen)]
+        self._listing_done(listing, rv)
+
+    def _listed(self, listing: "_Listing", obj: dict) -> None:
+        obj = self._cached_form(obj)
+        key = object_key(obj)
+        listing.seen.add(key)
+        old = self.cache.get(key)
+        if _rv_of(old) != _rv_of(obj):
+            listing.changed.append(key)
+        self.cache[key] = obj
+        self._reindex(key, old, obj)
+
+    def _listing_done(self, listing: "_Listing", rv: str) -> None:
+        """The list is complete at `rv`: drop what it did not show, then tell the handlers of every
+        change (only now: a half-listed cache is never announced)."""
+        gone = [self.cache.pop(k) for k in list(self.cache.keys() - listing.seen)]
         for obj in gone:
             self._reindex(object_key(obj), obj, None)
         self._rv = rv
@@ -209,21 +241,35 @@ class Informer:
         self._healthy()
         for obj in gone:
             self._notify("DELETED", obj)
-        for key in changed:
+        for key in listing.changed:
             if key in self.cache:
                 self._notify("ADDED", self.cache[key])
         self.synced.set()
 
-    async def _watch(self) -> None:
+    async def _watch(self, listing: "_Listing | None" = None) -> None:
+        """Watch from `self._rv`; with a `listing`, a streaming list first (from the current state),
+        whose events fill the cache as a LIST's pages would until the bookmark that ends them. Its
+        objects' resourceVersions come in no order, so the watch can resume only from that bookmark:
+        a stream cut before it starts the list again."""
         started, events = time.monotonic(), 0
         async for event in self.kube.watch(self.resource.path(self.namespace), self._rv,
-                                           label_selector=self.label_selector):
+                                           label_selector=self.label_selector, initial_events=listing is not None):
             kind, obj = event["type"], event["object"]
             if kind == "ERROR":
                 raise ApiError(obj.get("code", 500), obj.get("reason", ""), obj.get("message", ""))
-            self._healthy()
             events += 1
-            self._rv = obj["metadata"]["resourceVersion"]
+            if events % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # a stream of initial events is all buffered: let the loop run
+            meta = obj["metadata"]
+            if listing is not None:
+                if kind != "BOOKMARK":
+                    self._listed(listing, obj)
+                elif (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                    self._listing_done(listing, meta["resourceVersion"])
+                    listing = None
+                continue
+            self._healthy()
+            self._rv = meta["resourceVersion"]
             if kind == "BOOKMARK":
                 continue
             obj = self._cached_form(obj)
@@ -238,7 +284,8 @@ class Informer:
         if not events and time.monotonic() - started < 1.0:
             # Closed at once with nothing said (an apiserver shutting down): not a normal end.
             raise ConnectionError("watch closed by the server without events")
-        self._healthy()  # the server ended the stream normally (timeoutSeconds)
+        if listing is None:
+            self._healthy()  # the server ended the stream normally (timeoutSeconds)
 
     # --- the label index -------------------------------------------------------------------------
     def _index_key(self, obj: dict | None) -> tuple[str | None, str] | None:
@@ -267,6 +314,14 @@ class Informer:
                 handler(kind, obj)
             except Exception:  # a broken handler must not stop the informer
                 log.exception("informer handler failed for %s %s", self.resource.kind, object_key(obj))
+
+
+class _Listing:
+    """What one list (pages or a stream) has shown so far: the keys seen, and those that changed."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.changed: list[str] = []
 
 
 def _newer(a: dict, b: dict) -> bool:

@@ -9,8 +9,14 @@ conditions and each container's termination. The informers apply these projectio
 
 Adding a decision that reads another field means adding it here; `tests/unit/test_cached.py` runs
 the decisions on full and projected pods and requires the same answers.
+
+The strings that repeat from object to object (label and annotation keys, label values, the
+namespace, condition types and statuses) are interned: each watch event is decoded on its own, so
+without it every cached pod would hold its own copy of "gangctl.io/managed-by" and the like.
 """
 from __future__ import annotations
+
+from sys import intern
 
 _META = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
          "deletionGracePeriodSeconds", "labels", "annotations", "finalizers")
@@ -25,23 +31,34 @@ def _pick(d: dict | None, keys: tuple[str, ...]) -> dict:
 
 def _metadata(meta: dict) -> dict:
     out = _pick(meta, _META)
+    if "namespace" in out:
+        out["namespace"] = intern(out["namespace"])
+    if out.get("labels"):  # label values are at most 63 characters
+        out["labels"] = {intern(k): intern(v) for k, v in out["labels"].items()}
+    if out.get("annotations"):
+        out["annotations"] = {intern(k): v for k, v in out["annotations"].items()}
     if meta.get("ownerReferences"):
         out["ownerReferences"] = [_pick(ref, _OWNER) for ref in meta["ownerReferences"]]
     return out
 
 
 def _conditions(status: dict) -> list[dict]:
-    return [_pick(c, _CONDITION) for c in status.get("conditions") or []]
+    out = [_pick(c, _CONDITION) for c in status.get("conditions") or []]
+    for c in out:
+        for k in ("type", "status", "reason"):
+            if isinstance(c.get(k), str):
+                c[k] = intern(c[k])
+    return out
 
 
 def _container_status(cs: dict) -> dict:
-    out: dict = {"name": cs.get("name")}
+    out: dict = {"name": intern(cs["name"]) if isinstance(cs.get("name"), str) else cs.get("name")}
     for which in ("state", "lastState"):
         terminated = (cs.get(which) or {}).get("terminated")
         if terminated:
             out[which] = {"terminated": _pick(terminated, _TERMINATED)}
         elif cs.get(which):
-            out[which] = {k: {} for k in cs[which]}  # running / waiting: only which one
+            out[which] = {intern(k): {} for k in cs[which]}  # running / waiting: only which one
     return out
 
 

@@ -99,3 +99,36 @@ async def test_expired_watch_relists_and_loses_no_change(kube, namespace, cluste
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_streamed_and_paged_lists_fill_the_same_cache_and_carry_objects_of_any_size(kube, namespace):
+    """The streaming list (the default on Kubernetes 1.36) and the paginated LIST (the fallback for
+    servers without the WatchList feature) give the same cache, and both then watch. Two ConfigMaps
+    are near the 1 MiB limit: one watch line each, above aiohttp's default line limit (512 KiB;
+    the session's read buffer allows 4 MiB)."""
+    big = "x" * (1000 << 10)
+    await kube.create(CONFIGMAPS.path(namespace), configmap("small", namespace))
+    await kube.create(CONFIGMAPS.path(namespace), {**configmap("big", namespace), "data": {"k": big}})
+    streamed = Informer(kube, CONFIGMAPS, namespace=namespace, label_selector=MINE)
+    paged = Informer(kube, CONFIGMAPS, namespace=namespace, label_selector=MINE, streaming_list=False, page_size=1)
+    tasks = [asyncio.create_task(inf.run()) for inf in (streamed, paged)]
+    try:
+        await asyncio.wait_for(asyncio.gather(streamed.synced.wait(), paged.synced.wait()), 30)
+        assert streamed.streaming_list, "the apiserver took the streaming list (it did not fall back to pages)"
+        for inf in (streamed, paged):
+            assert set(inf.cache) == {f"{namespace}/small", f"{namespace}/big"}, inf.cache.keys()
+            assert inf.get(f"{namespace}/big")["data"]["k"] == big
+        assert streamed.relists == paged.relists == 1
+
+        await kube.create(CONFIGMAPS.path(namespace), {**configmap("big-later", namespace), "data": {"k": big}})
+        await kube.delete(CONFIGMAPS.path(namespace, "small"))
+
+        async def both_watched() -> bool:
+            return all(set(inf.cache) == {f"{namespace}/big", f"{namespace}/big-later"} for inf in (streamed, paged))
+        await eventually(both_watched, 15, "the new big ConfigMap and the deletion to arrive by watch")
+        assert streamed.get(f"{namespace}/big-later")["data"]["k"] == big
+        assert streamed.relists == paged.relists == 1 and not streamed.problem() and not paged.problem()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
