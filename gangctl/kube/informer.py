@@ -284,8 +284,10 @@ class Informer:
         if not events and time.monotonic() - started < 1.0:
             # Closed at once with nothing said (an apiserver shutting down): not a normal end.
             raise ConnectionError("watch closed by the server without events")
-        if listing is None:
-            self._healthy()  # the server ended the stream normally (timeoutSeconds)
+        if listing is not None:  # the list is incomplete: back off and list again, /readyz says why
+            raise ConnectionError(f"the streaming list ended after {events} events, before its "
+                                  f"{INITIAL_EVENTS_END} bookmark")
+        self._healthy()  # the server ended the stream normally (timeoutSeconds)
 
     # --- the label index -------------------------------------------------------------------------
     def _index_key(self, obj: dict | None) -> tuple[str | None, str] | None:
