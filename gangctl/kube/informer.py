@@ -55,7 +55,7 @@ YIELD_EVERY = 500                         # objects handled between two turns of
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
-def streaming_list_refused(err: "ApiError") -> bool:
+def streaming_list_refused(err: ApiError) -> bool:
     """Whether the apiserver refused a streaming list as a request it does not take (the WatchList
     feature off: 422 "sendInitialEvents is forbidden"; servers older than the feature: 400), so the
     informer should list in pages instead."""
