@@ -68,6 +68,10 @@ def run_slice(kubeconfig: Path, scenario: str, quota: bool, args: argparse.Names
         raise RuntimeError(f"{name}: sim-check exited {out.returncode}: {out.stderr[-2000:]}")
     result = json.loads(out.stdout)
     result["slice"], result["quota"], result["wall_seconds"] = name, quota, round(time.monotonic() - started, 1)
+    # Each real job's submit, start and end (seconds after the first submission), so that a later model
+    # can be judged job by job against this run (`--report FILE --remodel --jobs-diff`).
+    result["real_jobs"] = [{"job": row["job"], **row["real"]} for line in
+                           (dumps / f"{name}.jsonl").read_text().splitlines() if (row := json.loads(line))["real"]]
     say(f"{name}: done in {result['wall_seconds']:.0f} s; passed={result['passed']}")
     return result
 

@@ -22,6 +22,7 @@ checks the plans behind a whole run.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from bisect import bisect_left, insort
 from dataclasses import dataclass
@@ -48,6 +49,44 @@ GATED_UNTIL_REPORTED = frozenset({Backend.COSCHEDULING, Backend.NATIVE})
 PENDING, ADMITTED, RUNNING, DONE, FAILED = "pending", "admitted", "running", "done", "failed"
 
 
+# kube-scheduler's per-pod backoff after a failed attempt (podInitialBackoffSeconds, podMaxBackoffSeconds).
+BACKOFF_INITIAL_SECONDS, BACKOFF_MAX_SECONDS = 1.0, 10.0
+
+
+def backoff_expiry(fails: int, failed_at: float) -> float:
+    """When a pod found unschedulable `fails` times, last at `failed_at`, ends its backoff: 1 s doubling
+    to 10 s, truncated to the backoff queue's 1 s ordering window (kube-scheduler 1.33+)."""
+    return math.floor(failed_at + min(BACKOFF_MAX_SECONDS, BACKOFF_INITIAL_SECONDS * 2 ** (fails - 1)))
+
+
+def scheduling_order(gangs: list[SimJob], now: float) -> list[SimJob]:
+    """The order in which kube-scheduler tries the waiting gangs a cluster event moved back to its queue.
+
+    Pods past their backoff go to the active queue, sorted as Coscheduling sorts: priority, then the
+    PodGroup's creation — or, once the gang was rejected, the time it was last rejected (scheduler-plugins
+    0.34 moves a rejected gang behind the others so it cannot block the queue). Pods still backing off
+    go to the backoff queue, popped when the active queue is empty, in order of backoff end. So a gang
+    rejected often waits behind fresher gangs rejected less. A gang that arrives now comes last: its
+    PodGroup (the event) is created before its pods, and the queue has moved on when they appear."""
+    window = math.floor(now)
+    ready, backing, new = [], [], []
+    for job in gangs:
+        if not job.fails:
+            (new if job.queued_at == now else ready).append(((-job.workload.priority, job.sort_key), job))
+            continue
+        expiry = backoff_expiry(job.fails, job.failed_at)
+        if expiry >= window:
+            backing.append(((expiry, -job.workload.priority, job.sort_key), job))
+        else:
+            ready.append(((-job.workload.priority, job.sort_key), job))
+    return [j for _, j in sorted(ready, key=_first)] + [j for _, j in sorted(backing, key=_first)] + \
+        [j for _, j in sorted(new, key=_first)]
+
+
+def _first(pair: tuple) -> tuple:
+    return pair[0]
+
+
 class SimulationStuck(RuntimeError):
     """Jobs remain but no event can ever move them (a bug in the model or an impossible workload)."""
 
@@ -55,7 +94,8 @@ class SimulationStuck(RuntimeError):
 class SimJob:
     __slots__ = ("spec", "team", "gang", "pod_requests", "workload", "gpu_type", "state", "placement",
                  "pods", "held_pods", "remaining", "run_start", "segment_begin", "version", "first_start",
-                 "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds", "last_shrink", "recorded")
+                 "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds", "last_shrink", "recorded",
+                 "queued_at", "fails", "failed_at", "sort_key")
 
     def __init__(self, spec: TraceJob, team: str, priority: int, gang: Gang, gpu_type: str | None,
                  requests: dict[str, int] | None = None) -> None:
@@ -78,6 +118,13 @@ class SimJob:
         self.lost_gpu_seconds = 0.0
         self.last_shrink: float | None = None   # status.elastic.lastShrinkTime
         self.recorded = (0, 0)      # status.restarts (user, infrastructure), as the controller wrote it
+        # The scheduler's view of the gang's pods while they wait (see `scheduling_order`): when they were
+        # created, how often they were found unschedulable, and when last.
+        self.queued_at = 0.0        # its pods created
+        self.fails = 0              # times found unschedulable (each pod's UnschedulableCount)
+        self.failed_at = 0.0        # last time found unschedulable
+        # Coscheduling's queue sort: its PodGroup's creation, then its last rejection; ties in creation order.
+        self.sort_key = (0.0, 0)
 
     @property
     def rate(self) -> float:
@@ -292,9 +339,15 @@ class Simulation:
         self._count_queued(self.by_id[w.id], -1)
 
     def _wait(self, job: SimJob) -> None:
-        """Admitted, waiting for nodes."""
+        """Admitted, waiting for nodes (with new pods: the scheduler has not tried them yet)."""
         self.waiting[job.spec.id] = job
+        job.queued_at, job.fails = self.clock.now, 0
+        job.sort_key = self._next_key()
         self._count_queued(job, 1)
+
+    def _next_key(self) -> tuple[float, int]:
+        self._seq += 1
+        return (self.clock.now, self._seq)
 
     def _unwait(self, job: SimJob) -> bool:
         if self.waiting.pop(job.spec.id, None) is None:
@@ -369,9 +422,13 @@ class Simulation:
         parked = self._parked if self.retry_seconds is not None else None
         unfit = self._unfit
         started = 0
-        for job in list(self.waiting.values()):
-            if parked is not None and (job.spec.id in parked or job.spec.id in unfit):
-                continue
+        now = self.clock.now
+        if parked is None:
+            order = list(self.waiting.values())
+        else:
+            order = scheduling_order([j for j in self.waiting.values() if j.spec.id not in parked
+                                      and j.spec.id not in unfit], now)
+        for job in order:
             placement = None
             short = cluster.free_gpus < job.gang.min_member * job.spec.gpus_per_node
             if not short:
@@ -379,11 +436,15 @@ class Simulation:
             if placement is None:
                 if parked is not None:   # set aside until something retries it
                     (parked if short and self.backend is not Backend.NATIVE else unfit).add(job.spec.id)
+                    if not (job.queued_at == job.failed_at == now):   # a new gang's pods: tried once at first
+                        job.fails += 1
+                    job.failed_at = now
+                    job.sort_key = (now, job.sort_key[1])
             else:
                 self._unwait(job)
                 self._start(job, placement)
                 started += 1
-                if not cluster.free_gpus:
+                if not cluster.free_gpus and parked is None:
                     break
         return started
 
