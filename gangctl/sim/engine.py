@@ -56,7 +56,7 @@ BACKOFF_INITIAL_SECONDS, BACKOFF_MAX_SECONDS = 1.0, 10.0
 def backoff_expiry(fails: int, failed_at: float) -> float:
     """When a pod found unschedulable `fails` times, last at `failed_at`, ends its backoff: 1 s doubling
     to 10 s, truncated to the backoff queue's 1 s ordering window (kube-scheduler 1.33+)."""
-    return math.floor(failed_at + min(BACKOFF_MAX_SECONDS, BACKOFF_INITIAL_SECONDS * 2 ** (fails - 1)))
+    return math.floor(failed_at + min(BACKOFF_MAX_SECONDS, BACKOFF_INITIAL_SECONDS * 2 ** min(fails - 1, 30)))
 
 
 def scheduling_order(gangs: list[SimJob], now: float) -> list[SimJob]:
@@ -194,7 +194,7 @@ class Simulation:
         # its pods aside: `_parked` when the free GPUs fell short of the gang in sum (Coscheduling's
         # PreFilter; tried again on a Coscheduling event: a PodGroup added or nudged, a pod bound),
         # `_unfit` when they sufficed in sum but not node by node (Filter; tried again when pods
-        # leave a node).
+        # leave a node). The gangs an event retries are tried in `scheduling_order`.
         self._parked: set[str] = set()
         self._unfit: set[str] = set()
 

@@ -8,7 +8,7 @@ import yaml
 
 from gangctl.policy.admission import GPU
 from gangctl.policy.quota import QuotaPolicy
-from gangctl.sim.engine import RUNNING, Simulation, simulate
+from gangctl.sim.engine import RUNNING, Simulation, backoff_expiry, simulate
 from gangctl.sim.generate import generate
 from gangctl.sim.scenario import Backend, Scenario
 from gangctl.sim.traces import TraceJob
@@ -287,6 +287,37 @@ def test_a_gang_short_in_sum_waits_for_a_coscheduling_event():
     by = {o.id: o for o in simulate(sc, ONE_TEAM, arrives).outcomes}
     assert by["b"].start == 102                  # b first: the older PodGroup
     assert by["c"].start == 208                  # c: b's pods exit at 202, reported done 207, nudge 208
+
+
+def test_kube_schedulers_backoff_doubles_from_one_second_to_ten_in_one_second_windows():
+    assert [backoff_expiry(fails, 10.3) for fails in range(1, 8)] == [11, 12, 14, 18, 20, 20, 20]
+    assert backoff_expiry(5000, 10.3) == 20      # a gang rejected all day long: still 10 s
+
+
+def test_a_gang_rejected_often_waits_behind_a_fresher_gang_past_its_backoff():
+    # a holds all 4 nodes until 100. big (3 nodes) is rejected at its arrival and at every periodic
+    # retry (every 7 s): its pods back off 10 s, last rejected at 98. mid (2 nodes) came at 97 and was
+    # rejected twice (backoff over at 100). At gangctl's nudge (101) mid's pods are in the scheduler's
+    # active queue and big's still in its backoff queue: mid goes first, and big waits for mid.
+    jobs = [job("a", 0, 100, nodes=4), job("big", 1, 10, nodes=3), job("mid", 97, 50, nodes=2)]
+    sc = with_control_plane(scenario(nodes=4), retrySeconds=7)
+    by = {o.id: o for o in simulate(sc, ONE_TEAM, jobs).outcomes}
+    assert by["mid"].start == 101
+    assert by["big"].start == 152          # mid's pods exit at 151, the nudge 1 s later
+    # Without the control plane modelled, gangs are placed in arrival order: big first.
+    by = {o.id: o for o in simulate(scenario(nodes=4), ONE_TEAM, jobs).outcomes}
+    assert by["big"].start == 100 and by["mid"].start == 110
+
+
+def test_gangs_backing_off_are_tried_in_order_of_backoff_end_and_before_a_new_gang():
+    # One node frees at 100 (a's). w came at 95, v at 99.5 (both rejected then; w twice). At 100.5 n
+    # arrives: its PodGroup requeues w and v, both still backing off (v until 100, w until 101, in 1 s
+    # windows), and the scheduler pops them before n's pods exist: v, whose backoff ends first, gets it.
+    jobs = [job("a", 0, 100), job("b", 0, 1000), job("w", 95, 10), job("v", 99.5, 10), job("n", 100.5, 10)]
+    sc = with_control_plane(scenario(nodes=2), retrySeconds=1000)
+    by = {o.id: o for o in simulate(sc, ONE_TEAM, jobs).outcomes}
+    assert by["v"].start == 100.5
+    assert by["w"].start > by["v"].start and by["n"].start > by["v"].start
 
 
 def test_a_native_gang_short_in_sum_is_retried_when_pods_leave_a_node():
