@@ -69,7 +69,7 @@ def run_slice(kubeconfig: Path, scenario: str, quota: bool, args: argparse.Names
     result = json.loads(out.stdout)
     result["slice"], result["quota"], result["wall_seconds"] = name, quota, round(time.monotonic() - started, 1)
     # Each real job's submit, start and end (seconds after the first submission), so that a later model
-    # can be judged job by job against this run (`--report FILE --remodel --jobs-diff`).
+    # can be judged job by job against this run (`--report FILE --remodel` prints it by gang shape).
     result["real_jobs"] = [{"job": row["job"], **row["real"]} for line in
                            (dumps / f"{name}.jsonl").read_text().splitlines() if (row := json.loads(line))["real"]]
     say(f"{name}: done in {result['wall_seconds']:.0f} s; passed={result['passed']}")
@@ -92,7 +92,23 @@ def remodel(results: list[dict]) -> None:
         p = plan(sc, policy, load_workload(sc, policy).jobs, pools, count=r["jobs"], compression=r["compression"],
                  quota=r["quota"])
         cp = ControlPlane(**r["measured_latency"])
-        r.update(expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs).result_fields())
+        e = expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs)
+        r.update(e.result_fields())
+        if r.get("real_jobs"):
+            r["by_shape"] = by_shape(p.sim_jobs, r["real_jobs"], e.outcomes)
+
+
+def by_shape(sim_jobs, real_jobs: list[dict], model_outcomes) -> list[dict]:
+    """Mean queueing delay per gang shape (pods x GPUs per pod), real beside the model: where they part."""
+    real = {j["job"]: j for j in real_jobs}
+    model = {o.id: o for o in model_outcomes}
+    groups: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for j in sim_jobs:
+        r, m = real.get(j.id), model.get(j.id)
+        if r and r.get("start") is not None and m and m.start is not None:
+            groups.setdefault((j.num_nodes, j.gpus_per_node), []).append((r["start"] - r["submit"], m.start - j.submit))
+    return [{"pods": k[0], "gpus_per_pod": k[1], "jobs": len(v), "real_queueing_mean": sum(a for a, _ in v) / len(v),
+             "model_queueing_mean": sum(b for _, b in v) / len(v)} for k, v in sorted(groups.items())]
 
 
 def error(real: float | None, sim: float | None) -> float | None:
@@ -163,6 +179,11 @@ def main() -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(data, indent=2))
     print(table(data["results"]))
+    for r in data["results"]:
+        if r.get("by_shape"):
+            print(f"{r['slice']}: mean queueing by gang shape, real / model: " + ", ".join(
+                f"{g['pods']}x{g['gpus_per_pod']} ({g['jobs']}) {g['real_queueing_mean']:.1f} / "
+                f"{g['model_queueing_mean']:.1f}" for g in r["by_shape"]))
     f = fidelity(data["results"], data["conditions"])
     print("largest error of the model: " + ", ".join(f"{k} {v:.1%}" for k, v in f["max_relative_error"].items()
                                                      if v is not None))
