@@ -26,6 +26,7 @@ import math
 import random
 from bisect import bisect_left, insort
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Callable
 
 from gangctl.policy.admission import Verdict, Workload, decide, explain, headroom, never_fits, queue_key
@@ -72,19 +73,15 @@ def scheduling_order(gangs: list[SimJob], now: float) -> list[SimJob]:
     ready, backing, new = [], [], []
     for job in gangs:
         if not job.fails:
-            (new if job.queued_at == now else ready).append(((-job.workload.priority, job.sort_key), job))
+            (new if job.queued_at == now else ready).append(((-job.workload.priority, job.queued_at, job.seq), job))
             continue
         expiry = backoff_expiry(job.fails, job.failed_at)
         if expiry >= window:
-            backing.append(((expiry, -job.workload.priority, job.sort_key), job))
+            backing.append(((expiry, -job.workload.priority, job.failed_at, job.seq), job))
         else:
-            ready.append(((-job.workload.priority, job.sort_key), job))
-    return [j for _, j in sorted(ready, key=_first)] + [j for _, j in sorted(backing, key=_first)] + \
-        [j for _, j in sorted(new, key=_first)]
-
-
-def _first(pair: tuple) -> tuple:
-    return pair[0]
+            ready.append(((-job.workload.priority, job.failed_at, job.seq), job))
+    first = itemgetter(0)
+    return [j for _, j in sorted(ready, key=first) + sorted(backing, key=first) + sorted(new, key=first)]
 
 
 class SimulationStuck(RuntimeError):
@@ -95,7 +92,7 @@ class SimJob:
     __slots__ = ("spec", "team", "gang", "pod_requests", "workload", "gpu_type", "state", "placement",
                  "pods", "held_pods", "remaining", "run_start", "segment_begin", "version", "first_start",
                  "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds", "last_shrink", "recorded",
-                 "queued_at", "fails", "failed_at", "sort_key")
+                 "queued_at", "fails", "failed_at", "seq")
 
     def __init__(self, spec: TraceJob, team: str, priority: int, gang: Gang, gpu_type: str | None,
                  requests: dict[str, int] | None = None) -> None:
@@ -123,8 +120,7 @@ class SimJob:
         self.queued_at = 0.0        # its pods created
         self.fails = 0              # times found unschedulable (each pod's UnschedulableCount)
         self.failed_at = 0.0        # last time found unschedulable
-        # Coscheduling's queue sort: its PodGroup's creation, then its last rejection; ties in creation order.
-        self.sort_key = (0.0, 0)
+        self.seq = 0                # creation order: ties in Coscheduling's sort (by creation, then rejection)
 
     @property
     def rate(self) -> float:
@@ -341,13 +337,9 @@ class Simulation:
     def _wait(self, job: SimJob) -> None:
         """Admitted, waiting for nodes (with new pods: the scheduler has not tried them yet)."""
         self.waiting[job.spec.id] = job
-        job.queued_at, job.fails = self.clock.now, 0
-        job.sort_key = self._next_key()
-        self._count_queued(job, 1)
-
-    def _next_key(self) -> tuple[float, int]:
         self._seq += 1
-        return (self.clock.now, self._seq)
+        job.queued_at, job.fails, job.seq = self.clock.now, 0, self._seq
+        self._count_queued(job, 1)
 
     def _unwait(self, job: SimJob) -> bool:
         if self.waiting.pop(job.spec.id, None) is None:
@@ -436,10 +428,9 @@ class Simulation:
             if placement is None:
                 if parked is not None:   # set aside until something retries it
                     (parked if short and self.backend is not Backend.NATIVE else unfit).add(job.spec.id)
-                    if not (job.queued_at == job.failed_at == now):   # a new gang's pods: tried once at first
+                    if not (job.fails and job.queued_at == job.failed_at == now):   # a new gang's pods: once at first
                         job.fails += 1
                     job.failed_at = now
-                    job.sort_key = (now, job.sort_key[1])
             else:
                 self._unwait(job)
                 self._start(job, placement)
