@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/sim_fidelity.py --report out.json                 # the table again
     .venv/bin/python benchmarks/sim_fidelity.py --report out.json --write-fidelity simulations/fidelity.json
     .venv/bin/python benchmarks/sim_fidelity.py --report out.json --remodel       # stored real runs, this model
+    .venv/bin/python benchmarks/sim_fidelity.py --report a.json b.json --remodel  # several runs, pooled per slice
 
 One local cluster of its own (8 KWOK nodes x 8 GPUs, as the slices' comments say) and `gangctl
 controller`; each slice runs through `gangctl sim-check SLICE -o json --dump` as a user would run it
@@ -13,6 +14,12 @@ JCT and queueing delay beside the model's (the mean over its draws of the schedu
 with the draws' 5-95 % range and the model's relative error; `--write-fidelity` stores the largest
 errors over the slices in the file `gangctl sim` prints as its validated error bars, and the widest
 range (how far one run may fall from the model by chance alone).
+
+One real run of a slice is one draw too: which waiting gang gets a node that drains is decided by races
+in the scheduler, so two runs of the same 300 jobs differ (by 17 % run to run on replay-check's mean
+queueing). Given several runs (`--report` with several files), the table pools them per slice: the
+mean of the runs' figures, their run-to-run spread, and the model's error against that mean, which is
+what `--write-fidelity` then stores.
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -127,12 +135,55 @@ def table(results: list[dict]) -> str:
             band = (r.get("model_band") or {}).get(key, {}).get(stat) or []
             shown = f" [{band[0]:.1f}-{band[1]:.1f}]" if len(band) == 2 else ""
             cells.append(f"{real:.2f} / {model:.2f}{shown} ({e:+.1%})" if e is not None else "-")
-        lines.append(f"| {r['slice']}{' (quota)' if r['quota'] else ''} | {r['jobs']} | " + " | ".join(cells) + " |")
+        run = f" ({r['run']})" if "run" in r else ""
+        lines.append(f"| {r['slice']}{' (quota)' if r['quota'] else ''}{run} | {r['jobs']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def pooled(results: list[dict]) -> list[dict]:
+    """The runs of each slice as one: per metric the mean of the runs' real figures and of the model's
+    (each run's model uses that run's measured latencies), and the real runs' spread (standard deviation
+    over their mean; None with one run). A slice keeps the place of its first run."""
+    by_slice: dict[tuple[str, bool], list[dict]] = {}
+    for r in results:
+        by_slice.setdefault((r["slice"], r["quota"]), []).append(r)
+    out = []
+    for (name, quota), runs in by_slice.items():
+        merged = {"slice": name, "quota": quota, "jobs": runs[0]["jobs"], "runs": len(runs), "real": {}, "model": {},
+                  "real_spread": {}, "model_band": {}}
+        for key, stat in METRICS:
+            real = [r["real"][key][stat] for r in runs]
+            model = [r["model"][key][stat] for r in runs]
+            mean = statistics.fmean(real)
+            merged["real"].setdefault(key, {})[stat] = mean
+            merged["model"].setdefault(key, {})[stat] = statistics.fmean(model)
+            merged["real_spread"].setdefault(key, {})[stat] = statistics.stdev(real) / mean if len(runs) > 1 and mean else None
+            bands = [b for r in runs if len(b := (r.get("model_band") or {}).get(key, {}).get(stat) or []) == 2]
+            if bands:
+                merged["model_band"].setdefault(key, {})[stat] = [statistics.fmean(b[0] for b in bands),
+                                                                  statistics.fmean(b[1] for b in bands)]
+        out.append(merged)
+    return out
+
+
+def pooled_table(merged: list[dict]) -> str:
+    head = ("| slice | runs | " + " | ".join(f"{k.split('_')[0].replace('queue', 'queueing')} {s}: real mean of runs "
+                                             "(run-to-run spread) / model (error)" for k, s in METRICS) + " |")
+    lines = [head, "|" + "---|" * (2 + len(METRICS))]
+    for m in merged:
+        cells = []
+        for key, stat in METRICS:
+            real, model, spread = m["real"][key][stat], m["model"][key][stat], m["real_spread"][key][stat]
+            shown = f" (±{spread:.1%})" if spread is not None else ""
+            cells.append(f"{real:.2f}{shown} / {model:.2f} ({error(real, model):+.1%})")
+        lines.append(f"| {m['slice']}{' (quota)' if m['quota'] else ''} | {m['runs']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def fidelity(results: list[dict], cond: dict) -> dict:
-    """The largest absolute error of the model over the slices, per metric: the simulator's error bars."""
+    """The largest absolute error of the model over the slices, per metric: the simulator's error bars.
+    Several runs of a slice count as one, by the mean of their figures (see `pooled`)."""
+    results = pooled(results)
     worst, chance = {}, {}
     for key, stat in METRICS:
         errors = [abs(e) for r in results if (e := error(r["real"][key][stat], r["model"][key][stat])) is not None]
@@ -140,8 +191,11 @@ def fidelity(results: list[dict], cond: dict) -> dict:
         halves = [(b[1] - b[0]) / 2 / r["model"][key][stat] for r in results
                   if len(b := (r.get("model_band") or {}).get(key, {}).get(stat) or []) == 2 and r["model"][key][stat]]
         chance[f"{key}.{stat}"] = round(max(halves), 4) if halves else None
-    return {"measured": cond["date"], "commit": cond["gangctl"], "model_commit": cond.get("model_recomputed", cond["gangctl"]),
-            "slices": [r["slice"] for r in results],
+    runs = cond.get("runs") or [cond]
+    dates = sorted({c["date"] for c in runs})
+    return {"measured": dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}",
+            "commit": ", ".join(dict.fromkeys(c["gangctl"] for c in runs)), "model_commit": cond.get("model_recomputed", cond["gangctl"]),
+            "slices": [r["slice"] for r in results], "runs_per_slice": {r["slice"]: r["runs"] for r in results},
             "jobs_per_slice": cond["jobs"], "compression": cond["compression"],
             "command": "benchmarks/sim_fidelity.py " + " ".join(cond["argv"]), "max_relative_error": worst,
             "max_relative_chance_spread": chance}
@@ -154,14 +208,17 @@ def main() -> int:
     ap.add_argument("--gpu-nodes", type=int, default=8)
     ap.add_argument("--slices", nargs="*", help="scenario files (default: the three replay-check slices)")
     ap.add_argument("--json", help="write conditions and results here")
-    ap.add_argument("--report", help="print the table of an earlier --json and exit")
+    ap.add_argument("--report", nargs="+", metavar="FILE", help="print the table of earlier --json files and exit "
+                                                                  "(several: runs of a slice pooled)")
     ap.add_argument("--remodel", action="store_true", help="with --report: recompute the model side with this "
                                                                 "checkout's simulator")
     ap.add_argument("--write-fidelity", help="store the largest errors for `gangctl sim` (simulations/fidelity.json)")
     ap.add_argument("--cluster-name", default="gangctl-bench-fidelity")
     args = ap.parse_args()
     if args.report:
-        data = json.loads(Path(args.report).read_text())
+        stored = [json.loads(Path(f).read_text()) for f in args.report]
+        data = {"conditions": stored[-1]["conditions"] | {"runs": [d["conditions"] for d in stored]},
+                "results": [r | {"run": d["conditions"]["date"]} for d in stored for r in d["results"]]}
         if args.remodel:
             remodel(data["results"])
             data["conditions"]["model_recomputed"] = conditions(args)["gangctl"]
@@ -179,6 +236,9 @@ def main() -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(data, indent=2))
     print(table(data["results"]))
+    merged = pooled(data["results"])
+    if any(m["runs"] > 1 for m in merged):
+        print("\npooled over the runs of each slice:\n" + pooled_table(merged))
     for r in data["results"]:
         if r.get("by_shape"):
             print(f"{r['slice']}: mean queueing by gang shape, real / model: " + ", ".join(

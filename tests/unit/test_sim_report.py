@@ -96,7 +96,13 @@ def test_the_report_states_how_far_the_simulator_was_validated(tmp_path):
     assert "by chance, from the scheduler's random tie-breaks: mean JCT ±6%, mean queueing delay ±25%" in text
     assert "mean JCT ±4%" in text and "p95 JCT ±9%" in text and "mean queueing delay ±22%" in text
     assert "p95 queueing delay" not in text, "a metric not measured is not claimed"
-    assert "3 slices of 300 jobs" in text and "2026-11-26 04:20 UTC at abc1234" in text
+    assert "3 slices of 300 jobs replayed by `gangctl sim-check`, measured" in text
+    assert "2026-11-26 04:20 UTC at abc1234" in text
+    measured["runs_per_slice"] = {"replay-check": 4, "replay-check-philly": 2, "replay-check-quota": 3}
+    assert "3 slices of 300 jobs replayed by `gangctl sim-check`, each against the mean of its 2 to 4 real runs, " \
+        in fidelity.sentence(measured)
+    measured["runs_per_slice"] = {"replay-check": 1, "replay-check-philly": 1, "replay-check-quota": 1}
+    assert "real runs" not in fidelity.sentence(measured), "one run per slice is not called a mean"
     path = tmp_path / "fidelity.json"
     path.write_text(__import__("json").dumps(measured))
     assert fidelity.load(path) == measured
