@@ -123,9 +123,11 @@ def error(real: float | None, sim: float | None) -> float | None:
     return None if not real or sim is None else (sim - real) / real
 
 
-def table(results: list[dict]) -> str:
-    head = ("| slice | jobs | " + " | ".join(f"{k.split('_')[0].replace('queue', 'queueing')} {s} real / model "
-                                             "[draws 5-95 %] (error)" for k, s in METRICS) + " |")
+def table(results: list[dict], pooled_runs: bool = False) -> str:
+    """One row per run of a slice, or (`pooled_runs`, rows from `pooled`) one per slice with its runs' spread."""
+    count, real_label = ("runs", "real mean of runs (run-to-run spread)") if pooled_runs else ("jobs", "real")
+    head = (f"| slice | {count} | " + " | ".join(f"{k.split('_')[0].replace('queue', 'queueing')} {s} {real_label} / "
+                                                 "model [draws 5-95 %] (error)" for k, s in METRICS) + " |")
     lines = [head, "|" + "---|" * (2 + len(METRICS))]
     for r in results:
         cells = []
@@ -134,9 +136,11 @@ def table(results: list[dict]) -> str:
             e = error(real, model)
             band = (r.get("model_band") or {}).get(key, {}).get(stat) or []
             shown = f" [{band[0]:.1f}-{band[1]:.1f}]" if len(band) == 2 else ""
-            cells.append(f"{real:.2f} / {model:.2f}{shown} ({e:+.1%})" if e is not None else "-")
+            spread = (r.get("real_spread") or {}).get(key, {}).get(stat)
+            real_shown = f"{real:.2f}" + (f" (±{spread:.1%})" if spread is not None else "")
+            cells.append(f"{real_shown} / {model:.2f}{shown} ({e:+.1%})" if e is not None else "-")
         run = f" ({r['run']})" if "run" in r else ""
-        lines.append(f"| {r['slice']}{' (quota)' if r['quota'] else ''}{run} | {r['jobs']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {r['slice']}{' (quota)' if r['quota'] else ''}{run} | {r[count]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -164,20 +168,6 @@ def pooled(results: list[dict]) -> list[dict]:
                                                                   statistics.fmean(b[1] for b in bands)]
         out.append(merged)
     return out
-
-
-def pooled_table(merged: list[dict]) -> str:
-    head = ("| slice | runs | " + " | ".join(f"{k.split('_')[0].replace('queue', 'queueing')} {s}: real mean of runs "
-                                             "(run-to-run spread) / model (error)" for k, s in METRICS) + " |")
-    lines = [head, "|" + "---|" * (2 + len(METRICS))]
-    for m in merged:
-        cells = []
-        for key, stat in METRICS:
-            real, model, spread = m["real"][key][stat], m["model"][key][stat], m["real_spread"][key][stat]
-            shown = f" (±{spread:.1%})" if spread is not None else ""
-            cells.append(f"{real:.2f}{shown} / {model:.2f} ({error(real, model):+.1%})")
-        lines.append(f"| {m['slice']}{' (quota)' if m['quota'] else ''} | {m['runs']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def fidelity(results: list[dict], cond: dict) -> dict:
@@ -238,7 +228,7 @@ def main() -> int:
     print(table(data["results"]))
     merged = pooled(data["results"])
     if any(m["runs"] > 1 for m in merged):
-        print("\npooled over the runs of each slice:\n" + pooled_table(merged))
+        print("\npooled over the runs of each slice:\n" + table(merged, pooled_runs=True))
     for r in data["results"]:
         if r.get("by_shape"):
             print(f"{r['slice']}: mean queueing by gang shape, real / model: " + ", ".join(
