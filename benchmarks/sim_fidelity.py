@@ -174,13 +174,15 @@ def fidelity(results: list[dict], cond: dict) -> dict:
     """The largest absolute error of the model over the slices, per metric: the simulator's error bars.
     Several runs of a slice count as one, by the mean of their figures (see `pooled`)."""
     results = pooled(results)
-    worst, chance = {}, {}
+    worst, chance, spread = {}, {}, {}
     for key, stat in METRICS:
         errors = [abs(e) for r in results if (e := error(r["real"][key][stat], r["model"][key][stat])) is not None]
         worst[f"{key}.{stat}"] = round(max(errors), 4) if errors else None
         halves = [(b[1] - b[0]) / 2 / r["model"][key][stat] for r in results
                   if len(b := (r.get("model_band") or {}).get(key, {}).get(stat) or []) == 2 and r["model"][key][stat]]
         chance[f"{key}.{stat}"] = round(max(halves), 4) if halves else None
+        spreads = [v for r in results if (v := r["real_spread"][key][stat]) is not None]
+        spread[f"{key}.{stat}"] = round(max(spreads), 4) if spreads else None
     runs = cond.get("runs") or [cond]
     dates = sorted({c["date"] for c in runs})
     return {"measured": dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}",
@@ -188,7 +190,7 @@ def fidelity(results: list[dict], cond: dict) -> dict:
             "slices": [r["slice"] for r in results], "runs_per_slice": {r["slice"]: r["runs"] for r in results},
             "jobs_per_slice": cond["jobs"], "compression": cond["compression"],
             "command": "benchmarks/sim_fidelity.py " + " ".join(cond["argv"]), "max_relative_error": worst,
-            "max_relative_chance_spread": chance}
+            "max_relative_chance_spread": chance, "max_real_run_spread": spread}
 
 
 def main() -> int:

@@ -4,7 +4,8 @@
 replay-check slices through the real controller and scheduler (`gangctl sim-check`) and stores the
 model's largest relative error over the slices per metric (against the mean of a slice's real runs
 when it was run several times: one real run is itself one draw of the scheduler's races), and how far
-one run varies by chance (the widest 5-95 % range of the model's tie-break draws); `gangctl sim` prints them under its
+one run varies by chance (the widest 5-95 % range of the model's tie-break draws, and the real runs'
+own spread when there were several); `gangctl sim` prints them under its
 results, so a what-if is read with the margin it deserves.
 """
 from __future__ import annotations
@@ -34,6 +35,8 @@ def sentence(fidelity: dict | None) -> str:
                        if v is not None)
     spread = fidelity.get("max_relative_chance_spread") or {}
     chance = ", ".join(f"{_LABELS.get(k, k)} ±{v:.0%}" for k, v in spread.items() if v is not None and k.endswith(".mean"))
+    real = ", ".join(f"{_LABELS.get(k, k)} ±{v:.0%}" for k, v in (fidelity.get("max_real_run_spread") or {}).items()
+                     if v is not None and k.endswith(".mean"))
     runs = sorted(set((fidelity.get("runs_per_slice") or {}).values()))
     pooled = "" if runs in ([], [1]) else (f", each against the mean of its {runs[0]}" if len(runs) == 1 else
                                             f", each against the mean of its {runs[0]} to {runs[-1]}") + " real runs"
@@ -41,4 +44,5 @@ def sentence(fidelity: dict | None) -> str:
             f"{len(fidelity['slices'])} slices of {fidelity['jobs_per_slice']} jobs replayed by `gangctl sim-check`{pooled}, "
             f"measured {fidelity['measured']} at {fidelity['commit']}; benchmarks/README.md)."
             + (f" One run of the same jobs also varies by chance, from the scheduler's random tie-breaks: {chance} "
-               "(5-95 % of the model's draws)." if chance else ""))
+               "(5-95 % of the model's draws)." if chance else "")
+            + (f" Real runs of the same jobs differed by up to {real} (one standard deviation)." if real else ""))

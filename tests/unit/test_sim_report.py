@@ -101,6 +101,11 @@ def test_the_report_states_how_far_the_simulator_was_validated(tmp_path):
     measured["runs_per_slice"] = {"replay-check": 4, "replay-check-philly": 2, "replay-check-quota": 3}
     assert "3 slices of 300 jobs replayed by `gangctl sim-check`, each against the mean of its 2 to 4 real runs, " \
         in fidelity.sentence(measured)
+    assert "Real runs" not in fidelity.sentence(measured), "no spread of real runs stored, none claimed"
+    measured["max_real_run_spread"] = {"jct_seconds.mean": 0.057, "queue_delay_seconds.mean": 0.138,
+                                       "queue_delay_seconds.p95": 0.27}
+    assert fidelity.sentence(measured).endswith(
+        "Real runs of the same jobs differed by up to mean JCT ±6%, mean queueing delay ±14% (one standard deviation).")
     measured["runs_per_slice"] = {"replay-check": 1, "replay-check-philly": 1, "replay-check-quota": 1}
     assert "real runs" not in fidelity.sentence(measured), "one run per slice is not called a mean"
     path = tmp_path / "fidelity.json"
