@@ -211,6 +211,7 @@ def main() -> int:
         stored = [json.loads(Path(f).read_text()) for f in args.report]
         data = {"conditions": stored[-1]["conditions"] | {"runs": [d["conditions"] for d in stored]},
                 "results": [r | {"run": d["conditions"]["date"]} for d in stored for r in d["results"]]}
+        data["conditions"]["argv"] = sys.argv[1:]   # the command behind these figures (each run keeps its own)
         if args.remodel:
             remodel(data["results"])
             data["conditions"]["model_recomputed"] = conditions(args)["gangctl"]
