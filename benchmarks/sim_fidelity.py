@@ -16,8 +16,8 @@ errors over the slices in the file `gangctl sim` prints as its validated error b
 range (how far one run may fall from the model by chance alone).
 
 One real run of a slice is one draw too: which waiting gang gets a node that drains is decided by races
-in the scheduler, so two runs of the same 300 jobs differ (by 17 % run to run on replay-check's mean
-queueing). Given several runs (`--report` with several files), the table pools them per slice: the
+in the scheduler, so runs of the same 300 jobs differ (replay-check's mean queueing by 12 %, one
+standard deviation over five runs). Given several runs (`--report` with several files), the table pools them per slice: the
 mean of the runs' figures, their run-to-run spread, and the model's error against that mean, which is
 what `--write-fidelity` then stores.
 """
@@ -147,13 +147,14 @@ def table(results: list[dict], pooled_runs: bool = False) -> str:
 def pooled(results: list[dict]) -> list[dict]:
     """The runs of each slice as one: per metric the mean of the runs' real figures and of the model's
     (each run's model uses that run's measured latencies), and the real runs' spread (standard deviation
-    over their mean; None with one run). A slice keeps the place of its first run."""
-    by_slice: dict[tuple[str, bool], list[dict]] = {}
+    over their mean; None with one run). Only runs of the same slice, job count and compression pool; a
+    slice keeps the place of its first run."""
+    by_slice: dict[tuple, list[dict]] = {}
     for r in results:
-        by_slice.setdefault((r["slice"], r["quota"]), []).append(r)
+        by_slice.setdefault((r["slice"], r["quota"], r["jobs"], r["compression"]), []).append(r)
     out = []
-    for (name, quota), runs in by_slice.items():
-        merged = {"slice": name, "quota": quota, "jobs": runs[0]["jobs"], "runs": len(runs), "real": {}, "model": {},
+    for (name, quota, jobs, _), runs in by_slice.items():
+        merged = {"slice": name, "quota": quota, "jobs": jobs, "runs": len(runs), "real": {}, "model": {},
                   "real_spread": {}, "model_band": {}}
         for key, stat in METRICS:
             real = [r["real"][key][stat] for r in runs]
