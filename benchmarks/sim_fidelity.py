@@ -123,6 +123,12 @@ def error(real: float | None, sim: float | None) -> float | None:
     return None if not real or sim is None else (sim - real) / real
 
 
+def band(r: dict, key: str, stat: str) -> list[float]:
+    """The model draws' 5-95 % range of one metric ([] when the result has none)."""
+    b = (r.get("model_band") or {}).get(key, {}).get(stat) or []
+    return b if len(b) == 2 else []
+
+
 def table(results: list[dict], pooled_runs: bool = False) -> str:
     """One row per run of a slice, or (`pooled_runs`, rows from `pooled`) one per slice with its runs' spread."""
     count, real_label = ("runs", "real mean of runs (run-to-run spread)") if pooled_runs else ("jobs", "real")
@@ -134,8 +140,8 @@ def table(results: list[dict], pooled_runs: bool = False) -> str:
         for key, stat in METRICS:
             real, model = r["real"][key][stat], r["model"][key][stat]
             e = error(real, model)
-            band = (r.get("model_band") or {}).get(key, {}).get(stat) or []
-            shown = f" [{band[0]:.1f}-{band[1]:.1f}]" if len(band) == 2 else ""
+            b = band(r, key, stat)
+            shown = f" [{b[0]:.1f}-{b[1]:.1f}]" if b else ""
             spread = (r.get("real_spread") or {}).get(key, {}).get(stat)
             real_shown = f"{real:.2f}" + (f" (±{spread:.1%})" if spread is not None else "")
             cells.append(f"{real_shown} / {model:.2f}{shown} ({e:+.1%})" if e is not None else "-")
@@ -163,7 +169,7 @@ def pooled(results: list[dict]) -> list[dict]:
             merged["real"].setdefault(key, {})[stat] = mean
             merged["model"].setdefault(key, {})[stat] = statistics.fmean(model)
             merged["real_spread"].setdefault(key, {})[stat] = statistics.stdev(real) / mean if len(runs) > 1 and mean else None
-            bands = [b for r in runs if len(b := (r.get("model_band") or {}).get(key, {}).get(stat) or []) == 2]
+            bands = [b for r in runs if (b := band(r, key, stat))]
             if bands:
                 merged["model_band"].setdefault(key, {})[stat] = [statistics.fmean(b[0] for b in bands),
                                                                   statistics.fmean(b[1] for b in bands)]
@@ -180,7 +186,7 @@ def fidelity(results: list[dict], cond: dict) -> dict:
         errors = [abs(e) for r in results if (e := error(r["real"][key][stat], r["model"][key][stat])) is not None]
         worst[f"{key}.{stat}"] = round(max(errors), 4) if errors else None
         halves = [(b[1] - b[0]) / 2 / r["model"][key][stat] for r in results
-                  if len(b := (r.get("model_band") or {}).get(key, {}).get(stat) or []) == 2 and r["model"][key][stat]]
+                  if (b := band(r, key, stat)) and r["model"][key][stat]]
         chance[f"{key}.{stat}"] = round(max(halves), 4) if halves else None
         spreads = [v for r in results if (v := r["real_spread"][key][stat]) is not None]
         spread[f"{key}.{stat}"] = round(max(spreads), 4) if spreads else None

@@ -27,19 +27,22 @@ def load(path: Path = FILE) -> dict | None:
         return None
 
 
+def _means(spreads: dict | None) -> str:
+    """The mean metrics of a stored spread, as "mean JCT ±x%, ..."."""
+    return ", ".join(f"{_LABELS.get(k, k)} ±{v:.0%}" for k, v in (spreads or {}).items()
+                     if v is not None and k.endswith(".mean"))
+
+
 def sentence(fidelity: dict | None) -> str:
     if not fidelity:
         return ("Not validated against a real control plane on this checkout (benchmarks/sim_fidelity.py "
                 "measures it).")
     errors = ", ".join(f"{_LABELS.get(k, k)} ±{v:.0%}" for k, v in fidelity["max_relative_error"].items()
                        if v is not None)
-    spread = fidelity.get("max_relative_chance_spread") or {}
-    chance = ", ".join(f"{_LABELS.get(k, k)} ±{v:.0%}" for k, v in spread.items() if v is not None and k.endswith(".mean"))
-    real = ", ".join(f"{_LABELS.get(k, k)} ±{v:.0%}" for k, v in (fidelity.get("max_real_run_spread") or {}).items()
-                     if v is not None and k.endswith(".mean"))
+    chance, real = (_means(fidelity.get(k)) for k in ("max_relative_chance_spread", "max_real_run_spread"))
     runs = sorted(set((fidelity.get("runs_per_slice") or {}).values()))
-    pooled = "" if runs in ([], [1]) else (f", each against the mean of its {runs[0]}" if len(runs) == 1 else
-                                            f", each against the mean of its {runs[0]} to {runs[-1]}") + " real runs"
+    pooled = "" if runs in ([], [1]) else \
+        f", each against the mean of its {runs[0]}{f' to {runs[-1]}' if len(runs) > 1 else ''} real runs"
     return (f"Error bars against the real control plane: {errors} (the largest error over "
             f"{len(fidelity['slices'])} slices of {fidelity['jobs_per_slice']} jobs replayed by `gangctl sim-check`{pooled}, "
             f"measured {fidelity['measured']} at {fidelity['commit']}; benchmarks/README.md)."
