@@ -104,6 +104,26 @@ def remodel(results: list[dict]) -> None:
         r.update(e.result_fields())
         if r.get("real_jobs"):
             r["by_shape"] = by_shape(p.sim_jobs, r["real_jobs"], e.outcomes)
+            r["oldest_first"] = turns(p.sim_jobs, r["real_jobs"], e.draw_outcomes)
+
+
+def turns(sim_jobs, real_jobs: list[dict], draws) -> list[dict]:
+    """Per gang shape, how often the longest-waiting gang of that shape started first: in the real run,
+    and over every model draw (see `oldest_first`). Shapes with fewer than five real waits are left out."""
+    from gangctl.validate.measure import oldest_first
+
+    real = {j["job"]: j for j in real_jobs}
+    jobs = [j for j in sim_jobs if j.id in real]
+    shapes = {j.id: (j.num_nodes, j.gpus_per_node) for j in jobs}
+    real_turns = oldest_first(shapes, {j: real[j]["submit"] for j in shapes}, {j: real[j]["start"] for j in shapes})
+    model_turns: dict[tuple[int, int], list[int]] = {}
+    for outcomes in draws:
+        submits = {o.id: o.submit for o in outcomes if o.id in shapes}
+        for shape, (first, waited) in oldest_first(shapes, submits, {o.id: o.start for o in outcomes}).items():
+            m = model_turns.setdefault(shape, [0, 0])
+            m[0], m[1] = m[0] + first, m[1] + waited
+    return [{"pods": k[0], "gpus_per_pod": k[1], "real": list(v), "model": model_turns.get(k, [0, 0])}
+            for k, v in real_turns.items() if v[1] >= 5]
 
 
 def by_shape(sim_jobs, real_jobs: list[dict], model_outcomes) -> list[dict]:
@@ -117,6 +137,10 @@ def by_shape(sim_jobs, real_jobs: list[dict], model_outcomes) -> list[dict]:
             groups.setdefault((j.num_nodes, j.gpus_per_node), []).append((r["start"] - r["submit"], m.start - j.submit))
     return [{"pods": k[0], "gpus_per_pod": k[1], "jobs": len(v), "real_queueing_mean": sum(a for a, _ in v) / len(v),
              "model_queueing_mean": sum(b for _, b in v) / len(v)} for k, v in sorted(groups.items())]
+
+
+def share(counts: list[int]) -> str:
+    return f"{counts[0] / counts[1]:.0%}" if counts[1] else "-"
 
 
 def error(real: float | None, sim: float | None) -> float | None:
@@ -244,6 +268,10 @@ def main() -> int:
             print(f"{r['slice']}: mean queueing by gang shape, real / model: " + ", ".join(
                 f"{g['pods']}x{g['gpus_per_pod']} ({g['jobs']}) {g['real_queueing_mean']:.1f} / "
                 f"{g['model_queueing_mean']:.1f}" for g in r["by_shape"]))
+        if r.get("oldest_first"):
+            print(f"{r['slice']}: the longest-waiting gang of its shape started first, real / model: " + ", ".join(
+                f"{g['pods']}x{g['gpus_per_pod']} {g['real'][0]}/{g['real'][1]} ({share(g['real'])}) / "
+                f"{g['model'][0]}/{g['model'][1]} ({share(g['model'])})" for g in r["oldest_first"]))
     f = fidelity(data["results"], data["conditions"])
     print("largest error of the model: " + ", ".join(f"{k} {v:.1%}" for k, v in f["max_relative_error"].items()
                                                      if v is not None))

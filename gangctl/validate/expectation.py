@@ -30,6 +30,7 @@ class Expectation:
     outcomes: list[JobOutcome]     # each job's start and end, averaged over the draws
     bands: dict[str, dict[str, list[float]]]   # metric -> stat -> [5th, 95th percentile] over the draws
     draws: int
+    draw_outcomes: list[list[JobOutcome]]   # each draw's own outcomes (which gang went first is lost in means)
 
     def result_fields(self) -> dict:
         """The model's part of a sim-check result (the JSON `sim-check -o json` prints)."""
@@ -49,7 +50,8 @@ def expected(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], draw
             values = [r.summary[key][stat] for r in runs if r.summary[key][stat] is not None]
             summary[key][stat] = statistics.fmean(values) if values else None
             bands[key][stat] = _band(values)
-    return Expectation(summary, _mean_outcomes([r.outcomes for r in runs]), bands, draws)
+    per_draw = [r.outcomes for r in runs]
+    return Expectation(summary, _mean_outcomes(per_draw), bands, draws, per_draw)
 
 
 def _band(values: list[float]) -> list[float]:

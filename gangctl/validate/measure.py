@@ -106,3 +106,29 @@ def compare(real: Mapping, sim: Mapping) -> list[Row]:
 
 def verdict(rows: list[Row], tolerance: float = DEFAULT_TOLERANCE) -> bool:
     return all(r.ok(tolerance) for r in rows if r.checked)
+
+
+def oldest_first(shapes: Mapping[str, tuple[int, int]], submits: Mapping[str, float],
+                 starts: Mapping[str, float | None], min_wait: float = 2.0) -> dict[tuple[int, int], tuple[int, int]]:
+    """Per gang shape (pods, GPUs per pod): of the gangs that waited `min_wait` seconds or more, how many
+    started while no older gang of their shape still waited, out of how many.
+
+    Equal gangs served in the order they came score every start. On the cluster, which of them gets a
+    node that drains is also decided by races inside kube-scheduler, so this is where a model that keeps
+    the queue's order parts from it. A gang started within half a second of another counts as not
+    waiting then; a gang that never started waits to the end."""
+    counts: dict[tuple[int, int], list[int]] = {}
+    by_shape: dict[tuple[int, int], list[str]] = {}
+    for job, shape in shapes.items():
+        by_shape.setdefault(shape, []).append(job)
+    for shape, jobs in by_shape.items():
+        for job in jobs:
+            start = starts.get(job)
+            if start is None or start - submits[job] < min_wait:
+                continue
+            older = any(submits[q] < submits[job] and submits[q] < start - 0.5
+                        and (starts.get(q) is None or starts[q] > start + 0.5) for q in jobs)
+            c = counts.setdefault(shape, [0, 0])
+            c[0] += not older
+            c[1] += 1
+    return {shape: (c[0], c[1]) for shape, c in sorted(counts.items())}

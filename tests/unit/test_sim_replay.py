@@ -21,7 +21,7 @@ from gangctl.sim.traces import TraceJob
 from gangctl.sim.model import Packing
 from gangctl.validate.cli import measured_latency, per_job_rows
 from gangctl.validate.expectation import expected
-from gangctl.validate.measure import RealOutcome, compare, outcome_of, summarize, verdict
+from gangctl.validate.measure import RealOutcome, compare, oldest_first, outcome_of, summarize, verdict
 from gangctl.validate.plan import gpu_pools, namespaces_of, open_policy, plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,7 +198,21 @@ def test_the_model_is_the_mean_over_the_schedulers_tie_draws_with_their_spread()
     waited = max(runs[0].outcomes, key=lambda o: o.queue_delay)
     assert starts[waited.id] == pytest.approx(sum(next(o.start for o in r.outcomes if o.id == waited.id)
                                                    for r in runs) / 4)
+    assert [[o.start for o in d] for d in e.draw_outcomes] == [[o.start for o in r.outcomes] for r in runs]
     one = expected(p.scenario, p.policy, p.sim_jobs, draws=1)
     assert one.summary["jct_seconds"] == runs[0].summary["jct_seconds"]
     with pytest.raises(ValueError):
         expected(p.scenario, p.policy, p.sim_jobs, draws=0)
+
+
+def test_oldest_first_counts_the_starts_that_went_to_the_longest_waiting_gang_of_their_shape():
+    shapes = {"a": (1, 8), "b": (1, 8), "c": (1, 8), "d": (2, 8), "e": (1, 8)}
+    submits = {"a": 0.0, "b": 1.0, "c": 2.0, "d": 0.5, "e": 3.0}
+    in_order = {"a": 10.0, "b": 20.0, "c": 30.0, "d": 40.0, "e": 3.5}   # e waited half a second: not counted
+    assert oldest_first(shapes, submits, in_order) == {(1, 8): (3, 3), (2, 8): (1, 1)}
+    # c jumps the queue while a and b still wait (a 2 x 8 gang is no rival of theirs); a never starts
+    jumped = {"a": None, "b": 20.0, "c": 15.0, "d": 40.0, "e": 3.5}
+    assert oldest_first(shapes, submits, jumped) == {(1, 8): (0, 2), (2, 8): (1, 1)}
+    # gangs bound within half a second of each other are one turn, whichever bound first
+    together = {"a": 10.2, "b": 10.0, "c": 30.0, "d": 40.0, "e": 3.5}
+    assert oldest_first(shapes, submits, together) == {(1, 8): (3, 3), (2, 8): (1, 1)}
