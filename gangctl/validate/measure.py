@@ -126,8 +126,8 @@ def oldest_first(shapes: Mapping[str, tuple[int, int]], submits: Mapping[str, fl
             start = starts.get(job)
             if start is None or start - submits[job] < min_wait:
                 continue
-            older = any(submits[q] < submits[job] and submits[q] < start - 0.5
-                        and (starts.get(q) is None or starts[q] > start + 0.5) for q in jobs)
+            older = any(submits[q] < submits[job] and (starts.get(q) is None or starts[q] > start + 0.5)
+                        for q in jobs)   # submitted before `job`: at least `min_wait` before `start`
             c = counts.setdefault(shape, [0, 0])
             c[0] += not older
             c[1] += 1
