@@ -243,10 +243,19 @@ async def test_a_deposed_leader_stops_writing_at_its_renew_deadline_and_exits_1(
     lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE}"
 
     async def steal() -> None:
-        """Another replica's write, as after a network partition: the Lease is no longer ours."""
-        current = await kube.get(lease_path)
-        current["spec"].update(holderIdentity="thief_0", leaseDurationSeconds=60)
-        await kube.request("PUT", lease_path, body=current)
+        """Another replica's write, as after a network partition: the Lease is no longer ours. The leader
+        renews every half second, so a write between our read and its renewal conflicts; like any writer,
+        the thief reads again and retries."""
+        for _ in range(20):
+            current = await kube.get(lease_path)
+            current["spec"].update(holderIdentity="thief_0", leaseDurationSeconds=60)
+            try:
+                await kube.request("PUT", lease_path, body=current)
+                return
+            except ApiError as err:
+                if err.status != 409:
+                    raise
+        raise AssertionError("the Lease kept changing under 20 attempts to take it")
 
     # In process: the elector's fence closes the guarded client's writes at the renew deadline.
     guarded, own = await Kube.connect(kubeconfig), await Kube.connect(kubeconfig)
