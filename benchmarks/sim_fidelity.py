@@ -116,9 +116,9 @@ def turns(sim_jobs, real_jobs: list[dict], draws) -> list[dict]:
     jobs = [j for j in sim_jobs if j.id in real]
     shapes = {j.id: (j.num_nodes, j.gpus_per_node) for j in jobs}
     real_turns = oldest_first(shapes, {j: real[j]["submit"] for j in shapes}, {j: real[j]["start"] for j in shapes})
+    submits = {j.id: j.submit for j in jobs}   # the simulated submissions, the same in every draw
     model_turns: dict[tuple[int, int], list[int]] = {}
     for outcomes in draws:
-        submits = {o.id: o.submit for o in outcomes if o.id in shapes}
         for shape, (first, waited) in oldest_first(shapes, submits, {o.id: o.start for o in outcomes}).items():
             m = model_turns.setdefault(shape, [0, 0])
             m[0], m[1] = m[0] + first, m[1] + waited
