@@ -201,6 +201,30 @@ def pooled(results: list[dict]) -> list[dict]:
     return out
 
 
+def ranks(results: list[dict]) -> list[str]:
+    """Per slice and metric, where each real run falls among the model's draws (`rank`), and the runs'
+    mean rank with its distance from 0.5 in standard deviations (`rank_bias`): whether the real runs
+    are typical draws of the model. Runs stored without the draws' figures (before they were kept,
+    and not `--remodel`led) are left out."""
+    from gangctl.validate.measure import rank, rank_bias
+
+    by_slice: dict[str, list[dict]] = {}
+    for r in results:
+        if r.get("model_draw_values"):
+            by_slice.setdefault(r["slice"] + (" (quota)" if r["quota"] else ""), []).append(r)
+    lines = []
+    for name, runs in by_slice.items():
+        cells = []
+        for key, stat in METRICS:
+            rs = [rank(r["real"][key][stat], r["model_draw_values"][key][stat]) for r in runs]
+            mean, z = rank_bias(rs)
+            cells.append(f"{key.split('_')[0].replace('queue', 'queueing')} {stat} {mean:.2f} ({z:+.1f} sd; "
+                         + " ".join(f"{x:.2f}" for x in rs) + ")")
+        lines.append(f"{name}: rank of the real runs among the model's draws (0.5 = typical), mean over "
+                     f"{len(runs)} run{'s' if len(runs) > 1 else ''}: " + ", ".join(cells))
+    return lines
+
+
 def fidelity(results: list[dict], cond: dict) -> dict:
     """The largest absolute error of the model over the slices, per metric: the simulator's error bars.
     Several runs of a slice count as one, by the mean of their figures (see `pooled`)."""
@@ -272,6 +296,8 @@ def main() -> int:
             print(f"{r['slice']}: the longest-waiting gang of its shape started first, real / model: " + ", ".join(
                 f"{g['pods']}x{g['gpus_per_pod']} {g['real'][0]}/{g['real'][1]} ({share(g['real'])}) / "
                 f"{g['model'][0]}/{g['model'][1]} ({share(g['model'])})" for g in r["oldest_first"]))
+    for line in ranks(data["results"]):
+        print(line)
     f = fidelity(data["results"], data["conditions"])
     print("largest error of the model: " + ", ".join(f"{k} {v:.1%}" for k, v in f["max_relative_error"].items()
                                                      if v is not None))

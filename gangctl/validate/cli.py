@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gangctl.validate.measure import COMPARED, DEFAULT_TOLERANCE, compare, outcome_of, summarize, verdict
+from gangctl.validate.measure import COMPARED, DEFAULT_TOLERANCE, compare, outcome_of, rank, summarize, verdict
 
 err = Console(stderr=True)
 out = Console()
@@ -176,21 +176,24 @@ def _pick(summary: dict) -> dict:
 def _print(result: dict, rows, tolerance: float, passed: bool) -> None:
     table = Table(title=f"sim-check {result['scenario']}: {result['jobs']} jobs, compression {result['compression']:g}")
     draws = result.get("model_draws", 1)
-    for col in ("metric", "real", "sim ideal", "sim model", f"model's {draws} draws 5-95 %", "model vs real"):
+    for col in ("metric", "real", "sim ideal", "sim model", f"model's {draws} draws 5-95 %", "draws below real",
+                "model vs real"):
         table.add_column(col, justify="right")
     ideal = {r.metric: r.sim for r in compare(result["real"], result["ideal"])}
-    for r, band in zip(rows, _band_cells(result)):
+    for r, band, below in zip(rows, _band_cells(result), _rank_cells(result)):
         d = r.relative_difference
         shown = "-" if d is None else f"{d:+.1%}"
         if r.checked:
             shown = f"[{'green' if r.ok(tolerance) else 'red'}]{shown}[/]"
-        table.add_row(r.metric, _num(r.real), _num(ideal[r.metric]), _num(r.sim), band, shown)
+        table.add_row(r.metric, _num(r.real), _num(ideal[r.metric]), _num(r.sim), band, below, shown)
     out.print(table)
     lat = result["measured_latency"]
     out.print(f"control plane measured: bind {lat['bind_seconds']}s, finish {lat['finish_seconds']}s; "
               f"retry every {lat['retry_seconds']}s")
     out.print(f"sim model: the mean of {draws} draws of the scheduler's random tie-breaks; one real run may fall "
-              "anywhere in the draws' 5-95 % range by chance")
+              "anywhere in the draws' 5-95 % range by chance (if the model is right, the share of draws below "
+              "the real figure is anywhere from 0 to 100 % with equal odds: runs that keep landing high or low "
+              "show a bias)")
     out.print(f"real jobs: {result['real']['jobs']}")
     verdict_text = "[green]PASS[/]" if passed else "[red]FAIL[/]"
     out.print(f"{verdict_text}: mean JCT and mean queueing delay of the model within {tolerance:.0%} of the real ones")
@@ -204,6 +207,17 @@ def _band_cells(result: dict) -> list[str]:
         for stat in ("mean", "p50", "p95"):
             low_high = (band.get(key) or {}).get(stat) or []
             cells.append(f"{low_high[0]:.2f}-{low_high[1]:.2f}" if len(low_high) == 2 else "-")
+    return cells
+
+
+def _rank_cells(result: dict) -> list[str]:
+    """The share of the model's draws below the real figure per metric (`rank`), in `compare`'s row order."""
+    values = result.get("model_draw_values") or {}
+    cells = []
+    for key in COMPARED:
+        for stat in ("mean", "p50", "p95"):
+            draws, real = (values.get(key) or {}).get(stat), (result["real"].get(key) or {}).get(stat)
+            cells.append(f"{rank(real, draws):.0%}" if draws and real is not None else "-")
     return cells
 
 

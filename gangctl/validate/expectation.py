@@ -31,11 +31,12 @@ class Expectation:
     bands: dict[str, dict[str, list[float]]]   # metric -> stat -> [5th, 95th percentile] over the draws
     draws: int
     draw_outcomes: list[list[JobOutcome]]   # each draw's own outcomes (which gang went first is lost in means)
+    draw_values: dict[str, dict[str, list[float]]]   # metric -> stat -> each draw's figure (where a real run ranks)
 
     def result_fields(self) -> dict:
         """The model's part of a sim-check result (the JSON `sim-check -o json` prints)."""
         return {"model": {k: self.summary[k] for k in ("jobs", *COMPARED)}, "model_draws": self.draws,
-                "model_band": self.bands}
+                "model_band": self.bands, "model_draw_values": self.draw_values}
 
 
 def expected(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], draws: int = DRAWS) -> Expectation:
@@ -44,14 +45,15 @@ def expected(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], draw
     runs = [simulate(scenario, policy, jobs, placement_seed=scenario.seed + i) for i in range(draws)]
     summary = dict(runs[0].summary)
     bands: dict[str, dict[str, list[float]]] = {}
+    values: dict[str, dict[str, list[float]]] = {}
     for key in COMPARED:
-        summary[key], bands[key] = {}, {}
+        summary[key], bands[key], values[key] = {}, {}, {}
         for stat in runs[0].summary[key]:
-            values = [r.summary[key][stat] for r in runs if r.summary[key][stat] is not None]
-            summary[key][stat] = statistics.fmean(values) if values else None
-            bands[key][stat] = _band(values)
+            v = values[key][stat] = [r.summary[key][stat] for r in runs if r.summary[key][stat] is not None]
+            summary[key][stat] = statistics.fmean(v) if v else None
+            bands[key][stat] = _band(v)
     per_draw = [r.outcomes for r in runs]
-    return Expectation(summary, _mean_outcomes(per_draw), bands, draws, per_draw)
+    return Expectation(summary, _mean_outcomes(per_draw), bands, draws, per_draw, values)
 
 
 def _band(values: list[float]) -> list[float]:

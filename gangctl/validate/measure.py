@@ -132,3 +132,21 @@ def oldest_first(shapes: Mapping[str, tuple[int, int]], submits: Mapping[str, fl
             c[0] += not older
             c[1] += 1
     return {shape: (c[0], c[1]) for shape, c in sorted(counts.items())}
+
+
+def rank(real: float, draws: list[float]) -> float:
+    """Where a real figure falls among the model's draws: the share of draws below it, ties counting
+    half. If the model is right, a real run is one more draw, and its rank is uniform on [0, 1]."""
+    if not draws:
+        raise ValueError("no draws to rank against")
+    return (sum(d < real for d in draws) + 0.5 * sum(d == real for d in draws)) / len(draws)
+
+
+def rank_bias(ranks: list[float]) -> tuple[float, float]:
+    """The mean rank of several runs and how many standard deviations it lies from 0.5, the mean a
+    right model gives (n uniform ranks: standard deviation 1/sqrt(12 n)). Far above 0: the real runs
+    sit high in the model's spread more often than chance explains."""
+    if not ranks:
+        raise ValueError("no ranks")
+    mean = statistics.fmean(ranks)
+    return mean, (mean - 0.5) / (1 / (12 * len(ranks))) ** 0.5

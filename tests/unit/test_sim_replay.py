@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from rich.console import Console
 
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.policy.admission import GPU, Verdict, Workload, decide, queue_key
@@ -19,9 +20,10 @@ from gangctl.sim.replay import trainjob_submissions
 from gangctl.sim.scenario import Backend, load_quota_policy, load_scenario, load_workload
 from gangctl.sim.traces import TraceJob
 from gangctl.sim.model import Packing
+from gangctl.validate import cli as validate_cli
 from gangctl.validate.cli import measured_latency, per_job_rows
 from gangctl.validate.expectation import expected
-from gangctl.validate.measure import RealOutcome, compare, oldest_first, outcome_of, summarize, verdict
+from gangctl.validate.measure import RealOutcome, compare, oldest_first, outcome_of, rank, rank_bias, summarize, verdict
 from gangctl.validate.plan import gpu_pools, namespaces_of, open_policy, plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,6 +201,7 @@ def test_the_model_is_the_mean_over_the_schedulers_tie_draws_with_their_spread()
     assert starts[waited.id] == pytest.approx(sum(next(o.start for o in r.outcomes if o.id == waited.id)
                                                    for r in runs) / 4)
     assert [[o.start for o in d] for d in e.draw_outcomes] == [[o.start for o in r.outcomes] for r in runs]
+    assert e.draw_values["queue_delay_seconds"]["mean"] == queue
     one = expected(p.scenario, p.policy, p.sim_jobs, draws=1)
     assert one.summary["jct_seconds"] == runs[0].summary["jct_seconds"]
     with pytest.raises(ValueError):
@@ -216,3 +219,41 @@ def test_oldest_first_counts_the_starts_that_went_to_the_longest_waiting_gang_of
     # gangs bound within half a second of each other are one turn, whichever bound first
     together = {"a": 10.2, "b": 10.0, "c": 30.0, "d": 40.0, "e": 3.5}
     assert oldest_first(shapes, submits, together) == {(1, 8): (3, 3), (2, 8): (1, 1)}
+
+
+def test_a_real_figure_ranks_by_the_share_of_model_draws_below_it_ties_counting_half():
+    draws = [10.0, 20.0, 30.0, 40.0]
+    assert rank(5.0, draws) == 0.0 and rank(45.0, draws) == 1.0
+    assert rank(25.0, draws) == 0.5
+    assert rank(20.0, draws) == pytest.approx(1.5 / 4)
+    with pytest.raises(ValueError):
+        rank(1.0, [])
+
+
+def test_rank_bias_is_the_mean_rank_and_its_distance_from_one_half_in_standard_deviations():
+    assert rank_bias([0.5, 0.5, 0.5]) == (0.5, 0.0)
+    mean, z = rank_bias([1.0, 1.0, 1.0])   # three runs above every draw: sd of the mean is 1/sqrt(36)
+    assert mean == 1.0 and z == pytest.approx(3.0)
+    mean, z = rank_bias([0.2, 0.3])
+    assert mean == pytest.approx(0.25) and z < -1
+
+
+def test_the_sim_check_table_shows_the_share_of_model_draws_below_each_real_figure(monkeypatch):
+    stats = lambda mean, p95: {"mean": mean, "p50": mean, "p95": p95}   # noqa: E731
+    result = {"scenario": "s", "jobs": 3, "compression": 60.0, "model_draws": 4,
+              "real": {"jobs": {"done": 3}, "jct_seconds": stats(25.0, 45.0), "queue_delay_seconds": stats(5.0, 9.0)},
+              "ideal": {"jct_seconds": stats(20.0, 40.0), "queue_delay_seconds": stats(1.0, 2.0)},
+              "model": {"jct_seconds": stats(25.0, 40.0), "queue_delay_seconds": stats(4.0, 8.0)},
+              "model_draw_values": {"jct_seconds": {"mean": [10.0, 20.0, 30.0, 40.0], "p50": [], "p95": [50.0] * 4},
+                                    "queue_delay_seconds": {"mean": [1.0, 2.0, 3.0, 4.0], "p50": [], "p95": [1.0] * 4}},
+              "measured_latency": {"bind_seconds": 0.1, "finish_seconds": 1.0, "retry_seconds": 20.0}}
+    console = Console(width=250, record=True)
+    monkeypatch.setattr(validate_cli, "out", console)
+    rows = compare(result["real"], result["model"])
+    validate_cli._print(result, rows, 0.05, verdict(rows))
+    lines = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+             for line in console.export_text().splitlines() if line.count("│") > 3}
+    assert lines["mean JCT (s)"][4] == "50%"                  # 2 of 4 draws below 25
+    assert lines["p95 JCT (s)"][4] == "0%"                    # every draw above 45
+    assert lines["mean queueing delay (s)"][4] == "100%"      # every draw below 5
+    assert lines["p50 JCT (s)"][4] == "-"                     # no draws kept for it
