@@ -105,6 +105,8 @@ def remodel(results: list[dict]) -> None:
         if r.get("real_jobs"):
             r["by_shape"] = by_shape(p.sim_jobs, r["real_jobs"], e.outcomes)
             r["oldest_first"] = turns(p.sim_jobs, r["real_jobs"], e.draw_outcomes)
+            if not r["quota"]:   # under quota each team's queue has its own order: no single arrival order
+                r["arrival_order"] = arrival_order(p.sim_jobs, r["real_jobs"])
 
 
 def turns(sim_jobs, real_jobs: list[dict], draws) -> list[dict]:
@@ -124,6 +126,26 @@ def turns(sim_jobs, real_jobs: list[dict], draws) -> list[dict]:
             m[0], m[1] = m[0] + first, m[1] + waited
     return [{"pods": k[0], "gpus_per_pod": k[1], "real": list(v), "model": model_turns.get(k, [0, 0])}
             for k, v in real_turns.items() if v[1] >= 5]
+
+
+def arrival_order(sim_jobs, real_jobs: list[dict]) -> dict:
+    """The real run's p95 JCT and queueing delay had equal gangs started first come, first served: the
+    same start times, each shape's handed out in submission order (`in_arrival_order`). What is left
+    between these and the model is when nodes drained; the rest of the real tail is the order."""
+    from gangctl.validate.measure import in_arrival_order
+
+    real = {j["job"]: j for j in real_jobs if j.get("start") is not None and j.get("end") is not None}
+    jobs = [j for j in sim_jobs if j.id in real]
+    starts = in_arrival_order({j.id: (j.num_nodes, j.gpus_per_node) for j in jobs},
+                              {j.id: real[j.id]["submit"] for j in jobs}, {j.id: real[j.id]["start"] for j in jobs})
+    # A job runs as long from its start whichever start it gets: its end moves with its start.
+    queue = [starts[j] - real[j]["submit"] for j in starts]
+    jct = [real[j]["end"] - real[j]["start"] + starts[j] - real[j]["submit"] for j in starts]
+    return {"queue_delay_seconds": _p95(queue), "jct_seconds": _p95(jct)}
+
+
+def _p95(values: list[float]) -> float:
+    return statistics.quantiles(sorted(values), n=100, method="inclusive")[94]
 
 
 def by_shape(sim_jobs, real_jobs: list[dict], model_outcomes) -> list[dict]:
@@ -296,6 +318,17 @@ def main() -> int:
             print(f"{r['slice']}: the longest-waiting gang of its shape started first, real / model: " + ", ".join(
                 f"{g['pods']}x{g['gpus_per_pod']} {g['real'][0]}/{g['real'][1]} ({share(g['real'])}) / "
                 f"{g['model'][0]}/{g['model'][1]} ({share(g['model'])})" for g in r["oldest_first"]))
+    orders = [r for r in data["results"] if r.get("arrival_order")]
+    for name in dict.fromkeys(r["slice"] for r in orders):
+        runs = [r for r in orders if r["slice"] == name]
+        cells = []
+        for key, label in (("jct_seconds", "JCT"), ("queue_delay_seconds", "queueing")):
+            real = statistics.fmean(r["real"][key]["p95"] for r in runs)
+            fcfs = statistics.fmean(r["arrival_order"][key] for r in runs)
+            model = statistics.fmean(r["model"][key]["p95"] for r in runs)
+            cells.append(f"p95 {label} real {real:.1f}, with equal gangs' starts in arrival order {fcfs:.1f} "
+                         f"({error(fcfs, model):+.1%} from the model's {model:.1f}; as run {error(real, model):+.1%})")
+        print(f"{name} ({len(runs)} run{'s' if len(runs) > 1 else ''}, means): " + "; ".join(cells))
     for line in ranks(data["results"]):
         print(line)
     f = fidelity(data["results"], data["conditions"])

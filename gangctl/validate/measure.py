@@ -134,6 +134,24 @@ def oldest_first(shapes: Mapping[str, tuple[int, int]], submits: Mapping[str, fl
     return {shape: (c[0], c[1]) for shape, c in sorted(counts.items())}
 
 
+def in_arrival_order(shapes: Mapping[str, tuple[int, int]], submits: Mapping[str, float],
+                     starts: Mapping[str, float]) -> dict[str, float]:
+    """The same start times, with each gang shape's starts handed out in submission order: what the
+    run would have looked like had equal gangs been served first come, first served, with no other
+    change (every node drained when it did). Queueing that only the order among equal gangs decided
+    is the difference to the real starts; gangs that never started are left out. No gang gets a start
+    before its submission: the k-th earliest start of a shape came after k of its gangs were submitted."""
+    out: dict[str, float] = {}
+    by_shape: dict[tuple[int, int], list[str]] = {}
+    for job, shape in shapes.items():
+        if starts.get(job) is not None:
+            by_shape.setdefault(shape, []).append(job)
+    for jobs in by_shape.values():
+        for job, start in zip(sorted(jobs, key=lambda j: (submits[j], j)), sorted(starts[j] for j in jobs)):
+            out[job] = start
+    return out
+
+
 def rank(real: float, draws: list[float]) -> float:
     """Where a real figure falls among the model's draws: the share of draws below it, ties counting
     half. If the model is right, a real run is one more draw, and its rank is uniform on [0, 1]."""

@@ -23,7 +23,8 @@ from gangctl.sim.model import Packing
 from gangctl.validate import cli as validate_cli
 from gangctl.validate.cli import measured_latency, per_job_rows
 from gangctl.validate.expectation import expected
-from gangctl.validate.measure import RealOutcome, compare, oldest_first, outcome_of, rank, rank_bias, summarize, verdict
+from gangctl.validate.measure import (RealOutcome, compare, in_arrival_order, oldest_first, outcome_of, rank, rank_bias,
+                                      summarize, verdict)
 from gangctl.validate.plan import gpu_pools, namespaces_of, open_policy, plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -257,3 +258,12 @@ def test_the_sim_check_table_shows_the_share_of_model_draws_below_each_real_figu
     assert lines["p95 JCT (s)"][4] == "0%"                    # every draw above 45
     assert lines["mean queueing delay (s)"][4] == "100%"      # every draw below 5
     assert lines["p50 JCT (s)"][4] == "-"                     # no draws kept for it
+
+
+def test_in_arrival_order_hands_each_shapes_real_starts_to_its_gangs_first_come_first_served():
+    shapes = {"a": (1, 8), "b": (1, 8), "c": (1, 8), "d": (2, 8), "e": (1, 8)}
+    submits = {"a": 0.0, "b": 1.0, "c": 2.0, "d": 0.5, "e": 3.0}
+    starts = {"a": 30.0, "b": 10.0, "c": 20.0, "d": 40.0, "e": None}   # c and b jumped a; e never started
+    assert in_arrival_order(shapes, submits, starts) == {"a": 10.0, "b": 20.0, "c": 30.0, "d": 40.0}
+    served = {"a": 10.0, "b": 20.0, "c": 30.0, "d": 40.0}
+    assert in_arrival_order(shapes, submits, served) == served
