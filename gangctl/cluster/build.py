@@ -174,18 +174,9 @@ COREDNS = GoModule("coredns", (Tool(".", "coredns"),))
 
 
 def ensure_coredns(integrations: Path, bin_root: Path, progress: Progress | None = None) -> Path:
-    """Build (or reuse) CoreDNS from the wrapper module integrations/coredns; returns the binary."""
-    go = go_binary()
-    module_dir = integrations / COREDNS.folder
-    out = bin_root / f"coredns-{module_key(module_dir, go_version(go))[:8]}"
-    target = out / "coredns"
-    if (out / ".complete").exists():
-        return target
-    out.mkdir(parents=True, exist_ok=True)
-    _build_one(go, module_dir, COREDNS.tools[0], target, out / "build.log",
-               lambda line: progress and progress("coredns", 0, 1, line))
-    (out / ".complete").write_text(go_version(go) + "\n")
-    return target
+    """Build (or reuse) CoreDNS from the wrapper module integrations/coredns; returns the binary.
+    Waits for another process building it (the test suite's background prebuild), then reuses it."""
+    return ensure_module(COREDNS, integrations, bin_root, progress) / COREDNS.tools[0].binary
 
 
 # Kueue, Volcano and KAI are built only when `cluster up --scheduler kueue|volcano|kai` asks for them, each
@@ -266,9 +257,10 @@ PEER_MODULES = {"trainer": TRAINER, "jobset": JOBSET, "training-operator": TRAIN
 #   python -m gangctl.cluster.build helm
 HELM = GoModule("helm", (Tool("helm.sh/helm/v3/cmd/helm", "helm"),))
 TOOL_MODULES = {"helm": HELM}
-# What `python -m gangctl.cluster.build NAME...` builds: a tool, or an extra scheduler ahead of its
-# `cluster up --scheduler` (the integration tests prebuild the schedulers their modules will start).
-BUILDABLE = {**TOOL_MODULES, **EXTRA_MODULES}
+# What `python -m gangctl.cluster.build NAME...` builds: a tool, an extra scheduler ahead of its
+# `cluster up --scheduler`, or CoreDNS ahead of the first process nodes (the integration tests
+# prebuild what their collected tests will need).
+BUILDABLE = {**TOOL_MODULES, **EXTRA_MODULES, "coredns": COREDNS}
 
 
 def ensure_tool(name: str, integrations: Path, bin_root: Path, progress: Progress | None = None) -> Path:
@@ -278,8 +270,8 @@ def ensure_tool(name: str, integrations: Path, bin_root: Path, progress: Progres
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m gangctl.cluster.build helm|kueue|volcano|kai|native ...`: build (or reuse) pinned tools
-    or extra schedulers, print the folder (a tool: the binary) of each."""
+    """`python -m gangctl.cluster.build helm|coredns|kueue|volcano|kai|native ...`: build (or reuse) pinned
+    tools, CoreDNS or extra schedulers, print the folder (a tool: the binary) of each."""
     import argparse
     import sys
     import time
@@ -306,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             if name in TOOL_MODULES:
                 path = ensure_tool(name, settings.integrations_dir, settings.bin_root, progress)
             else:
-                path = ensure_module(EXTRA_MODULES[name], settings.integrations_dir, settings.bin_root, progress)
+                path = ensure_module(BUILDABLE[name], settings.integrations_dir, settings.bin_root, progress)
         except BuildError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -52,17 +52,25 @@ def pytest_runtest_makereport(item, call):
 
 # The backend modules that start an extra scheduler built from source, in the order they run.
 PREBUILT = {"test_schedulers_kai": "kai", "test_schedulers_kueue": "kueue", "test_schedulers_volcano": "volcano"}
+# Builds that tests reach through a fixture, before and after the schedulers: CoreDNS for the process
+# nodes (whose first test runs a few modules in), helm for the chart tests among the unit tests (which
+# run after the integration tests).
+PREBUILT_FIRST, PREBUILT_LAST = {"process_nodes": "coredns"}, {"helm": "helm"}
 
 
 @pytest.fixture(scope="session", autouse=True)
-def prebuilt_schedulers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    """Build the extra schedulers the collected backend modules will start, in the background from the
-    first integration test on, under `nice -n 19` (as every build): on a fresh machine the builds
-    (minutes each) overlap tests that mostly wait on the cluster, instead of running one after
-    another in the modules' fixtures. A module's `cluster up` waits for the build's lock and reuses
-    what it built; if the prebuild failed, it builds (and reports the error) itself."""
+def prebuilt(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """Build what the collected tests will need from source (CoreDNS, the extra schedulers their backend
+    modules start, helm), in the background from the first integration test on, under `nice -n 19`
+    (as every build): on a fresh machine the builds (minutes each) overlap tests that mostly wait on
+    the cluster, instead of running one after another in the tests' fixtures. A fixture or `cluster
+    up` waits for the build's lock and reuses what it built; if the prebuild failed, it builds (and
+    reports the error) itself."""
     modules = {item.module.__name__.rsplit(".", 1)[-1] for item in request.session.items}
-    wanted = [name for module, name in PREBUILT.items() if module in modules]
+    fixtures = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
+    wanted = ([name for fixture, name in PREBUILT_FIRST.items() if fixture in fixtures]
+              + [name for module, name in PREBUILT.items() if module in modules]
+              + [name for fixture, name in PREBUILT_LAST.items() if fixture in fixtures])
     if not wanted:
         yield None
         return
