@@ -19,7 +19,9 @@ One real run of a slice is one draw too: which waiting gang gets a node that dra
 in the scheduler, so runs of the same 300 jobs differ (replay-check's mean queueing by 12 %, one
 standard deviation over five runs). Given several runs (`--report` with several files), the table pools them per slice: the
 mean of the runs' figures, their run-to-run spread, and the model's error against that mean, which is
-what `--write-fidelity` then stores.
+what `--write-fidelity` then stores. Two diagnostics follow the tables: where each real run ranks among
+the model's draws (a right model gives ranks spread evenly around 0.5), and, with `--remodel`, the
+real p95s had equal gangs been served first come, first served (how much of the tail is that order).
 """
 from __future__ import annotations
 
@@ -223,6 +225,24 @@ def pooled(results: list[dict]) -> list[dict]:
     return out
 
 
+def arrival_order_lines(results: list[dict]) -> list[str]:
+    """Per slice, the runs' mean p95s as run and with equal gangs' starts in arrival order (`arrival_order`),
+    each beside the model's: how much of the model's error the order among equal gangs accounts for."""
+    orders = [r for r in results if r.get("arrival_order")]
+    lines = []
+    for name in dict.fromkeys(r["slice"] for r in orders):
+        runs = [r for r in orders if r["slice"] == name]
+        cells = []
+        for key, label in (("jct_seconds", "JCT"), ("queue_delay_seconds", "queueing")):
+            real = statistics.fmean(r["real"][key]["p95"] for r in runs)
+            fcfs = statistics.fmean(r["arrival_order"][key] for r in runs)
+            model = statistics.fmean(r["model"][key]["p95"] for r in runs)
+            cells.append(f"p95 {label} real {real:.1f}, with equal gangs' starts in arrival order {fcfs:.1f} "
+                         f"({error(fcfs, model):+.1%} from the model's {model:.1f}; as run {error(real, model):+.1%})")
+        lines.append(f"{name} ({len(runs)} run{'s' if len(runs) > 1 else ''}, means): " + "; ".join(cells))
+    return lines
+
+
 def ranks(results: list[dict]) -> list[str]:
     """Per slice and metric, where each real run falls among the model's draws (`rank`), and the runs'
     mean rank with its distance from 0.5 in standard deviations (`rank_bias`): whether the real runs
@@ -318,18 +338,7 @@ def main() -> int:
             print(f"{r['slice']}: the longest-waiting gang of its shape started first, real / model: " + ", ".join(
                 f"{g['pods']}x{g['gpus_per_pod']} {g['real'][0]}/{g['real'][1]} ({share(g['real'])}) / "
                 f"{g['model'][0]}/{g['model'][1]} ({share(g['model'])})" for g in r["oldest_first"]))
-    orders = [r for r in data["results"] if r.get("arrival_order")]
-    for name in dict.fromkeys(r["slice"] for r in orders):
-        runs = [r for r in orders if r["slice"] == name]
-        cells = []
-        for key, label in (("jct_seconds", "JCT"), ("queue_delay_seconds", "queueing")):
-            real = statistics.fmean(r["real"][key]["p95"] for r in runs)
-            fcfs = statistics.fmean(r["arrival_order"][key] for r in runs)
-            model = statistics.fmean(r["model"][key]["p95"] for r in runs)
-            cells.append(f"p95 {label} real {real:.1f}, with equal gangs' starts in arrival order {fcfs:.1f} "
-                         f"({error(fcfs, model):+.1%} from the model's {model:.1f}; as run {error(real, model):+.1%})")
-        print(f"{name} ({len(runs)} run{'s' if len(runs) > 1 else ''}, means): " + "; ".join(cells))
-    for line in ranks(data["results"]):
+    for line in arrival_order_lines(data["results"]) + ranks(data["results"]):
         print(line)
     f = fidelity(data["results"], data["conditions"])
     print("largest error of the model: " + ", ".join(f"{k} {v:.1%}" for k, v in f["max_relative_error"].items()
