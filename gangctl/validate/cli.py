@@ -202,23 +202,25 @@ def _print(result: dict, rows, tolerance: float, passed: bool) -> None:
 def _band_cells(result: dict) -> list[str]:
     """The model's 5-95 % range per metric, in `compare`'s row order."""
     band = result.get("model_band") or {}
-    cells = []
-    for key in COMPARED:
-        for stat in ("mean", "p50", "p95"):
-            low_high = (band.get(key) or {}).get(stat) or []
-            cells.append(f"{low_high[0]:.2f}-{low_high[1]:.2f}" if len(low_high) == 2 else "-")
-    return cells
+
+    def cell(key: str, stat: str) -> str:
+        low_high = (band.get(key) or {}).get(stat) or []
+        return f"{low_high[0]:.2f}-{low_high[1]:.2f}" if len(low_high) == 2 else "-"
+    return _per_row(cell)
 
 
 def _rank_cells(result: dict) -> list[str]:
     """The share of the model's draws below the real figure per metric (`rank`), in `compare`'s row order."""
     values = result.get("model_draw_values") or {}
-    cells = []
-    for key in COMPARED:
-        for stat in ("mean", "p50", "p95"):
-            draws, real = (values.get(key) or {}).get(stat), (result["real"].get(key) or {}).get(stat)
-            cells.append(f"{rank(real, draws):.0%}" if draws and real is not None else "-")
-    return cells
+
+    def cell(key: str, stat: str) -> str:
+        draws, real = (values.get(key) or {}).get(stat), (result["real"].get(key) or {}).get(stat)
+        return f"{rank(real, draws):.0%}" if draws and real is not None else "-"
+    return _per_row(cell)
+
+
+def _per_row(cell) -> list[str]:
+    return [cell(key, stat) for key in COMPARED for stat in ("mean", "p50", "p95")]
 
 
 def _num(v) -> str:

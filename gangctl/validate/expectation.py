@@ -28,10 +28,14 @@ DRAWS = 32
 class Expectation:
     summary: dict                  # the first draw's summary, its JCT and queueing stats the draws' means
     outcomes: list[JobOutcome]     # each job's start and end, averaged over the draws
-    bands: dict[str, dict[str, list[float]]]   # metric -> stat -> [5th, 95th percentile] over the draws
     draws: int
     draw_outcomes: list[list[JobOutcome]]   # each draw's own outcomes (which gang went first is lost in means)
     draw_values: dict[str, dict[str, list[float]]]   # metric -> stat -> each draw's figure (where a real run ranks)
+
+    @property
+    def bands(self) -> dict[str, dict[str, list[float]]]:
+        """Metric -> stat -> [5th, 95th percentile] over the draws."""
+        return {key: {stat: _band(v) for stat, v in stats.items()} for key, stats in self.draw_values.items()}
 
     def result_fields(self) -> dict:
         """The model's part of a sim-check result (the JSON `sim-check -o json` prints)."""
@@ -44,16 +48,14 @@ def expected(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], draw
         raise ValueError("draws must be at least 1")
     runs = [simulate(scenario, policy, jobs, placement_seed=scenario.seed + i) for i in range(draws)]
     summary = dict(runs[0].summary)
-    bands: dict[str, dict[str, list[float]]] = {}
     values: dict[str, dict[str, list[float]]] = {}
     for key in COMPARED:
-        summary[key], bands[key], values[key] = {}, {}, {}
+        summary[key], values[key] = {}, {}
         for stat in runs[0].summary[key]:
             v = values[key][stat] = [r.summary[key][stat] for r in runs if r.summary[key][stat] is not None]
             summary[key][stat] = statistics.fmean(v) if v else None
-            bands[key][stat] = _band(v)
     per_draw = [r.outcomes for r in runs]
-    return Expectation(summary, _mean_outcomes(per_draw), bands, draws, per_draw, values)
+    return Expectation(summary, _mean_outcomes(per_draw), draws, per_draw, values)
 
 
 def _band(values: list[float]) -> list[float]:
