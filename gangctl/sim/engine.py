@@ -64,11 +64,15 @@ def scheduling_order(gangs: list[SimJob], now: float) -> list[SimJob]:
     """The order in which kube-scheduler tries the waiting gangs a cluster event moved back to its queue.
 
     Pods past their backoff go to the active queue, sorted as Coscheduling sorts: priority, then the
-    PodGroup's creation — or, once the gang was rejected, the time it was last rejected (scheduler-plugins
-    0.34 moves a rejected gang behind the others so it cannot block the queue). Pods still backing off
-    go to the backoff queue, popped when the active queue is empty, in order of backoff end. So a gang
-    rejected often waits behind fresher gangs rejected less. A gang that arrives now comes last: its
-    PodGroup (the event) is created before its pods, and the queue has moved on when they appear."""
+    PodGroup's creation. Pods still backing off go to the backoff queue, popped when the active queue is
+    empty, in order of backoff end (1 s windows), then in that same sort. So a gang rejected often waits
+    behind fresher gangs rejected less. A gang that arrives now comes last: its PodGroup (the event) is
+    created before its pods, and the queue has moved on when they appear.
+
+    scheduler-plugins 0.34 would sort a gang by its last rejection instead of its creation, but the
+    queue's sort is the first profile's plugin (`default-scheduler` in
+    integrations/coscheduling/scheduler-config.yaml), whose Coscheduling instance never rejects a gang
+    and so keeps no rejection times: a -v=4 scheduler log shows equal windows tried in creation order."""
     window = math.floor(now)
     ready, backing, new = [], [], []
     for job in gangs:
@@ -77,9 +81,9 @@ def scheduling_order(gangs: list[SimJob], now: float) -> list[SimJob]:
             continue
         expiry = backoff_expiry(job.fails, job.failed_at)
         if expiry >= window:
-            backing.append(((expiry, -job.workload.priority, job.failed_at, job.seq), job))
+            backing.append(((expiry, -job.workload.priority, job.queued_at, job.seq), job))
         else:
-            ready.append(((-job.workload.priority, job.failed_at, job.seq), job))
+            ready.append(((-job.workload.priority, job.queued_at, job.seq), job))
     first = itemgetter(0)
     return [j for _, j in sorted(ready, key=first) + sorted(backing, key=first) + sorted(new, key=first)]
 
@@ -189,8 +193,9 @@ class Simulation:
         # With retries modelled, a waiting gang that did not fit is set aside as the scheduler sets
         # its pods aside: `_parked` when the free GPUs fell short of the gang in sum (Coscheduling's
         # PreFilter; tried again on a Coscheduling event: a PodGroup added or nudged, a pod bound),
-        # `_unfit` when they sufficed in sum but not node by node (Filter; tried again when pods
-        # leave a node). The gangs an event retries are tried in `scheduling_order`.
+        # `_unfit` when they sufficed in sum but not node by node (Filter, NodeResourcesFit; tried again
+        # only when pods leave a node, not at gangctl's nudges). The gangs an event retries are tried
+        # in `scheduling_order`.
         self._parked: set[str] = set()
         self._unfit: set[str] = set()
 
@@ -229,9 +234,8 @@ class Simulation:
                 self._node_up(version)
             elif kind == _RELEASE:
                 self._hold(job, 0)
-            elif kind == _RETRY:
+            elif kind == _RETRY:   # gangctl touches the PodGroups: a Coscheduling event
                 self._parked.clear()
-                self._unfit.clear()
                 if version == 1:   # the periodic retry, not a nudge after a job is done
                     self._push(t + self.retry_seconds, _RETRY, None, 1)
             else:

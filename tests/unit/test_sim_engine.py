@@ -276,6 +276,22 @@ def test_a_gang_short_node_by_node_is_retried_when_pods_leave_a_node_without_a_n
     assert {o.id: o for o in simulate(sc, ONE_TEAM, jobs).outcomes}["big"].start == 50
 
 
+def test_gangctls_nudges_do_not_retry_a_gang_short_node_by_node():
+    # old (8 GPUs) fits the 14 free GPUs in sum but no node: NodeResourcesFit rejects it at 5, and only
+    # a pod leaving a node moves it back (a PodGroup update does not: in a -v=4 scheduler log, 9 of
+    # about 2,500 moves of such pods). So the periodic retries (every 7 s) leave its backoff at 1 s, and
+    # when s0 leaves at 50 old is past its backoff and goes before young (came at 48, backing off until
+    # 49 ends): the older gang gets the node.
+    jobs = [job("s0", 0, 50, gpus=1), job("s1", 1, 1000, gpus=1), job("old", 5, 10, gpus=8),
+            job("young", 48, 10, gpus=8)]
+    sc = with_control_plane(spread(scenario(nodes=2)), retrySeconds=7)
+    by = {o.id: o for o in simulate(sc, ONE_TEAM, jobs).outcomes}
+    assert by["old"].start == 50
+    # young, tried again at 50, finds 6 GPUs free in sum (Coscheduling rejects it): it waits for
+    # gangctl's nudge after old is done (exit 60, +1 s), not for old's pod to leave.
+    assert by["young"].start == 61
+
+
 def test_a_gang_short_in_sum_waits_for_a_coscheduling_event():
     # a holds both nodes; b (a whole-cluster gang) is short in sum: Coscheduling's PreFilter rejects
     # it, and it is retried at gangctl's nudge (a done at 105, +1 s), not when a's pods leave (100)...
