@@ -13,10 +13,11 @@ import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gangctl.api.resources import JOBS, PODS, POD_GROUPS, TRAINJOBS, Resource
+from gangctl.api.resources import JOBS, PODS, POD_GROUPS, PYTORCHJOBS, SERVICES, TRAINJOBS, Resource
 from gangctl.cluster.local import KWOK_NODE_SELECTOR, KWOK_RUNTIME, KWOK_TOLERATION
 from gangctl.kube.client import ApiError, Kube
 from gangctl.processes import ControllerProcess
+from gangctl.runtime.controller import GANG_RESOURCES
 
 KWOK_COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
 # KWOK completes a pod between `delay` and `jitter-delay`, and when jitter-delay (5 s unless set) is
@@ -208,20 +209,31 @@ async def jobs_in(kube: Kube, namespace: str) -> list[dict]:
 
 
 async def delete_namespace(kube: Kube, name: str, timeout: float = 60) -> None:
-    """Delete a test's namespace and wait until it is gone, so its pods free their nodes for the next test."""
-    path = f"/api/v1/namespaces/{name}"
-    await kube.delete(path, propagation="Foreground")
-    # A terminating namespace takes no new pods; without a grace period its pods (which KWOK would
-    # otherwise keep for their 30 s termination grace) go at once, and so does the namespace.
+    """Delete a test's namespace and wait until everything gangctl and the schedulers act on is gone
+    from it (its jobs, their pods, services and gang objects), so the next test starts on free nodes
+    and quiet controllers. Not for the Namespace object itself: kube-controller-manager waits a fixed
+    5 s before it empties a deleted namespace (its namespaceDeletionGracePeriod), and what is left
+    then (ConfigMaps, Secrets, ServiceAccounts, Events) no test or controller reads."""
+    await kube.delete(f"/api/v1/namespaces/{name}", propagation="Foreground")  # Terminating: no new content
+    watched = [r for r in (TRAINJOBS, PYTORCHJOBS, JOBS, SERVICES, *GANG_RESOURCES.values()) if r.namespaced]
+    present: list[Resource] = []
+    for resource in watched:
+        try:
+            await kube.request("DELETE", resource.path(name), body={"propagationPolicy": "Background"})
+        except ApiError as err:
+            if not err.not_found:   # not served on this cluster (that backend's CRDs are not installed)
+                raise
+            continue
+        present.append(resource)
+    # Without a grace period its pods (which KWOK would otherwise keep for their 30 s) go at once.
     await kube.request("DELETE", PODS.path(name), body={"gracePeriodSeconds": 0})
 
-    async def gone() -> bool:
-        try:
-            await kube.get(path)
-            return False
-        except ApiError as err:
-            return err.not_found
-    await eventually(gone, timeout, f"namespace {name} to be deleted", interval=0.5)
+    async def empty() -> bool:
+        for resource in (PODS, *present):
+            if (await kube.get(resource.path(name)))["items"]:
+                return False
+        return True
+    await eventually(empty, timeout, f"the jobs, pods and gangs of namespace {name} to be deleted", interval=0.2)
 
 
 # --- ServiceAccounts, tokens and kubeconfigs (controllers run with a user's credentials) ------------------
