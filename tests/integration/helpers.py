@@ -212,8 +212,9 @@ async def delete_namespace(kube: Kube, name: str, timeout: float = 60) -> None:
     """Delete a test's namespace and wait until everything gangctl and the schedulers act on is gone
     from it (its jobs, their pods, services and gang objects), so the next test starts on free nodes
     and quiet controllers. Not for the Namespace object itself: kube-controller-manager waits a fixed
-    5 s before it empties a deleted namespace (its namespaceDeletionGracePeriod), and what is left
-    then (ConfigMaps, Secrets, ServiceAccounts, Events) no test or controller reads."""
+    5 s before it empties a deleted namespace (its namespaceDeletionGracePeriod). What goes then
+    (TrainingRuntimes no TrainJob uses any more, ConfigMaps, Secrets, ServiceAccounts, Events) starts
+    no pod and holds no quota."""
     await kube.delete(f"/api/v1/namespaces/{name}", propagation="Foreground")  # Terminating: no new content
     watched = [r for r in (TRAINJOBS, PYTORCHJOBS, JOBS, SERVICES, *GANG_RESOURCES.values()) if r.namespaced]
     present: list[Resource] = []
