@@ -17,7 +17,7 @@ from gangctl.api.resources import JOBS, PODS, POD_GROUPS, PYTORCHJOBS, SERVICES,
 from gangctl.cluster.local import KWOK_NODE_SELECTOR, KWOK_RUNTIME, KWOK_TOLERATION
 from gangctl.kube.client import ApiError, Kube
 from gangctl.processes import ControllerProcess
-from gangctl.runtime.controller import GANG_RESOURCES
+from gangctl.runtime.controller import GANG_RESOURCES, served_backends, serves_pytorchjobs
 
 KWOK_COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
 # KWOK completes a pod between `delay` and `jitter-delay`, and when jitter-delay (5 s unless set) is
@@ -216,16 +216,11 @@ async def delete_namespace(kube: Kube, name: str, timeout: float = 60) -> None:
     (TrainingRuntimes no TrainJob uses any more, ConfigMaps, Secrets, ServiceAccounts, Events) starts
     no pod and holds no quota."""
     await kube.delete(f"/api/v1/namespaces/{name}", propagation="Foreground")  # Terminating: no new content
-    watched = [r for r in (TRAINJOBS, PYTORCHJOBS, JOBS, SERVICES, *GANG_RESOURCES.values()) if r.namespaced]
-    present: list[Resource] = []
-    for resource in watched:
-        try:
-            await kube.request("DELETE", resource.path(name), body={"propagationPolicy": "Background"})
-        except ApiError as err:
-            if not err.not_found:   # not served on this cluster (that backend's CRDs are not installed)
-                raise
-            continue
-        present.append(resource)
+    # The kinds this cluster serves, as the controller decides what to watch.
+    present = [TRAINJOBS, JOBS, SERVICES, *([PYTORCHJOBS] if await serves_pytorchjobs(kube) else []),
+               *(GANG_RESOURCES[b] for b in sorted(await served_backends(kube)))]
+    for resource in present:
+        await kube.request("DELETE", resource.path(name), body={"propagationPolicy": "Background"})
     # Without a grace period its pods (which KWOK would otherwise keep for their 30 s) go at once.
     await kube.request("DELETE", PODS.path(name), body={"gracePeriodSeconds": 0})
 
