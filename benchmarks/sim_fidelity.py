@@ -91,9 +91,9 @@ def remodel(results: list[dict]) -> None:
     compression and measured latencies (the plan is a pure function of them), so a model change is
     judged against real runs already made."""
     from gangctl.sim.model import NodePool
-    from gangctl.sim.scenario import ControlPlane, load_quota_policy, load_scenario, load_workload
+    from gangctl.sim.scenario import load_quota_policy, load_scenario, load_workload
     from gangctl.validate.expectation import expected
-    from gangctl.validate.plan import plan
+    from gangctl.validate.plan import local_control_plane, plan
 
     for r in results:
         sc = load_scenario(REPO / "simulations" / f"{r['slice']}.yaml")
@@ -101,7 +101,7 @@ def remodel(results: list[dict]) -> None:
         pools = [NodePool(f"gpu-{i}", c["nodes"], c["gpus_per_node"]) for i, c in enumerate(r["cluster"])]
         p = plan(sc, policy, load_workload(sc, policy).jobs, pools, count=r["jobs"], compression=r["compression"],
                  quota=r["quota"])
-        cp = ControlPlane(**r["measured_latency"])
+        cp = local_control_plane(**r["measured_latency"])
         e = expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs)
         r.update(e.result_fields())
         if r.get("real_jobs"):

@@ -72,14 +72,18 @@ def scheduling_order(gangs: list[SimJob], now: float) -> list[SimJob]:
     scheduler-plugins 0.34 would sort a gang by its last rejection instead of its creation, but the
     queue's sort is the first profile's plugin (`default-scheduler` in
     integrations/coscheduling/scheduler-config.yaml), whose Coscheduling instance never rejects a gang
-    and so keeps no rejection times: a -v=4 scheduler log shows equal windows tried in creation order."""
+    and so keeps no rejection times: a -v=4 scheduler log shows equal windows tried in creation order.
+
+    A gang whose attempt in an earlier round has not come yet (the scheduler was still working through
+    that round when this event came) is still queued with its earlier rejection."""
     window = math.floor(now)
     ready, backing, new = [], [], []
     for job in gangs:
-        if not job.fails:
+        fails, failed_at = job.queue_state(now)
+        if not fails:
             (new if job.queued_at == now else ready).append(((-job.workload.priority, job.queued_at, job.seq), job))
             continue
-        expiry = backoff_expiry(job.fails, job.failed_at)
+        expiry = backoff_expiry(fails, failed_at)
         if expiry >= window:
             backing.append(((expiry, -job.workload.priority, job.queued_at, job.seq), job))
         else:
@@ -96,7 +100,7 @@ class SimJob:
     __slots__ = ("spec", "team", "gang", "pod_requests", "workload", "gpu_type", "state", "placement",
                  "pods", "held_pods", "remaining", "run_start", "segment_begin", "version", "first_start",
                  "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds", "last_shrink", "recorded",
-                 "queued_at", "fails", "failed_at", "seq")
+                 "queued_at", "fails", "failed_at", "seq", "before")
 
     def __init__(self, spec: TraceJob, team: str, priority: int, gang: Gang, gpu_type: str | None,
                  requests: dict[str, int] | None = None) -> None:
@@ -125,6 +129,11 @@ class SimJob:
         self.fails = 0              # times found unschedulable (each pod's UnschedulableCount)
         self.failed_at = 0.0        # last time found unschedulable
         self.seq = 0                # creation order: ties in Coscheduling's sort (by creation, then rejection)
+        self.before = (0, 0.0)      # (fails, failed_at) until the last counted attempt comes
+
+    def queue_state(self, now: float) -> tuple[int, float]:
+        """(fails, failed_at) as kube-scheduler's queue has them at `now`."""
+        return (self.fails, self.failed_at) if self.failed_at <= now else self.before
 
     @property
     def rate(self) -> float:
@@ -143,7 +152,7 @@ class Simulation:
                  failures: Failures, elastic: ElasticSpec, seed: int, sample_seconds: float = 600.0,
                  pods_ready_timeout_seconds: float = 300.0, control_plane: ControlPlane | None = None,
                  observer: Callable[[Simulation], None] | None = None,
-                 controller: SimController | None = None) -> None:
+                 controller: SimController | None = None, race_seed: int | None = None) -> None:
         self.policy = policy
         self.controller = controller or SimController(elastic, failures.restart_budget)
         self.quotas = policy.to_quotas(SIM_UNITS)
@@ -190,6 +199,13 @@ class Simulation:
         self.retry_seconds = cp.retry_seconds
         self.retry_on_arrival = cp.retry_on_arrival
         self.nudge_delay = cp.finish_seconds + cp.nudge_delay_seconds
+        # Coscheduling's Permit: a gang rejected with some pods reserved holds their nodes for a moment.
+        self._holds = cp.permit_hold_race > 0 and backend is Backend.COSCHEDULING and cp.retry_seconds is not None
+        self._hold_race = cp.permit_hold_race
+        self._races = random.Random(seed if race_seed is None else race_seed)
+        # kube-scheduler tries the waiting gangs one pod attempt after another: when the current attempt is.
+        self._attempt = cp.attempt_seconds if cp.retry_seconds is not None else 0.0
+        self._attempt_at = 0.0
         # With retries modelled, a waiting gang that did not fit is set aside as the scheduler sets
         # its pods aside: `_parked` when the free GPUs fell short of the gang in sum (Coscheduling's
         # PreFilter; tried again on a Coscheduling event: a PodGroup added or nudged, a pod bound),
@@ -342,7 +358,7 @@ class Simulation:
         """Admitted, waiting for nodes (with new pods: the scheduler has not tried them yet)."""
         self.waiting[job.spec.id] = job
         self._seq += 1
-        job.queued_at, job.fails, job.seq = self.clock.now, 0, self._seq
+        job.queued_at, job.fails, job.failed_at, job.seq = self.clock.now, 0, 0.0, self._seq
         self._count_queued(job, 1)
 
     def _unwait(self, job: SimJob) -> bool:
@@ -418,30 +434,91 @@ class Simulation:
         parked = self._parked if self.retry_seconds is not None else None
         unfit = self._unfit
         started = 0
-        now = self.clock.now
         if parked is None:
             order = list(self.waiting.values())
         else:
-            order = scheduling_order([j for j in self.waiting.values() if j.spec.id not in parked
-                                      and j.spec.id not in unfit], now)
+            now = self.clock.now   # and gangs whose attempt in an earlier round has not come yet
+            order = scheduling_order([j for j in self.waiting.values() if j.failed_at > now
+                                      or (j.spec.id not in parked and j.spec.id not in unfit)], now)
+        self._attempt_at = max(self.clock.now, self._attempt_at)
+        held: tuple[Placement, int] | None = None   # pods of a rejected gang still at Permit, and their size
+        lost: list[SimJob] = []                      # gangs that found a node held: tried again after the rest
         for job in order:
+            self._attempt_at += job.gang.min_member * self._attempt
             placement = None
             short = cluster.free_gpus < job.gang.min_member * job.spec.gpus_per_node
             if not short:
                 placement = cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
+            if placement is None and held is not None:
+                placement, held = self._race_for_held(job, held)
+                if placement is None and held is None:
+                    lost.append(job)
+                    self._count_failure(job)
+                    continue
             if placement is None:
-                if parked is not None:   # set aside until something retries it
-                    (parked if short and self.backend is not Backend.NATIVE else unfit).add(job.spec.id)
-                    if not (job.fails and job.queued_at == job.failed_at == now):   # a new gang's pods: once at first
-                        job.fails += 1
-                    job.failed_at = now
+                if parked is not None:
+                    self._set_aside(job, short)
+                    if self._holds and held is None and not short and job.gang.min_member > 1:
+                        held = self._reserve_what_fits(job)
             else:
                 self._unwait(job)
                 self._start(job, placement)
                 started += 1
                 if not cluster.free_gpus and parked is None:
                     break
+        if held is not None:
+            cluster.release(*held)
+        for job in lost:   # the held pods' release moves them back (an assigned pod's delete), behind the rest
+            self._attempt_at += job.gang.min_member * self._attempt
+            short = cluster.free_gpus < job.gang.min_member * job.spec.gpus_per_node
+            placement = None if short else cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
+            if placement is None:
+                self._set_aside(job, short)
+            else:
+                self._unwait(job)
+                self._start(job, placement)
+                started += 1
         return started
+
+    def _set_aside(self, job: SimJob, short: bool) -> None:
+        """Until an event retries it: Coscheduling rejected it (short in sum) or NodeResourcesFit did."""
+        (self._parked if short and self.backend is not Backend.NATIVE else self._unfit).add(job.spec.id)
+        self._count_failure(job)
+
+    def _count_failure(self, job: SimJob) -> None:
+        now = self.clock.now
+        if job.failed_at > now:   # its attempt in an earlier round had not come yet: this one replaces it
+            job.fails, job.failed_at = job.before
+        job.before = (job.fails, job.failed_at)
+        if not (job.fails and job.queued_at == now):   # a new gang's pods: once at first
+            job.fails += 1
+        job.failed_at = self._attempt_at
+
+    def _reserve_what_fits(self, job: SimJob) -> tuple[Placement, int] | None:
+        """A gang that passed Coscheduling's PreFilter (enough GPUs in sum) but not Filter: the pods tried
+        before the one that failed were reserved and wait at Permit, holding their nodes until the
+        gang's rejection lets them go, a few milliseconds later."""
+        gpp = job.spec.gpus_per_node
+        for pods in range(job.gang.min_member - 1, 0, -1):
+            placement = self.cluster.place(pods, gpp, job.gpu_type)
+            if placement is not None:
+                return placement, gpp
+        return None
+
+    def _race_for_held(self, job: SimJob, held: tuple[Placement, int]) -> tuple[Placement | None, tuple | None]:
+        """`job` does not fit beside `held`. If it would fit without it, its attempt races the rejected gang
+        letting go: it finds the node still held (`permit_hold_race`) and fails, or free and takes it. The
+        hold ends either way; a gang that would not fit without the held node leaves it held."""
+        cluster = self.cluster
+        cluster.release(*held)
+        placement = cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
+        if placement is None:
+            cluster.reserve(*held)
+            return None, held
+        if self._races.random() < self._hold_race:
+            cluster.release(placement, job.spec.gpus_per_node)
+            return None, None
+        return placement, None
 
     def _ready_timeout(self, job: SimJob) -> None:
         if job.state == ADMITTED and self._unwait(job):
@@ -684,5 +761,6 @@ def simulate(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob],
     sim = Simulation(jobs, policy, cluster, backend=scenario.backend, failures=scenario.failures,
                      elastic=scenario.workload.elastic, seed=scenario.seed, sample_seconds=scenario.sample_seconds,
                      pods_ready_timeout_seconds=scenario.pods_ready_timeout_seconds,
-                     control_plane=scenario.control_plane, observer=observer)
+                     control_plane=scenario.control_plane, observer=observer,
+                     race_seed=placement_seed)
     return sim.run(progress)

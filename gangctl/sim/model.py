@@ -114,6 +114,11 @@ class Cluster:
             self._set_free(node, self.free[node] - n * gpus_per_pod)
         return placement
 
+    def reserve(self, placement: Placement, gpus_per_pod: int) -> None:
+        """Take exactly these pods' GPUs (a placement released a moment ago)."""
+        for node, n in placement:
+            self._set_free(node, self.free[node] - n * gpus_per_pod)
+
     def release(self, placement: Placement, gpus_per_pod: int) -> None:
         for node, n in placement:
             self._set_free(node, self.free[node] + n * gpus_per_pod)

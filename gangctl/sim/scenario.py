@@ -89,6 +89,12 @@ class ControlPlane(_Model):
     retry_on_arrival: bool = Field(True, description="with retrySeconds: a new gang's pods also make the scheduler retry waiting gangs")
     nudge_delay_seconds: float = Field(1.0, ge=0, description="with retrySeconds: from a job reported done (its PodGroup deleted) "
                                        "to gangctl nudging the waiting gangs (its debounce)")
+    attempt_seconds: float = Field(0.0, ge=0, description="with retrySeconds: kube-scheduler's time per pod attempt; it works "
+                                   "through the waiting gangs one pod after another, so a gang's attempt comes later than the "
+                                   "event that retried it, and an event in between finds it still queued")
+    permit_hold_race: float = Field(0.0, ge=0, le=1, description="coscheduling, with retrySeconds: how often the pods of a "
+                                    "rejected gang, waiting at Permit, still hold their node when the next gang that needs it "
+                                    "is tried (a race inside kube-scheduler; that gang then waits behind the rest)")
 
 
 class TraceSpec(_Model):

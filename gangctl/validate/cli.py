@@ -5,8 +5,9 @@ Submits the first `--jobs` jobs of the scenario as TrainJobs (durations and gaps
 `--compression`, run on KWOK through their pod-complete delay), waits for all, and prints the real
 mean/p50/p95 JCT and queueing delay beside two simulations of the same slice on the same nodes:
 `ideal` (an instantaneous control plane) and `model` (the control plane's bind and finish latency,
-measured in this run from jobs that never waited, and gangctl's retry interval). The model is the
-mean over 32 draws of the scheduler's random tie-breaks (validate/expectation.py), shown with the
+measured in this run from jobs that never waited, gangctl's retry interval, and kube-scheduler's pace
+and Permit race as measured in its logs: validate/plan.py). The model is the mean over 128 draws of
+the scheduler's random tie-breaks and races (validate/expectation.py), shown with the
 5-95 % range of the draws: how far one real run may fall from it by chance. The check passes
 when the model's mean JCT and mean queueing delay are within `--tolerance` of the real ones. With
 `--quota` both sides admit by the scenario's quota policy (stored for the controller's quota gate
@@ -81,10 +82,9 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
     from gangctl.kube.client import Kube
     from gangctl.sim.engine import simulate
     from gangctl.sim.replay import RUNTIME, trainjob_submissions
-    from gangctl.sim.scenario import ControlPlane
     from gangctl.validate import runner
     from gangctl.validate.expectation import expected
-    from gangctl.validate.plan import gpu_pools, namespaces_of, plan
+    from gangctl.validate.plan import gpu_pools, local_control_plane, namespaces_of, plan
 
     kube = await Kube.connect(kubeconfig)
     try:
@@ -118,8 +118,7 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
     outcomes = [outcome_of(by_key[k], record.objects[k], record.submitted[k], record.finished.get(k)) for k in by_key]
     real = summarize(outcomes)
     latency = measured_latency(outcomes, ideal.outcomes, {j.id: j.duration for j in p.sim_jobs})
-    cp = ControlPlane(bind_seconds=latency["bind_seconds"], finish_seconds=latency["finish_seconds"],
-                      retry_seconds=retry_seconds)
+    cp = local_control_plane(latency["bind_seconds"], latency["finish_seconds"], retry_seconds)
     model = expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs)
     return {"per_job": per_job_rows(p.sim_jobs, outcomes, ideal.outcomes, model.outcomes),
             "scenario": sc.name, "jobs": len(subs), "compression": compression,

@@ -336,6 +336,42 @@ def test_gangs_backing_off_are_tried_in_order_of_backoff_end_and_before_a_new_ga
     assert by["w"].start > by["v"].start and by["n"].start > by["v"].start
 
 
+@pytest.mark.parametrize("race, old_start, young_start", [(1.0, 60, 50), (0.0, 50, 60)])
+def test_a_gang_rejected_at_permit_may_still_hold_the_drained_node_when_the_next_gang_tries(race, old_start, young_start):
+    # Three nodes, each with a 1-GPU pod; s0's node drains at 50. Waiting: big (2 x 8, since 5), old and
+    # young (1 x 8, since 10 and 20), all rejected node by node, so s0's exit retries them, oldest first.
+    # big passes PreFilter (22 GPUs free in sum), its first pod takes the drained node and waits at
+    # Permit, its second fits nowhere and the gang is rejected. Whether old's attempt still finds the
+    # node held is a race (`permitHoldRace`): if it does, old is moved back behind young, and young
+    # takes the node. At young's exit (60) big holds the node again and old loses again, but nobody is
+    # behind it: tried again after big's rejection, it finds the node free. On the local cluster's
+    # kube-scheduler the hold won about half the time (`gangctl.validate.plan.PERMIT_HOLD_RACE`).
+    jobs = [job("s0", 0, 50, gpus=1), job("s1", 0, 1000, gpus=1), job("s2", 0, 1000, gpus=1),
+            job("big", 5, 10, nodes=2), job("old", 10, 10), job("young", 20, 10)]
+    sc = with_control_plane(spread(scenario(nodes=3)), retrySeconds=1000, permitHoldRace=race)
+    by = {o.id: o for o in simulate(sc, ONE_TEAM, jobs).outcomes}
+    assert (by["old"].start, by["young"].start) == (old_start, young_start)
+    # With no gang to hold the node, the race never arises: the oldest gang takes it.
+    alone = [j for j in jobs if j.id != "big"]
+    by = {o.id: o for o in simulate(sc, ONE_TEAM, alone).outcomes}
+    assert (by["old"].start, by["young"].start) == (50, 60)
+
+
+@pytest.mark.parametrize("attempt, old_start, young_start", [(0.01, 60.015, 50.015), (0.0, 50.015, 60.015)])
+def test_an_event_before_a_gangs_attempt_finds_it_still_queued_with_its_earlier_rejection(attempt, old_start, young_start):
+    # One node; old (came at 10) and young (at 20) wait for it whole, and the exits at 30-38 have
+    # retried both to the 10 s backoff. s0's exit at 50 retries them, oldest first, one attempt after
+    # another (`attemptSeconds`): old is rejected at 50.01; young's attempt, due at 50.02, has not come
+    # when s1's exit at 50.015 drains the node. young is still queued with its rejection at 38 (its
+    # backoff long over) and old backs off from 50.01: young goes first and takes the node. Tried at
+    # the same instant, as without attempt times, both back off alike and the older gang goes first.
+    small = [job(f"e{i}", 0, 30 + 2 * i, gpus=1) for i in range(5)]
+    jobs = small + [job("s0", 0, 50, gpus=1), job("s1", 0, 50.015, gpus=1), job("old", 10, 10), job("young", 20, 10)]
+    sc = with_control_plane(scenario(nodes=1, backend="native"), retrySeconds=1000, attemptSeconds=attempt)
+    by = {o.id: o for o in simulate(sc, ONE_TEAM, jobs).outcomes}
+    assert (by["old"].start, by["young"].start) == pytest.approx((old_start, young_start))
+
+
 def test_a_native_gang_short_in_sum_is_retried_when_pods_leave_a_node():
     # The same gangs under Kubernetes' own gang scheduling: no PreFilter rejects b on its sum, and
     # kube-scheduler requeues it when a's pods leave (t=100), without waiting for a nudge (106).
