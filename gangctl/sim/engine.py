@@ -48,6 +48,7 @@ ALLOCATES_WHOLE = frozenset({Backend.VOLCANO, Backend.KAI})
 # reported done (finish_seconds after its pods exit); the nodes are free at the exit already.
 GATED_UNTIL_REPORTED = frozenset({Backend.COSCHEDULING, Backend.NATIVE})
 PENDING, ADMITTED, RUNNING, DONE, FAILED = "pending", "admitted", "running", "done", "failed"
+Held = tuple[Placement, int]   # pods reserved at Coscheduling's Permit for a gang being rejected, their GPUs each
 
 
 # kube-scheduler's per-pod backoff after a failed attempt (podInitialBackoffSeconds, podMaxBackoffSeconds).
@@ -205,7 +206,7 @@ class Simulation:
         self._races = random.Random(seed if race_seed is None else race_seed)
         # kube-scheduler tries the waiting gangs one pod attempt after another: when the current attempt is.
         self._attempt = cp.attempt_seconds if cp.retry_seconds is not None else 0.0
-        self._attempt_at = 0.0
+        self._attempt_at = self._round_began = 0.0
         # With retries modelled, a waiting gang that did not fit is set aside as the scheduler sets
         # its pods aside: `_parked` when the free GPUs fell short of the gang in sum (Coscheduling's
         # PreFilter; tried again on a Coscheduling event: a PodGroup added or nudged, a pod bound),
@@ -429,20 +430,21 @@ class Simulation:
         self._enqueue(w)
 
     def _place_waiting(self) -> int:
-        """Place waiting gangs in admission order, whichever fit; return how many started."""
+        """Place waiting gangs whichever fit, in the scheduler's order (admission order without retries
+        modelled); return how many started."""
         cluster = self.cluster
         parked = self._parked if self.retry_seconds is not None else None
         unfit = self._unfit
         started = 0
+        now = self.clock.now
         if parked is None:
             order = list(self.waiting.values())
-        else:
-            now = self.clock.now   # and gangs whose attempt in an earlier round has not come yet
+        else:   # the gangs an event retried, and those whose attempt in an earlier round is still to come
             order = scheduling_order([j for j in self.waiting.values() if j.failed_at > now
                                       or (j.spec.id not in parked and j.spec.id not in unfit)], now)
-        self._attempt_at = max(self.clock.now, self._attempt_at)
-        held: tuple[Placement, int] | None = None   # pods of a rejected gang still at Permit, and their size
-        lost: list[SimJob] = []                      # gangs that found a node held: tried again after the rest
+        self._round_began = self._attempt_at = max(now, self._attempt_at)
+        held: Held | None = None        # pods of a rejected gang still at Permit
+        lost: list[SimJob] = []         # gangs that found a node held: tried again after the rest
         for job in order:
             self._attempt_at += job.gang.min_member * self._attempt
             placement = None
@@ -487,14 +489,14 @@ class Simulation:
 
     def _count_failure(self, job: SimJob) -> None:
         now = self.clock.now
-        if job.failed_at > now:   # its attempt in an earlier round had not come yet: this one replaces it
-            job.fails, job.failed_at = job.before
+        if now < job.failed_at <= self._round_began:   # its attempt in an earlier round was still to come
+            job.fails, job.failed_at = job.before       # when this event came: this attempt is that one
         job.before = (job.fails, job.failed_at)
         if not (job.fails and job.queued_at == now):   # a new gang's pods: once at first
             job.fails += 1
         job.failed_at = self._attempt_at
 
-    def _reserve_what_fits(self, job: SimJob) -> tuple[Placement, int] | None:
+    def _reserve_what_fits(self, job: SimJob) -> Held | None:
         """A gang that passed Coscheduling's PreFilter (enough GPUs in sum) but not Filter: the pods tried
         before the one that failed were reserved and wait at Permit, holding their nodes until the
         gang's rejection lets them go, a few milliseconds later."""
@@ -505,7 +507,7 @@ class Simulation:
                 return placement, gpp
         return None
 
-    def _race_for_held(self, job: SimJob, held: tuple[Placement, int]) -> tuple[Placement | None, tuple | None]:
+    def _race_for_held(self, job: SimJob, held: Held) -> tuple[Placement | None, Held | None]:
         """`job` does not fit beside `held`. If it would fit without it, its attempt races the rejected gang
         letting go: it finds the node still held (`permit_hold_race`) and fails, or free and takes it. The
         hold ends either way; a gang that would not fit without the held node leaves it held."""
