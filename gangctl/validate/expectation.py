@@ -2,14 +2,16 @@
 
 kube-scheduler breaks ties between equally scored nodes at random, and with spread packing
 (LeastAllocated) small pods keep landing on the emptiest nodes: where they land decides when whole
-nodes drain for the gangs that need them. One real replay is one draw of those ties. Measured on
-the 300-job replay slices, the model's own mean queueing delay varies by 13-15 % (one standard
-deviation) from one tie draw to the next, and its p95 by up to 31 %: compared with a single draw,
-a replay would pass or fail by luck. So a replay is compared with the mean over `DRAWS` draws, and
-the spread of the draws is reported beside it (how far one real run may fall from the mean). With
-the p95 queueing delay's draws spread by about 23 %, the mean of 32 draws was itself uncertain by
-about 4 % (a third of the 10 % tolerance; replay-check's pooled p95s moved by 1.3 to 1.7 points
-between 32 and 128 draws); 128 draws halve that, at about 7 s of CPU for a 300-job slice.
+nodes drain for the gangs that need them. One real replay is one draw of those ties (and of the
+scheduler's races the model draws, `ControlPlane.permit_hold_race`). Measured on the 300-job replay
+slices (model at 931c65c), the model's own mean queueing delay varies by up to 13 % (one standard
+deviation) from one draw to the next, and its p95 by up to 23 %: compared with a single draw, a
+replay would pass or fail by luck. So a replay is compared with the mean over `DRAWS` draws, and
+the spread of the draws is reported beside it (how far one real run may fall from the mean). The
+mean is uncertain by the spread over the square root of the draws: with 32 draws about 4 % on the
+p95 queueing delay, a third of the 10 % tolerance (replay-check's pooled p95s moved by 1.3 to 1.7
+points between 32 and 128 draws of one model); 128 draws halve that, at about 7 s of CPU for a
+300-job slice.
 """
 from __future__ import annotations
 
