@@ -247,17 +247,20 @@ def test_the_sim_check_table_shows_the_share_of_model_draws_below_each_real_figu
               "model": {"jct_seconds": stats(25.0, 40.0), "queue_delay_seconds": stats(4.0, 8.0)},
               "model_draw_values": {"jct_seconds": {"mean": [10.0, 20.0, 30.0, 40.0], "p50": [], "p95": [50.0] * 4},
                                     "queue_delay_seconds": {"mean": [1.0, 2.0, 3.0, 4.0], "p50": [], "p95": [1.0] * 4}},
-              "measured_latency": {"bind_seconds": 0.1, "finish_seconds": 1.0, "retry_seconds": 20.0}}
+              "measured_latency": {"bind_seconds": 0.1, "finish_seconds": 1.0, "retry_seconds": 20.0},
+              "scheduler_modelled": {"attempt_seconds": 0.0043, "permit_hold_race": 0.48}}
     console = Console(width=250, record=True)
     monkeypatch.setattr(validate_cli, "out", console)
     rows = compare(result["real"], result["model"])
     validate_cli._print(result, rows, 0.05, verdict(rows))
+    text = console.export_text()
     lines = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
-             for line in console.export_text().splitlines() if line.count("│") > 3}
+             for line in text.splitlines() if line.count("│") > 3}
     assert lines["mean JCT (s)"][4] == "50%"                  # 2 of 4 draws below 25
     assert lines["p95 JCT (s)"][4] == "0%"                    # every draw above 45
     assert lines["mean queueing delay (s)"][4] == "100%"      # every draw below 5
     assert lines["p50 JCT (s)"][4] == "-"                     # no draws kept for it
+    assert "4.3 ms per pod attempt" in text and "48% of the time" in text   # the scheduler's races modelled
 
 
 def test_in_arrival_order_hands_each_shapes_real_starts_to_its_gangs_first_come_first_served():
