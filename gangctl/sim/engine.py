@@ -447,10 +447,7 @@ class Simulation:
         lost: list[SimJob] = []         # gangs that found a node held: tried again after the rest
         for job in order:
             self._attempt_at += job.gang.min_member * self._attempt
-            placement = None
-            short = cluster.free_gpus < job.gang.min_member * job.spec.gpus_per_node
-            if not short:
-                placement = cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
+            short, placement = self._try_place(job)
             if placement is None and held is not None:
                 placement, held = self._race_for_held(job, held)
                 if placement is None and held is None:
@@ -472,8 +469,7 @@ class Simulation:
             cluster.release(*held)
         for job in lost:   # the held pods' release moves them back (an assigned pod's delete), behind the rest
             self._attempt_at += job.gang.min_member * self._attempt
-            short = cluster.free_gpus < job.gang.min_member * job.spec.gpus_per_node
-            placement = None if short else cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
+            short, placement = self._try_place(job)
             if placement is None:
                 self._set_aside(job, short)
             else:
@@ -481,6 +477,12 @@ class Simulation:
                 self._start(job, placement)
                 started += 1
         return started
+
+    def _try_place(self, job: SimJob) -> tuple[bool, Placement | None]:
+        """Whether the free GPUs fall short of the gang in sum (Coscheduling's PreFilter), and else where
+        it fits node by node, if anywhere."""
+        short = self.cluster.free_gpus < job.gang.min_member * job.spec.gpus_per_node
+        return short, None if short else self.cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
 
     def _set_aside(self, job: SimJob, short: bool) -> None:
         """Until an event retries it: Coscheduling rejected it (short in sum) or NodeResourcesFit did."""
