@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit integration lint build clean-cluster
+.PHONY: demo test unit integration lint build clean-cluster cold-ci
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +19,18 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/python -m gangctl.api.crds --check
 
-unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit -q
+unit: $(STAMP)  ## no cluster; stops at the first failure
+	$(BIN)/python -m pytest tests/unit -q -x --durations=5
 
-test: build lint  ## unit tests, then integration tests on one real local cluster
-	$(BIN)/python -m pytest tests -q -ra --durations=10
+integration: build  ## on one real local cluster, started once
+	$(BIN)/python -m pytest tests/integration -q -ra --durations=10
+
+test: build lint  ## lint and unit tests first (a failure stops the run before any cluster starts), then integration
+	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory integration
+
+cold-ci:  ## CI's own run from a fresh clone with empty caches, timed (run it on an idle machine)
+	.ci/cold
 
 demo: build
 	$(BIN)/gangctl demo

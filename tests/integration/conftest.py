@@ -53,8 +53,8 @@ def pytest_runtest_makereport(item, call):
 # The backend modules that start an extra scheduler built from source, in the order they run.
 PREBUILT = {"test_schedulers_kai": "kai", "test_schedulers_kueue": "kueue", "test_schedulers_volcano": "volcano"}
 # Builds that tests reach through a fixture, before and after the schedulers: CoreDNS for the process
-# nodes (whose first test runs a few modules in), helm for the chart tests among the unit tests (which
-# run after the integration tests).
+# nodes (whose first test runs a few modules in), and helm when one session also collects the unit
+# tests' chart checks (`pytest tests`; `make test` runs the unit tests first, in a session of their own).
 PREBUILT_FIRST, PREBUILT_LAST = {"process_nodes": "coredns"}, {"helm": "helm"}
 
 
