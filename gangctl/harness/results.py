@@ -199,15 +199,16 @@ def machine() -> tuple[str, str]:
 
 
 def record(benchmark: str, columns: list[str], rows: list[list], runs: str, *, peer: str | None = None,
-           part: str | None = None, notes: list[str] | None = None, directory: Path = RESULTS,
-           repo: Path = REPO) -> Path:
+           part: str | None = None, notes: list[str] | None = None, commit: str | None = None,
+           directory: Path = RESULTS, repo: Path = REPO) -> Path:
     """Write this run as the benchmark's current result (`benchmarks/results/<benchmark>.json`), with
-    the date, the commit (with `+uncommitted` if the measured paths differ from it), the command, the
-    CPU and the load; then regenerate the page from `benchmarks/results_page.py`."""
+    the date, the commit measured (HEAD unless `commit` names another, e.g. the model a rescoring ran;
+    `uncommitted` if the measured paths differ from HEAD), the command, the CPU and the load. Then
+    `benchmarks/results_page.py` regenerates the page."""
     if benchmark not in BENCHMARKS:
         raise ValueError(f"{benchmark!r} is not in BENCHMARKS")
-    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True).stdout.strip() or UNKNOWN
+    head = commit or subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                    text=True).stdout.strip() or UNKNOWN
     dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", *BENCHMARKS[benchmark].paths],
                            capture_output=True, text=True).stdout.strip()
     cpu, load = machine()
