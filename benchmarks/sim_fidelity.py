@@ -6,6 +6,9 @@
     .venv/bin/python benchmarks/sim_fidelity.py --report out.json --write-fidelity simulations/fidelity.json
     .venv/bin/python benchmarks/sim_fidelity.py --report out.json --remodel       # stored real runs, this model
     .venv/bin/python benchmarks/sim_fidelity.py --report a.json b.json --remodel  # several runs, pooled per slice
+    .venv/bin/python benchmarks/sim_fidelity.py --record-runs 6 --slices simulations/replay-check.yaml   # new runs, stored
+    .venv/bin/python benchmarks/sim_fidelity.py --report simulations/fidelity-run-*.json --remodel --held-out
+    .venv/bin/python benchmarks/sim_fidelity.py --report simulations/fidelity-run-*.json --sweep permit_hold_race=0.33,0.64
 
 One local cluster of its own (8 KWOK nodes x 8 GPUs, as the slices' comments say) and `gangctl
 controller`; each slice runs through `gangctl sim-check SLICE -o json --dump` as a user would run it
@@ -19,7 +22,11 @@ One real run of a slice is one draw too: which waiting gang gets a node that dra
 in the scheduler, so runs of the same 300 jobs differ (replay-check's mean queueing by 12 %, one
 standard deviation over five runs). Given several runs (`--report` with several files), the table pools them per slice: the
 mean of the runs' figures, their run-to-run spread, and the model's error against that mean, which is
-what `--write-fidelity` then stores. Two diagnostics follow the tables: where each real run ranks among
+what `--write-fidelity` then stores. The pooled error comes with its 95 % interval from a seeded bootstrap
+over the runs, and the verdict against issue 17's tolerance (means 5 %, p95s 10 %) is "within tolerance"
+only when the whole interval is (`gangctl.validate.measure`). The protocol for a model change
+(docs/simulator.md): `--record-runs` stores new runs, `--held-out` scores only those recorded after the
+model's last commit, `--sweep` shows how the verdicts move with a fitted constant. Two diagnostics follow the tables: where each real run ranks among
 the model's draws (a right model gives ranks spread evenly around 0.5), and, with `--remodel`, the
 real p95s had equal gangs been served first come, first served (how much of the tail is that order).
 """
@@ -280,20 +287,21 @@ def markdown(columns: list[str], rows: list[list]) -> str:
                      [columns, ["---"] * len(columns), *rows])
 
 
-def sweep(results: list[dict], spec: str, draws: int | None) -> list[str]:
-    """`--sweep NAME=v1,v2,...`: the pooled errors with one fitted constant of the model set to each value
-    (the stored runs rescored each time), so the sensitivity of the verdicts to it is published beside it."""
+def sweep(results: list[dict], spec: str, draws: int | None) -> tuple[str, list[str], list[list]]:
+    """`--sweep NAME=v1,v2,...`: the pooled errors and verdicts with one fitted constant of the model set to
+    each value (the stored runs rescored each time): how much the verdicts depend on it. The constant's
+    name, the columns and the rows (one per value and slice)."""
     name, _, values = spec.partition("=")
     if name not in FITTED or not values:
         raise SystemExit(f"--sweep: NAME=v1,v2,... with NAME one of {', '.join(FITTED)}")
-    lines = [f"sensitivity to {name} ({FITTED[name]} in gangctl/validate/plan.py), stored runs rescored"
-             + (f" with {draws} draws" if draws else "") + ":"]
+    rows, columns = [], []
     for value in (float(v) for v in values.split(",")):
+        say(f"{name} = {value:g}: rescoring {len(results)} results")
         rescored = [dict(r) for r in results]
         remodel(rescored, {name: value}, draws)
-        columns, rows = verdict_rows(pooled(rescored))
-        lines += [f"\n{name} = {value:g}", markdown(columns, rows)]
-    return lines
+        columns, slice_rows = verdict_rows(pooled(rescored))
+        rows += [[f"{value:g}", *row] for row in slice_rows]
+    return name, [name, *columns], rows
 
 
 def arrival_order_lines(results: list[dict]) -> list[str]:
@@ -421,8 +429,9 @@ def main() -> int:
                     "benchmarks/results/sim_fidelity.json")
     ap.add_argument("--cluster-name", default="gangctl-bench-fidelity")
     args = ap.parse_args()
-    if args.record and not (args.report and args.remodel):
-        ap.error("--record publishes a rescoring by this checkout's model: use it with --report ... --remodel")
+    if args.record and not (args.report and (args.remodel or args.sweep)):
+        ap.error("--record publishes a rescoring by this checkout's model: use it with --report ... --remodel "
+                 "(or --sweep)")
     if args.record_runs:
         return record_runs(args)
     if args.report:
@@ -439,7 +448,16 @@ def main() -> int:
                 "results": [r | {"run": d["conditions"]["date"]} for d in stored for r in d["results"]]}
         data["conditions"]["argv"] = sys.argv[1:]   # the command behind these figures (each run keeps its own)
         if args.sweep:
-            print("\n".join(sweep(data["results"], args.sweep, args.draws)))
+            name, columns, rows = sweep(data["results"], args.sweep, args.draws)
+            print(f"sensitivity to {name} ({FITTED[name]} in gangctl/validate/plan.py), the stored runs rescored:\n"
+                  + markdown(columns, rows))
+            if args.record:
+                slices = dict.fromkeys(r["slice"] for r in data["results"])
+                path = published.record(
+                    "sim_fidelity", columns, rows, f"{len(stored)} stored runs ({', '.join(slices)}) rescored with "
+                    f"{name} at each value{'' if args.draws is None else f', {args.draws} draws'}", commit=model_commit(),
+                    part=f"Sensitivity to {name}")
+                say(f"recorded {path}; run benchmarks/results_page.py to regenerate the page")
             return 0
         if args.remodel:
             remodel(data["results"], draws=args.draws)
