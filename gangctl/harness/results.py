@@ -36,6 +36,10 @@ class Benchmark:
     paths: tuple[str, ...]   # the code whose change makes its figures stale
 
 
+# The simulator's model as sim-check and `sim_fidelity.py --remodel` run it (not its report or CLI).
+_MODEL = tuple(f"gangctl/sim/{m}.py" for m in ("engine", "controller", "model", "scenario", "generate", "replay", "clock",
+                                                "units", "traces")) + ("gangctl/validate/plan.py",
+                                                                       "gangctl/validate/expectation.py", "gangctl/policy")
 _CONTROLLER = ("gangctl/runtime", "gangctl/kube", "gangctl/plugins", "gangctl/policy", "gangctl/api")
 BENCHMARKS: dict[str, Benchmark] = {b.script.removesuffix(".py"): b for b in (
     Benchmark("sim_speed.py", "Simulator speed",
@@ -51,7 +55,7 @@ BENCHMARKS: dict[str, Benchmark] = {b.script.removesuffix(".py"): b for b in (
               "model, with a 95 % interval from a seeded bootstrap over the runs. Verdict against issue 17's "
               "tolerance (means 5 %, p95s 10 %): within it only when the whole interval is. Protocol and "
               "model: [docs/simulator.md](../docs/simulator.md).",
-              ("gangctl/sim", "gangctl/validate/plan.py", "gangctl/validate/expectation.py")),
+              _MODEL),
     Benchmark("coscheduling_churn.py", "Coscheduling's churn on a gang that fits in sum",
               "A P × 8 gang whose GPUs are free in sum but not node by node, on P + 2 KWOK nodes: its Permit "
               "turns while it churns, the pods kube-scheduler discards as already in flight, and whether it "
@@ -158,7 +162,8 @@ def _part(result: dict, paths: tuple[str, ...], changed: list[str] | None) -> li
         lines.append(f"**Stale:** the measured code ({', '.join(f'`{p}`' for p in paths)}) changed since, "
                      f"in {len(changed)} commit{'s' if len(changed) > 1 else ''} ({shown}); re-run before quoting.")
     lines += result.get("notes", [])
-    lines += ["", "```bash", result["command"], "```", ""]
+    commands = [" ".join(c.split()) for c in result["command"].splitlines() if c.strip()]
+    lines += [f"Command{'s' if len(commands) > 1 else ''}: " + "; ".join(f"`{c}`" for c in commands), ""]
     return lines
 
 
