@@ -61,3 +61,23 @@ def test_new_runs_are_stored_under_the_next_free_name(tmp_path):
     (tmp_path / "fidelity-run-2026-11-28.json").write_text("{}")
     (tmp_path / "fidelity-run-2026-11-28b.json").write_text("{}")
     assert sim_fidelity.next_run_path(tmp_path, "2026-11-28").name == "fidelity-run-2026-11-28c.json"
+
+
+def test_held_out_runs_are_those_recorded_with_the_model_commit_in_their_history():
+    # The six runs of 2026-11-27 ran at 063c8f2, before the Permit-hold model of 931c65c: not held out from it.
+    assert not sim_fidelity.after_model("063c8f2", "931c65c")
+    assert sim_fidelity.after_model("931c65c", "931c65c") and sim_fidelity.after_model("97b77fc", "931c65c")
+
+
+def test_the_sweep_rescores_the_stored_runs_with_a_fitted_constant_changed():
+    import json
+
+    stored = json.loads((sim_fidelity.RUNS_DIR / "fidelity-run-2026-11-27c.json").read_text())["results"]
+    name, columns, rows = sim_fidelity.sweep(stored, "permit_hold_race=0,1", draws=2)
+    assert name == "permit_hold_race" and columns[:3] == ["permit_hold_race", "slice", "runs"]
+    assert [r[:3] for r in rows] == [["0", "replay-check", 1], ["1", "replay-check", 1]]
+    assert rows[0][3:] != rows[1][3:], "the constant moves the model"
+    assert stored[0]["model"] == json.loads((sim_fidelity.RUNS_DIR / "fidelity-run-2026-11-27c.json").read_text())[
+        "results"][0]["model"], "the stored runs are not changed"
+    with pytest.raises(SystemExit, match="NAME one of permit_hold_race, attempt_seconds"):
+        sim_fidelity.sweep(stored, "bind_seconds=1", draws=2)
