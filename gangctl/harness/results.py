@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -222,6 +223,7 @@ def record(benchmark: str, columns: list[str], rows: list[list], runs: str, *, p
             "command": ".venv/bin/python " + " ".join([f"benchmarks/{BENCHMARKS[benchmark].script}", *sys.argv[1:]]),
             "cpu": cpu, "load": load, "runs": runs, "peer": peer, "columns": columns, "rows": rows,
             "notes": notes or [], **({"part": part} if part else {})}
-    path = directory / f"{benchmark}{'-' + part.split(':')[0].lower().replace(' ', '-') if part else ''}.json"
+    slug = re.sub(r"[^a-z0-9]+", "-", part.lower()).strip("-") if part else ""
+    path = directory / f"{benchmark}{'-' + slug if slug else ''}.json"
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     return path
