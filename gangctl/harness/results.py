@@ -7,8 +7,8 @@ command, the CPU model and the load. `benchmarks/README.md` is generated from th
 figures live in git history, not on the page.
 
 The generator knows which source paths each benchmark measures (`BENCHMARKS`); a result whose paths
-changed after its commit (`git log <commit>..HEAD -- paths`) is marked stale on the page, with those
-commits. A cell is a number, a string, or a summary of repeated runs (`rounds.summary`: median and
+changed after its commit (`git log <commit>..HEAD -- paths`) is marked stale on the page, with the first
+such commit (the page changes when a figure goes stale, not with every later commit). A cell is a number, a string, or a summary of repeated runs (`rounds.summary`: median and
 range), printed as "median (min–max, n runs)".
 """
 from __future__ import annotations
@@ -158,10 +158,9 @@ def _part(result: dict, paths: tuple[str, ...], changed: list[str] | None) -> li
                  f"({result['load']}); {result['runs']}{peer}.")
     if changed is None:
         lines.append("**Stale or not: unknown** (the commit measured is not in this clone's history).")
-    elif changed:
-        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-        lines.append(f"**Stale:** the measured code ({', '.join(f'`{p}`' for p in paths)}) changed since, "
-                     f"in {len(changed)} commit{'s' if len(changed) > 1 else ''} ({shown}); re-run before quoting.")
+    elif changed:   # the first change only, so the page does not move with every later commit
+        lines.append(f"**Stale:** the measured code ({', '.join(f'`{p}`' for p in paths)}) changed after it, first "
+                     f"in `{changed[-1]}`; re-run before quoting.")
     lines += result.get("notes", [])
     commands = [" ".join(c.split()) for c in result["command"].splitlines() if c.strip()]
     lines += [f"Command{'s' if len(commands) > 1 else ''}: " + "; ".join(f"`{c}`" for c in commands), ""]

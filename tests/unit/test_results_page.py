@@ -50,8 +50,13 @@ def test_a_result_is_stale_once_its_measured_paths_change(tmp_path):
     (repo / "gangctl" / "sim" / "engine.py").write_text("x = 2\n")
     git(repo, "commit", "-qam", "faster engine")
     changed = git(repo, "rev-parse", "--short", "HEAD")
-    assert f"**Stale:** the measured code (`gangctl/sim`, `gangctl/policy`) changed since, in 1 commit ({changed})" \
-        in results.page(results.load(out), repo)
+    stale = f"**Stale:** the measured code (`gangctl/sim`, `gangctl/policy`) changed after it, first in `{changed}`;"
+    assert stale in results.page(results.load(out), repo)
+    (repo / "gangctl" / "policy").mkdir()
+    (repo / "gangctl" / "policy" / "quota.py").write_text("y = 1\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "quota")
+    assert stale in results.page(results.load(out), repo), "a later change does not move the page"
     (out / "sim_speed.json").write_text(json.dumps(result | {"commit": "unknown"}))
     assert "**Stale or not: unknown**" in results.page(results.load(out), repo), "no commit, no claim either way"
     (out / "sim_speed.json").write_text(json.dumps({k: v for k, v in result.items() if k != "cpu"}))
