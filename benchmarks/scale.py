@@ -1153,7 +1153,8 @@ def main() -> int:
     conditions["kubernetes"] = cp.pinned_version(integrations / "controlplane", "k8s.io/kubernetes")
     say("conditions: " + json.dumps(conditions))
     failed = False
-    data.setdefault("rounds", [])
+    if "rounds" not in data:   # a file from before rounds: what it holds is round 1
+        data["rounds"] = [{k: data[k] for k in ("gangctl", "peer") if k in data}] if data else []
     for n, side in rounds.order([s for s in ("gangctl", "peer") if args.only in (None, s)], args.rounds):
         say(f"round {n + 1} of {args.rounds}: {side}")
         if n == len(data["rounds"]):
