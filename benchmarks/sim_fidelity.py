@@ -49,7 +49,8 @@ sys.path.insert(0, str(REPO))
 from benchmarks.local import cluster_with_controller  # noqa: E402
 from gangctl.cluster.lifecycle import UpOptions  # noqa: E402
 from gangctl.harness import results as published  # noqa: E402
-from gangctl.validate.measure import GOAL_TOLERANCE, bootstrap_interval, interval_verdict, pooled_error  # noqa: E402
+from gangctl.validate.measure import (GOAL_TOLERANCE, MIN_RUNS_FOR_VERDICT, bootstrap_interval,  # noqa: E402
+                                     interval_verdict, pooled_error)
 
 SLICES = (("simulations/replay-check.yaml", False), ("simulations/replay-check-philly.yaml", False),
           ("simulations/replay-check-quota.yaml", True))
@@ -451,12 +452,13 @@ def main() -> int:
             name, columns, rows = sweep(data["results"], args.sweep, args.draws)
             print(f"sensitivity to {name} ({FITTED[name]} in gangctl/validate/plan.py), the stored runs rescored:\n"
                   + markdown(columns, rows))
-            if args.record:
-                slices = dict.fromkeys(r["slice"] for r in data["results"])
+            if args.record:   # the slices with enough runs for a verdict
+                rows = [r for r in rows if r[2] >= MIN_RUNS_FOR_VERDICT]
+                slices = ", ".join(dict.fromkeys(r[1] for r in rows))
                 path = published.record(
-                    "sim_fidelity", columns, rows, f"{len(stored)} stored runs ({', '.join(slices)}) rescored with "
-                    f"{name} at each value{'' if args.draws is None else f', {args.draws} draws'}", commit=model_commit(),
-                    part=f"Sensitivity to {name}")
+                    "sim_fidelity", columns, rows, f"the stored runs of {slices} rescored with {name} at each value"
+                    f"{'' if args.draws is None else f', {args.draws} draws'} (slices with fewer than "
+                    f"{MIN_RUNS_FOR_VERDICT} runs left out)", commit=model_commit(), part=f"Sensitivity to {name}")
                 say(f"recorded {path}; run benchmarks/results_page.py to regenerate the page")
             return 0
         if args.remodel:

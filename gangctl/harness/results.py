@@ -147,7 +147,7 @@ def cell(value) -> str:
 
 def _part(result: dict, paths: tuple[str, ...], changed: list[str] | None) -> list[str]:
     """One results file: its table, when and where it was measured, staleness, notes and command."""
-    lines = [f"**{result['part']}**", ""] if result.get("part") else []
+    lines = [f"### {result['part']}"] if result.get("part") else []
     lines.append("| " + " | ".join(result["columns"]) + " |")
     lines.append("|" + "---|" * len(result["columns"]))
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in result["rows"]]
