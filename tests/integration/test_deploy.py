@@ -146,7 +146,9 @@ async def test_service_account_may_do_what_the_code_calls_and_no_more(kubeconfig
                   {"group": "coordination.k8s.io", "resource": "leases", "verb": "update", "namespace": "kube-system"},
                   {"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verb": "create"},
                   {"resource": "pods", "verb": "update", "namespace": "default"},
-                  {"resource": "nodes", "verb": "patch"}):  # it reads Nodes (the lost-pod reaper), never changes them
+                  {"resource": "nodes", "verb": "patch"},  # it reads Nodes (the lost-pod reaper), never changes them
+                  {"resource": "nodes", "verb": "list"},  # ... and only with deploy/components/lost-pod-reaper
+                  {"resource": "pods", "subresource": "status", "verb": "patch"}):
         assert not await allowed(kube, {"resourceAttributes": attrs}), attrs
 
     # kubectl's own view of everything it may do, per namespace: no wildcard, and no Secrets but its
