@@ -46,8 +46,8 @@ def _address(hex_address: str) -> tuple[str, int]:
     return f"[{ipaddress.IPv6Address(b''.join(words)).compressed}]", int(port, 16)
 
 
-def listening_sockets(port: int, proc: Path = Path("/proc")) -> dict[int, str]:
-    """{socket inode: listening address} for the sockets in LISTEN on `port`."""
+def listening_sockets(port: int | None = None, proc: Path = Path("/proc")) -> dict[int, str]:
+    """{socket inode: listening address} for the sockets in LISTEN on `port` (None: on any port)."""
     out = {}
     for table in ("tcp", "tcp6"):
         try:
@@ -59,8 +59,8 @@ def listening_sockets(port: int, proc: Path = Path("/proc")) -> dict[int, str]:
             if len(fields) < 10 or fields[3] != LISTEN:
                 continue
             host, local_port = _address(fields[1])
-            if local_port == port:
-                out[int(fields[9])] = f"{host}:{port}"
+            if port is None or local_port == port:
+                out[int(fields[9])] = f"{host}:{local_port}"
     return out
 
 
@@ -71,6 +71,28 @@ def _readlink(path: Path) -> str:
         return ""
 
 
+def _socket_inodes(pid: int | str, proc: Path) -> set[int]:
+    try:
+        fds = list((proc / str(pid) / "fd").iterdir())
+    except OSError:
+        return set()
+    return {int(link[8:-1]) for link in map(_readlink, fds) if link.startswith("socket:[")}
+
+
+def listening(pid: int, proc: Path = Path("/proc")) -> list[str]:
+    """The TCP addresses process `pid` listens on."""
+    sockets = listening_sockets(None, proc)
+    return sorted(sockets[inode] for inode in _socket_inodes(pid, proc) if inode in sockets)
+
+
+def command(pid: int | str, proc: Path = Path("/proc")) -> str:
+    """The command line of `pid` (its first 200 characters; '' when it cannot be read)."""
+    try:
+        return (proc / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+    except OSError:
+        return ""
+
+
 def holders(port: int, proc: Path = Path("/proc")) -> list[Holder]:
     """The processes listening on `port` (one per socket; pid None when it cannot be read)."""
     sockets = listening_sockets(port, proc)
@@ -78,15 +100,7 @@ def holders(port: int, proc: Path = Path("/proc")) -> list[Holder]:
     for entry in proc.iterdir() if sockets else ():
         if not entry.name.isdigit():
             continue
-        try:
-            fds = list((entry / "fd").iterdir())
-        except OSError:
-            continue
-        for link in map(_readlink, fds):
-            if link.startswith("socket:[") and (inode := int(link[8:-1])) in sockets and inode not in found:
-                try:
-                    command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-                except OSError:
-                    command = ""
-                found[inode] = Holder(sockets[inode], int(entry.name), command[:200])
+        for inode in _socket_inodes(entry.name, proc):
+            if inode in sockets and inode not in found:
+                found[inode] = Holder(sockets[inode], int(entry.name), command(entry.name, proc))
     return [found.get(inode, Holder(address, None)) for inode, address in sockets.items()]

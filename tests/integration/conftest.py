@@ -155,7 +155,9 @@ async def reaper_kubeconfig(kube: Kube, kubeconfig: Path, tmp_path: Path) -> Pat
 
 
 async def least_privilege_kubeconfig(kube: Kube, admin: Path, path: Path, kustomization: str = "deploy",
-                                     sa: str = SUITE_SA) -> Path:
+                                     sa: str = SUITE_SA, without_groups: tuple[str, ...] = ()) -> Path:
+    """A ServiceAccount `sa` with the RBAC that `kustomization` grants gangctl (less the rules for
+    `without_groups`), and a kubeconfig for it at `path`."""
     import subprocess
 
     import yaml
@@ -181,7 +183,7 @@ async def least_privilege_kubeconfig(kube: Kube, admin: Path, path: Path, kustom
         name = f"{sa}-{role['metadata']['name']}"
         meta = {"name": name, **({"namespace": binding["metadata"]["namespace"]} if kind == "Role" else {})}
         objects.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
-                        "rules": role["rules"]})
+                        "rules": [r for r in role["rules"] if not set(r.get("apiGroups") or []) & set(without_groups)]})
         objects.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": binding["kind"], "metadata": meta,
                         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
                         "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}]})

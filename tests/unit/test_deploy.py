@@ -81,6 +81,9 @@ HTTP_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
 # leader election Lease (--leader-elect-namespace gangctl-system, checked in
 # test_deployment_is_restricted_replicated_and_probed). Every other write may be in any namespace.
 OWN_NAMESPACE = {("coordination.k8s.io", "leases"), ("", "secrets")}
+# What Kubernetes' built-in system:basic-user role lets every authenticated user do: ask what it may do
+# itself (gangctl asks before it watches a gang backend).
+EVERY_USER = {("authorization.k8s.io", "selfsubjectaccessreviews")}
 # The one Secret gangctl reads and updates: the progress endpoint's CA and certificate, which it makes
 # itself (create cannot be narrowed to a name; get and update are).
 OWN_SECRET = "gangctl-trainer-status-tls"
@@ -349,6 +352,8 @@ def derived_permissions(reaper: bool = False) -> tuple[set[tuple[str, str, str, 
             if resolved == "discovery":
                 continue  # GET /apis/<group>/<version>: system:discovery grants it to every authenticated user
             for group, plural, sub in resolved:
+                if (group, plural) in EVERY_USER:
+                    continue
                 scope = SYSTEM_NS if (group, plural) in OWN_NAMESPACE else CLUSTER
                 call_verbs = verbs | ({"create"} if method == "apply" and not sub else set())
                 for verb in call_verbs:

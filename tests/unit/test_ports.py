@@ -51,3 +51,9 @@ def test_a_free_port_has_no_holder():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, not listening
     assert ports.holders(port) == []
+
+
+def test_what_a_process_listens_on(held):
+    proc, port = held
+    (address,) = ports.listening(proc.pid)
+    assert address in (f"0.0.0.0:{port}", f"[::1]:{port}")
