@@ -720,11 +720,11 @@ def test_the_lost_pod_reaper_alone_needs_nodes_and_pod_status(base, variants):
 
 
 @pytest.mark.parametrize("value,named", [
-    ("replicas=two", "replicas"),
-    ("metrics.port=80800", "metrics.port"),
-    ("backends.slurm.enabled=true", "slurm"),
-    ("backends.kai.enabled=yes", "backends.kai.enabled"),
-    ("lostPodReaper.seconds=0", "lostPodReaper.seconds"),
+    ("replicas=two", "at '/replicas': got string, want integer"),
+    ("metrics.port=80800", "at '/metrics/port': maximum"),
+    ("backends.slurm.enabled=true", "at '/backends': additional properties 'slurm' not allowed"),
+    ("backends.kai.enabled=yes", "at '/backends/kai/enabled': got string, want boolean"),
+    ("lostPodReaper.seconds=0", "at '/lostPodReaper/seconds': minimum"),
 ])
 def test_helm_values_schema_refuses_a_wrong_value_naming_it(helm, value, named):
     result = helm_template(helm, value)
