@@ -179,6 +179,8 @@ def controller(
     """Run the TrainJob controller until SIGTERM (exit 0) or a lost leader Lease (exit 1)."""
     import asyncio
 
+    from rich.markup import escape
+
     from gangctl.obs.ports import PortInUse
     from gangctl.runtime.controller import run_controller
 
@@ -203,8 +205,8 @@ def controller(
     except KeyboardInterrupt:
         code = 0
     except PortInUse as exc:
-        _fail(f"--metrics-bind-address {exc.host}:{exc.port}: the port is in use, {exc.describe()}. Pass a free "
-              f"port (--metrics-bind-address {exc.host}:{exc.port + 1}, say) or stop that process")
+        _fail(escape(f"--metrics-bind-address {exc.host}:{exc.port}: the port is in use, {exc.describe()}. Pass a "
+                     f"free port (--metrics-bind-address {exc.host}:{exc.port + 1}, say) or stop that process"))
     raise typer.Exit(code)
 
 
