@@ -174,7 +174,7 @@ async def test_a_backend_the_controller_may_not_read_is_skipped_with_one_line(ku
     instead of an informer refused with 403 for ever."""
     import uuid
 
-    from gangctl.processes import ControllerProcess
+    from gangctl.processes import ControllerProcess, free_port
     from tests.integration.conftest import least_privilege_kubeconfig
 
     group = "scheduling.x-k8s.io"
@@ -183,7 +183,8 @@ async def test_a_backend_the_controller_may_not_read_is_skipped_with_one_line(ku
                                               without_groups=(group,))
     namespace = f"nocs-{uuid.uuid4().hex[:6]}"  # watch an empty namespace: it changes nothing the suite's controller runs
     await kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    ctl = ControllerProcess(config, tmp_path / "controller.log", env={"GANGCTL_NAMESPACE": namespace})
+    ctl = ControllerProcess(config, tmp_path / "controller.log", env={
+        "GANGCTL_NAMESPACE": namespace, "GANGCTL_TRAINER_STATUS_BIND_ADDRESS": f"127.0.0.1:{free_port()}"})
     try:
         ctl.start()
         await asyncio.to_thread(ctl.wait_ready)  # every informer synced: none is stuck on 403
