@@ -18,6 +18,7 @@ import time
 from collections import OrderedDict
 from typing import Callable
 
+from gangctl.api.resources import Resource
 from gangctl.kube.client import ApiError, Kube
 
 log = logging.getLogger(__name__)
@@ -70,3 +71,17 @@ class AccessReviewer:
                      "extra": user.get("extra") or {},
                      "nonResourceAttributes": {"path": path, "verb": verb}}})
         return OK if (sar.get("status") or {}).get("allowed") else FORBIDDEN
+
+
+async def may_list_and_watch(kube: Kube, resource: Resource, namespace: str | None = None) -> bool:
+    """Whether this client may list and watch `resource` (in `namespace`, or in every namespace), as the
+    API server's authorizer answers a SelfSubjectAccessReview (which every authenticated user may send:
+    the built-in system:basic-user role)."""
+    for verb in ("list", "watch"):
+        review = await kube.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"group": resource.group, "resource": resource.plural, "verb": verb,
+                                            **({"namespace": namespace} if namespace else {})}}})
+        if not (review.get("status") or {}).get("allowed"):
+            return False
+    return True

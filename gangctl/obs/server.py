@@ -6,10 +6,13 @@ otherwise. /healthz and /readyz stay open for the kubelet's probes.
 """
 from __future__ import annotations
 
+import errno
 from typing import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from gangctl.obs import ports
 
 # (bearer token or None, URL path) -> HTTP status: 200 allowed, 401, 403, or 503 when it could not be checked
 Authorize = Callable[[str | None, str], Awaitable[int]]
@@ -54,7 +57,14 @@ def make_app(registry: CollectorRegistry, problems: Callable[[], list[str]],
 
 
 async def serve(app: web.Application, host: str, port: int) -> web.AppRunner:
+    """Serve `app` on host:port; PortInUse says which process holds the port."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as err:
+        await runner.cleanup()
+        if err.errno == errno.EADDRINUSE:
+            raise ports.PortInUse(host, port, ports.holders(port)) from None
+        raise
     return runner
