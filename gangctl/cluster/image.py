@@ -90,7 +90,7 @@ def ensure_host_tools(say: Say) -> None:
                          f"{' '.join(missing)}), run as root")
     say(f"installing {', '.join(missing)} (apt-get)")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", *missing]
     if subprocess.run(install, env=env, capture_output=True).returncode != 0:
         subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)   # a fresh machine's lists
         done = subprocess.run(install, env=env, capture_output=True, text=True)
@@ -156,8 +156,8 @@ def _pip_forwarding() -> list[str]:
 def ensure_image(settings: ClusterSettings, say: Say, repo: Path = REPO_ROOT) -> Image:
     """Build (or reuse) the controller image of `repo`'s files on the cached base. One build at a time
     across processes (`make image` and the test suite's prebuild wait for each other)."""
-    ensure_host_tools(say)
     with _exclusive(cache(settings)):
+        ensure_host_tools(say)
         base = ensure_base(settings, say)
         name = f"{IMAGE_NAME}:{image_key(repo, base)}"
         if _exists(settings, name):
@@ -169,8 +169,20 @@ def ensure_image(settings: ClusterSettings, say: Say, repo: Path = REPO_ROOT) ->
               "--file", str(repo / "Containerfile"), str(repo)],
              cache(settings) / "build.log", say, lambda line: line.startswith(("STEP", "[")), "podman build")
         subprocess.run([*podman(settings), "tag", name, f"{IMAGE_NAME}:latest"], check=True, capture_output=True)
+        _remove_older(settings, name)
         say(f"built {name} in {time.monotonic() - started:.0f} s")
         return Image(name, base, built=True)
+
+
+def _remove_older(settings: ClusterSettings, keep: str) -> None:
+    """Images of earlier trees go (vfs keeps a full copy of every layer), unless a container uses one;
+    the base stays."""
+    listed = subprocess.run([*podman(settings), "images", "--filter", f"reference={IMAGE_NAME}", "--format",
+                             "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True).stdout.split()
+    older = [ref for ref in listed if ref not in (keep, f"{IMAGE_NAME}:latest")]
+    if older:
+        subprocess.run([*podman(settings), "rmi", *older], capture_output=True)
+    subprocess.run([*podman(settings), "image", "prune", "--force"], capture_output=True)
 
 
 def run_command(settings: ClusterSettings, image: str, container: str, kubeconfig: Path) -> list[str]:
