@@ -56,32 +56,36 @@ PREBUILT = {"test_schedulers_kai": "kai", "test_schedulers_kueue": "kueue", "tes
 # nodes (whose first test runs a few modules in), and helm when one session also collects the unit
 # tests' chart checks (`pytest tests`; `make test` runs the unit tests first, in a session of their own).
 PREBUILT_FIRST, PREBUILT_LAST = {"process_nodes": "coredns"}, {"helm": "helm"}
+# The controller image (gangctl.cluster.image), built beside those by a process of its own.
+IMAGE_MODULE = "test_image"
 
 
 @pytest.fixture(scope="session", autouse=True)
 def prebuilt(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """Build what the collected tests will need from source (CoreDNS, the extra schedulers their backend
-    modules start, helm), in the background from the first integration test on, under `nice -n 19`
-    (as every build): on a fresh machine the builds (minutes each) overlap tests that mostly wait on
-    the cluster, instead of running one after another in the tests' fixtures. A fixture or `cluster
-    up` waits for the build's lock and reuses what it built; if the prebuild failed, it builds (and
-    reports the error) itself."""
+    modules start, helm, the controller image), in the background from the first integration test on,
+    under `nice -n 19` (as every build): on a fresh machine the builds (minutes each) overlap tests
+    that mostly wait on the cluster, instead of running one after another in the tests' fixtures. A
+    fixture or `cluster up` waits for the build's lock and reuses what it built; if the prebuild
+    failed, it builds (and reports the error) itself."""
     modules = {item.module.__name__.rsplit(".", 1)[-1] for item in request.session.items}
     fixtures = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
     wanted = ([name for fixture, name in PREBUILT_FIRST.items() if fixture in fixtures]
               + [name for module, name in PREBUILT.items() if module in modules]
               + [name for fixture, name in PREBUILT_LAST.items() if fixture in fixtures])
-    if not wanted:
-        yield None
-        return
-    log = tmp_path_factory.mktemp("prebuild") / "build.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gangctl.cluster.build", *wanted], stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    yield proc
-    if proc.poll() is None:   # a run that did not reach those modules: stop the build and its go children
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait()
+    commands = ([["gangctl.cluster.build", *wanted]] if wanted else []) + (
+        [["gangctl.cluster.image"]] if IMAGE_MODULE in modules else [])
+    folder = tmp_path_factory.mktemp("prebuild")
+    procs = []
+    for number, command in enumerate(commands):
+        with (folder / f"build-{number}.log").open("w") as out:
+            procs.append(subprocess.Popen([sys.executable, "-m", *command], stdout=out, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True))
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:   # a run that did not reach those modules: stop the build and its children
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
 
 
 @pytest.fixture(scope="session")
