@@ -22,6 +22,12 @@ def owned(obj: dict, owner_uid: str | None) -> bool:
                                    for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
 
 
+def controller_uid(obj: dict) -> str | None:
+    """The uid of `obj`'s controller (None: no object controls it)."""
+    return next((ref.get("uid") for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
+                 if ref.get("controller")), None)
+
+
 def foreign(owner_uid: str | None, objects: Iterable[dict | None]) -> dict | None:
     """The first of `objects` (children observed at the names the job uses; None: absent) that the
     job does not own."""
