@@ -31,7 +31,7 @@ from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.torch import STORE_ROLE as TORCH_STORE_ROLE
 from gangctl.plugins.torch import rendezvous_store
 from gangctl.plugins.workload import claims, headless_service, node_job, owner_reference, step_job, with_spec_hash
-from gangctl.policy import elastic, jobset, progress
+from gangctl.policy import elastic, jobset, ownership, progress
 from gangctl.policy import status as st
 from gangctl.policy.failure import PodFailure, Restarts, classify, parse_failure_policy
 from gangctl.policy.failure import decide as judge
@@ -81,6 +81,7 @@ class Snapshot:
     nudge: bool = False                    # capacity was freed since this gang last tried
     priority_classes: frozenset[str] | None = None  # the PriorityClasses that exist (None: not checked)
     progress: progress.Endpoint | None = None   # where trainer pods report status.trainerStatus (None: off)
+    claims: tuple[dict, ...] = ()          # PVCs labelled with the TrainJob's name (volumeClaimPolicies)
 
 
 # --- what one pass does -------------------------------------------------------------------------
@@ -96,14 +97,20 @@ class _Write:
 
 @dataclass(frozen=True)
 class Apply(_Write):
-    """Server-side apply (decide already skipped it when the cached object has the same spec hash)."""
+    """Make the object be `obj` (decide already skipped it when the cached object has the same spec
+    hash). With `metadata.uid` (an object the job owns, as cached): server-side applied onto that
+    incarnation only. Without (none cached): created, never taken over: an object of that name the
+    job does not own stops the pass, as with `Create`."""
 
 
 @dataclass(frozen=True)
 class Create(_Write):
-    """Create once; an existing object is fine. `cached`: write the answer through to the cache."""
+    """Create once (a POST: an object of that name is never taken over). An existing object the job
+    owns is fine; one it does not own stops the pass (the job waits: `not_owned`), unless
+    `exists_ok` (a PVC made before the job is used as it is). `cached`: write the answer through."""
 
     cached: bool = True
+    exists_ok: bool = False
 
 
 @dataclass(frozen=True)
@@ -247,6 +254,9 @@ def _decide(s: Snapshot) -> Plan:
     left = _deadline_left(s, job)
     if left is not None and left <= 0:
         return _deadline_exceeded(s, job)
+    group = s.groups.get(backend.name) if base.wants_group(backend) else None
+    if (other := ownership.foreign(_uid(s), (s.service, group, s.node_job, *s.jobs))) is not None:
+        return not_owned(s, other)
     if s.node_job is None and (missing := missing_priority_class(job.pod_template, s.priority_classes)):
         wait = cache_grace_left(s.trainjob, s.now)
         if wait > 0:   # a PriorityClass created just before the job may not be in the cache yet
@@ -354,6 +364,22 @@ def rejected(s: Snapshot, message: str) -> Plan:
     return dataclasses.replace(plan, key=s.key, trainjob=s.trainjob)
 
 
+def not_owned(s: Snapshot, obj: dict) -> Plan:
+    """An object of a child's name exists and this TrainJob does not own it (seen in a cache, or by a
+    create that found it): nothing of it is touched; the TrainJob waits, naming it, and looks again."""
+    if s.trainjob is None:
+        return Plan(key=s.key)
+    message = ownership.message(obj, "TrainJob")
+    plan = _not_created(s, ownership.REASON, message)
+    if plan.steps:
+        plan = dataclasses.replace(plan, steps=(*plan.steps, Event("Warning", ownership.REASON, message)))
+    return dataclasses.replace(plan, key=s.key, trainjob=s.trainjob, requeue_after=ownership.RECHECK_SECONDS)
+
+
+def _uid(s: Snapshot) -> str:
+    return ((s.trainjob or {}).get("metadata") or {}).get("uid", "")
+
+
 def _previous(s: Snapshot) -> dict:
     return (s.trainjob or {}).get("status") or {}
 
@@ -382,24 +408,42 @@ def _release(s: Snapshot, child: dict | None, applied_group: str | None = None) 
     Job as the earlier steps of this pass leave it; `applied_group`: a backend whose group this
     pass applied."""
     ns, name = _ns_name(s)
+    uid = _uid(s)
     out: list[Step] = []
     for backend_name, obj in s.groups.items():
         resource = BACKENDS[backend_name].group_resource
-        if resource is not None and (obj is not None or backend_name == applied_group):
-            out += [Delete(resource, ns, name), CapacityFreed()]
-    if (child is not None and not child["metadata"].get("deletionTimestamp")
+        if resource is not None and obj is not None and ownership.owned(obj, uid):
+            out += [_delete(resource, obj), CapacityFreed()]
+        elif resource is not None and obj is None and backend_name == applied_group:
+            out += [Delete(resource, ns, name), CapacityFreed()]  # created by this very pass: it is ours
+    if (child is not None and ownership.owned(child, uid) and not child["metadata"].get("deletionTimestamp")
             and not st.ChildJob.from_job(child, NODE_JOB).finished):
         if QUEUE_LABEL in (child["metadata"].get("labels") or {}):
             # Kueue owns spec.suspend: only deleting the Job frees its Workload.
-            out += [*_let_go(child), Delete(JOBS, ns, child["metadata"]["name"]), CapacityFreed()]
+            out += [*_let_go(child), _delete(JOBS, child), CapacityFreed()]
         elif not (child.get("spec") or {}).get("suspend"):
             # A Job gangctl ended itself (an elastic Job never fails on its own: huge backoffLimit)
             # would go on recreating workers: suspend it, keeping the failed pods.
-            out.append(Patch(JOBS, ns, child["metadata"]["name"], {"spec": {"suspend": True}}))
-    for pod in _store_pods(s):
+            out.append(_patch(JOBS, child, {"spec": {"suspend": True}}))
+    for pod in ownership.mine(uid, _store_pods(s)):
         if not pod["metadata"].get("deletionTimestamp"):
-            out.append(Delete(PODS, ns, pod["metadata"]["name"]))
+            out.append(_delete(PODS, pod))
     return out
+
+
+def _delete(resource: Resource, obj: dict, propagation: str = "Background") -> Delete:
+    """Delete a child the job owns (observed, or made by this pass: no uid yet), only that incarnation."""
+    meta = obj["metadata"]
+    return Delete(resource, meta["namespace"], meta["name"], uid=meta.get("uid"), propagation=propagation)
+
+
+def _patch(resource: Resource, obj: dict, patch: dict) -> Patch:
+    """A merge patch onto that incarnation of a child the job owns: its uid in the patch is a
+    precondition (a recreated object of the name refuses it)."""
+    meta = obj["metadata"]
+    if meta.get("uid"):
+        patch = {**patch, "metadata": {**(patch.get("metadata") or {}), "uid": meta["uid"]}}
+    return Patch(resource, meta["namespace"], meta["name"], patch)
 
 
 def _finished(s: Snapshot) -> Plan:
@@ -426,18 +470,14 @@ def _finished_at(status: dict) -> datetime:
 
 def _expired(s: Snapshot) -> list[Step]:
     """ttlSecondsAfterFinished has passed: the child Jobs (their pods with them), the headless Service
-    and the PVCs owned by the TrainJob go; the TrainJob and its status stay. Once nothing is left,
-    nothing more is sent."""
-    ns, name = _ns_name(s)
-    jobs = [j for j in s.jobs if not j["metadata"].get("deletionTimestamp")]
-    if not jobs and s.service is None:
-        return []
-    steps: list[Step] = [Delete(JOBS, ns, j["metadata"]["name"], uid=j["metadata"].get("uid"), propagation="Background")
-                         for j in jobs]
-    if s.service is not None:
-        steps.append(Delete(SERVICES, ns, s.service["metadata"]["name"]))
-    return steps + [Delete(PERSISTENT_VOLUME_CLAIMS, ns, c.claim_name(name))
-                    for c in jobset.claims(jobset.template_spec(s.runtime)) if not c.retain]
+    and the PVCs owned by the TrainJob go, each by its uid; the TrainJob and its status stay. Once
+    nothing is left, nothing more is sent."""
+    def live(objects: Iterable[dict | None]) -> list[dict]:
+        # Only what the TrainJob owns: a claim made before it (used as it was) or kept (Retain) has no
+        # ownerReference of it, and stays.
+        return ownership.mine(_uid(s), (o for o in objects if o is not None and not o["metadata"].get("deletionTimestamp")))
+    return [*(_delete(JOBS, j) for j in live(s.jobs)), *(_delete(SERVICES, v) for v in live([s.service])),
+            *(_delete(PERSISTENT_VOLUME_CLAIMS, c) for c in live(s.claims))]
 
 
 def _fail(s: Snapshot, reason: str, message: str, *, status: dict | None = None,
@@ -543,13 +583,13 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
     kueue_owned = base.controls_suspend(backend)
     steps: list[Step] = _ensure_store(s, job, owner, backend) if job.elastic and not job.suspend else []
     first = observed is None
-    steps += _ensure(SERVICES, s.service, headless_service(job, owner), first)
+    steps += ensure(SERVICES, s.service, headless_service(job, owner), first)
     if first and not s.jobs:  # made with the TrainJob's first child (an initializer's, when it has some)
         steps += _claims(job, owner)
     applied_group, gang_after = None, s.groups.get(backend.name) if backend is not None else None
     if base.wants_group(backend) and not job.suspend:
         group = with_spec_hash(backend.group(job, gang, owner))
-        steps += _ensure(backend.group_resource, gang_after, group, first)
+        steps += ensure(backend.group_resource, gang_after, group, first)
         applied_group, gang_after = backend.name, gang_after or group
     progress_url = _progress_url(s, job)
     if first and progress_url and s.progress is not None:
@@ -558,7 +598,7 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
     desired = node_job(job, owner, backend, s.scheduler_name, size, gang, progress_url)
     after = observed
     if not kueue_owned:
-        steps += _ensure(JOBS, observed, desired, first)
+        steps += ensure(JOBS, observed, desired, first)
         after = desired if observed is None else {**observed, "spec": {**(observed.get("spec") or {}),
                                                                        "suspend": desired["spec"].get("suspend")}}
     elif observed is None and not job.suspend:
@@ -603,15 +643,23 @@ def _progress_url(s: Snapshot, job: ResolvedJob) -> str | None:
 
 
 def _claims(job: ResolvedJob, owner: dict) -> list[Step]:
-    """Create the runtime's volumeClaimPolicies PVCs (once: an existing claim is kept as it is)."""
-    return [Create(PERSISTENT_VOLUME_CLAIMS, claim, rejectable=True, cached=False) for claim in claims(job, owner)]
+    """Create the runtime's volumeClaimPolicies PVCs (once: an existing claim, the TrainJob's or made
+    before it, is used as it is)."""
+    return [Create(PERSISTENT_VOLUME_CLAIMS, claim, rejectable=True, cached=False, exists_ok=True)
+            for claim in claims(job, owner)]
 
 
-def _ensure(resource: Resource, cached: dict | None, obj: dict, rejectable: bool) -> list[Step]:
-    """Apply unless the cached object carries the same spec hash (nothing to change)."""
+def ensure(resource: Resource, cached: dict | None, obj: dict, rejectable: bool = False) -> list[Step]:
+    """A child the job owns (the caller checked `cached` with `ownership.foreign`) as `obj`: created
+    when none is cached, else applied onto that incarnation (its uid) unless it carries the same spec
+    hash (nothing to change)."""
     want = obj["metadata"].get("annotations", {}).get(SPEC_HASH)
-    if cached is not None and want and (cached["metadata"].get("annotations") or {}).get(SPEC_HASH) == want:
+    if cached is None:
+        return [Apply(resource, obj, rejectable)]
+    if want and (cached["metadata"].get("annotations") or {}).get(SPEC_HASH) == want:
         return []
+    if cached["metadata"].get("uid"):
+        obj = {**obj, "metadata": {**obj["metadata"], "uid": cached["metadata"]["uid"]}}
     return [Apply(resource, obj, rejectable)]
 
 
@@ -620,15 +668,15 @@ def _ensure_store(s: Snapshot, job: ResolvedJob, owner: dict, backend) -> list[S
 
 
 def ensure_store(pods: list[dict], pod: dict, scheduler_name: str) -> list[Step]:
-    """The rendezvous store `pod` when none of `pods` (the store pods observed) is alive; recreated
-    when it is lost, under a new name (`<name>-<n>`), since a pod on a lost node can stay
-    Terminating until the node comes back."""
+    """The rendezvous store `pod` when none of `pods` (the store pods observed; only those of `pod`'s
+    owner count) is alive; recreated when it is lost, under a new name (`<name>-<n>`), since a pod on
+    a lost node can stay Terminating until the node comes back."""
+    pods = ownership.mine(pod["metadata"]["ownerReferences"][0]["uid"], pods)
     if any(not p["metadata"].get("deletionTimestamp") and (p.get("status") or {}).get("phase")
            not in ("Failed", "Succeeded") for p in pods):
         return []
     ns = pod["metadata"]["namespace"]
-    steps: list[Step] = [Delete(PODS, ns, p["metadata"]["name"])
-                         for p in pods if not p["metadata"].get("deletionTimestamp")]
+    steps: list[Step] = [_delete(PODS, p) for p in pods if not p["metadata"].get("deletionTimestamp")]
     pod["spec"]["schedulerName"] = scheduler_name
     taken, n, base_name = {p["metadata"]["name"] for p in pods}, len(pods), pod["metadata"]["name"]
     while pods and f"{base_name}-{n}" in taken:

@@ -46,13 +46,13 @@ from gangctl.plugins.names import MANAGED_BY, MANAGER, SPEC_HASH
 from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.workload import (ELASTIC_BACKOFF_LIMIT, ELASTIC_SUCCESS_POLICY, gang_pod,
                                       owner_reference, with_spec_hash)
-from gangctl.policy import elastic
+from gangctl.policy import elastic, ownership
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store
 from gangctl.policy.decide import (RETRY_ANNOTATION, Apply, Delete, Event, GateForget, GateIntent, GateMayGrow,
                                    GateView, GateWants, Metric, Patch, Plan, Step, WriteStatus, cache_grace_left,
-                                   ensure_store, missing_priority_class, store_pods)
+                                   ensure, ensure_store, missing_priority_class, store_pods)
 from gangctl.policy.failure import PodFailure, Restarts, classify
 from gangctl.policy.failure import decide as judge
 from gangctl.policy.gang import Gang
@@ -113,6 +113,11 @@ def _decide(s: Snapshot) -> Plan:
         return _fail(s, job, f"metadata.labels: the gang backend {backend.name!r} is not served by this cluster")
     restarts = restarts_of(obj)
     current = _children(s, gang)
+    services = {svc["metadata"]["name"]: svc for svc in s.services}
+    gang_object = s.groups.get(backend.name) if base.wants_group(backend) else None
+    if (other := ownership.foreign(_uid(s), (*(services.get(svc["metadata"]["name"]) for svc in gang.services),
+                                             gang_object, *current.values()))) is not None:
+        return not_owned(s, other)
     judged = restarts.last_failure.get("jobUID")
     for group in gang.groups:
         child = current[group.child_name]
@@ -222,6 +227,26 @@ def _finished(status: dict) -> bool:
                for c in status.get("conditions") or [])
 
 
+def _uid(s: Snapshot) -> str:
+    return ((s.pytorchjob or {}).get("metadata") or {}).get("uid", "")
+
+
+def not_owned(s: Snapshot, obj: dict) -> Plan:
+    """An object of a child's name exists and this PyTorchJob does not own it: nothing of it is
+    touched; the job waits (Suspended, as a job the quota gate holds, with the reason naming it) and
+    looks again."""
+    if s.pytorchjob is None:
+        return Plan(key=s.key)
+    message = ownership.message(obj, "PyTorchJob")
+    previous = s.pytorchjob.get("status") or {}  # type: ignore[union-attr]
+    job = parse(s.pytorchjob)  # type: ignore[arg-type]
+    current = {j["metadata"]["name"]: j for j in ownership.mine(_uid(s), s.jobs)}
+    status = pj.next_status(previous, job, _counts(s, job, current), s.now, held=(ownership.REASON, message))
+    steps: tuple[Step, ...] = (WriteStatus(status), Event("Warning", ownership.REASON, message)) \
+        if status != previous else ()
+    return Plan(key=s.key, trainjob=s.pytorchjob, steps=steps, requeue_after=ownership.RECHECK_SECONDS)
+
+
 def _ns_name(s: Snapshot) -> tuple[str, str]:
     meta = s.pytorchjob["metadata"]  # type: ignore[index]
     return meta["namespace"], meta["name"]
@@ -268,13 +293,15 @@ def _fail(s: Snapshot, job: PyTorchJob, message: str, current: Mapping[str, dict
 def _let_go_of_gang(s: Snapshot) -> list[Step]:
     """Delete the gang's group and the rendezvous store pod: a finished or suspended job holds neither."""
     ns, name = _ns_name(s)
+    uid = _uid(s)
     steps: list[Step] = []
     for backend_name, group in s.groups.items():
         resource = BACKENDS[backend_name].group_resource
-        if resource is not None and group is not None and not group["metadata"].get("deletionTimestamp"):
-            steps.append(Delete(resource, ns, pj.group_name(name)))
-    return steps + [Delete(PODS, ns, p["metadata"]["name"]) for p in store_pods(s.pods)
-                    if not p["metadata"].get("deletionTimestamp")]
+        if (resource is not None and group is not None and ownership.owned(group, uid)
+                and not group["metadata"].get("deletionTimestamp")):
+            steps.append(Delete(resource, ns, pj.group_name(name), uid=group["metadata"].get("uid")))
+    return steps + [Delete(PODS, ns, p["metadata"]["name"], uid=p["metadata"].get("uid"))
+                    for p in ownership.mine(uid, store_pods(s.pods)) if not p["metadata"].get("deletionTimestamp")]
 
 
 def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
@@ -282,7 +309,7 @@ def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
     ns, _ = _ns_name(s)
     steps = _let_go_of_gang(s)
     cleanup = pj.cleanup(job)
-    for child in s.jobs:
+    for child in ownership.mine(_uid(s), s.jobs):
         meta = child["metadata"]
         if meta.get("deletionTimestamp"):
             continue
@@ -290,7 +317,7 @@ def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
             steps.append(Delete(JOBS, ns, meta["name"], uid=meta.get("uid")))
         elif cleanup == "suspend" and not (child.get("spec") or {}).get("suspend") \
                 and not st.ChildJob.from_job(child, "").finished:
-            steps.append(Patch(JOBS, ns, meta["name"], {"spec": {"suspend": True}}))
+            steps.append(Patch(JOBS, ns, meta["name"], {"metadata": {"uid": meta.get("uid")}, "spec": {"suspend": True}}))
     return steps
 
 
@@ -337,8 +364,8 @@ def _carry_out(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, restarts: Res
     steps: list[Step] = []
     if status != s.pytorchjob.get("status"):  # type: ignore[union-attr]
         steps += [WriteStatus(status), Event("Warning", pj.reason("Restarting"), message)]
-    for child in current.values():
-        if child is not None and not child["metadata"].get("deletionTimestamp"):
+    for child in ownership.mine(_uid(s), (c for c in current.values() if c is not None)):
+        if not child["metadata"].get("deletionTimestamp"):
             meta = child["metadata"]
             steps.append(Delete(JOBS, meta["namespace"], meta["name"], uid=meta.get("uid"), propagation="Foreground"))
     return Plan(steps=tuple(steps))
@@ -404,13 +431,6 @@ def gang_group(gang: pj.PyTorchGang, backend, owner: dict) -> dict:
     return with_spec_hash(group)
 
 
-def _ensure(resource: Resource, cached: dict | None, obj: dict) -> list[Step]:
-    want = obj["metadata"].get("annotations", {}).get(SPEC_HASH)
-    if cached is not None and (cached["metadata"].get("annotations") or {}).get(SPEC_HASH) == want:
-        return []
-    return [Apply(resource, obj)]
-
-
 def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None],
          quota: _Quota) -> Plan:
     owner = owner_reference(s.pytorchjob)  # type: ignore[arg-type]
@@ -431,18 +451,18 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
     services = {svc["metadata"]["name"]: svc for svc in s.services}
     steps: list[Step] = []
     for svc in gang.services:
-        steps += _ensure(SERVICES, services.get(svc["metadata"]["name"]), _service(svc, owner))
+        steps += ensure(SERVICES, services.get(svc["metadata"]["name"]), _service(svc, owner))
     if held:   # the Jobs below are applied suspended: their pods go, and so does the gang
         steps += _let_go_of_gang(s)
     else:
         if base.wants_group(backend):
-            steps += _ensure(backend.group_resource, s.groups.get(backend.name), gang_group(gang, backend, owner))
+            steps += ensure(backend.group_resource, s.groups.get(backend.name), gang_group(gang, backend, owner))
         if gang.rdzv_store:
             steps += ensure_store(store_pods(s.pods), store_pod(gang, owner), s.scheduler_name)
     for group in gang.groups:
         if admits and current[group.child_name] is not None:
             continue   # made once: Kueue owns its suspend (and, admitting part of it, its parallelism)
-        steps += _ensure(JOBS, current[group.child_name],
+        steps += ensure(JOBS, current[group.child_name],
                          child_job(group, owner, backend, s.scheduler_name, size if group is workers else None,
                                    gang.gang()))
     for pod in _attempt_pods(s, current):

@@ -10,8 +10,8 @@ from collections import Counter
 
 from prometheus_client import CollectorRegistry
 
-from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, JOBS, NODES, PODS, PRIORITY_CLASSES, PYTORCHJOBS, SERVICES,
-                                   TRAINING_RUNTIMES, TRAINJOBS)
+from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, JOBS, NODES, PERSISTENT_VOLUME_CLAIMS, PODS,
+                                   PRIORITY_CLASSES, PYTORCHJOBS, SERVICES, TRAINING_RUNTIMES, TRAINJOBS)
 from gangctl.config import ControllerSettings
 from gangctl.kube.access_review import AccessReviewer, may_list_and_watch
 from gangctl.kube.client import UNREACHABLE, ApiError, Kube
@@ -21,7 +21,7 @@ from gangctl.kube.leader import LeaderElector, identity
 from gangctl.obs.metrics import Metrics
 from gangctl.obs.server import make_app, serve
 from gangctl.plugins import base
-from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
+from gangctl.plugins.names import JOBSET_NAME, MANAGED_BY, MANAGER, TRAINJOB_NAME
 from gangctl.plugins.registry import BACKENDS
 from gangctl.kube import host_controller, serving_cert
 from gangctl.policy import progress
@@ -118,6 +118,10 @@ class Controller:
             # A child Job whose template names a PriorityClass that does not exist is created, and
             # then none of its pods is: gangctl checks the name before it creates the Job.
             priority_classes=Informer(kube, PRIORITY_CLASSES, transform=_name_only),
+            # The runtime's volumeClaimPolicies PVCs (labelled with their TrainJob's name): at
+            # ttlSecondsAfterFinished those the TrainJob owns are deleted, by uid.
+            claims=Informer(kube, PERSISTENT_VOLUME_CLAIMS, namespace=ns, label_selector=JOBSET_NAME,
+                            index_label=JOBSET_NAME),
         )
         events = EventRecorder(kube)
         # gangctl's own quota admission for coscheduling (which has none): the policy that

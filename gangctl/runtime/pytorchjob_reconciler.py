@@ -14,7 +14,7 @@ from gangctl.plugins.registry import BACKENDS
 from gangctl.policy import decide_pytorchjob as dp
 from gangctl.policy.decide import GateView
 from gangctl.policy.pytorchjob import JOB_NAME, group_name
-from gangctl.runtime.reconciler import Reconciler, stuck_words
+from gangctl.runtime.reconciler import NotOwned, Reconciler, stuck_words
 
 # PyTorchJob keys share the work queue (and the quota gate) with TrainJob keys under this prefix.
 KEY_PREFIX = "pytorchjob:"
@@ -27,7 +27,10 @@ class PyTorchJobReconciler(Reconciler):
     gang_scheduler: str | None = "coscheduling"
 
     async def reconcile(self, key: str) -> None:
-        await self.apply(dp.decide(self.observe(key)))
+        try:
+            await self.apply(dp.decide(self.observe(key)))
+        except NotOwned as err:  # see Reconciler.reconcile
+            await self.apply(dp.not_owned(self.observe(key), err.obj))
 
     def observe(self, key: str) -> dp.Snapshot:  # type: ignore[override]
         obj = self.caches.pytorchjobs.get(key)

@@ -18,9 +18,10 @@ from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
 from gangctl.plugins import base
-from gangctl.plugins.names import RESULT_FINALIZER, TRAINJOB_NAME, child_job_name
+from gangctl.plugins.names import JOBSET_NAME, RESULT_FINALIZER, TRAINJOB_NAME, child_job_name
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy import decide as d
+from gangctl.policy import ownership
 from gangctl.policy import status as st
 from gangctl.policy.failure import PodFailure
 from gangctl.policy.resolve import NODE_JOB
@@ -42,11 +43,12 @@ class Caches:
     groups: dict[str, Informer]
     pytorchjobs: Informer | None = None   # kubeflow.org/v1, when the cluster serves its CRD
     priority_classes: Informer | None = None  # names a pod template may give (None: not checked)
+    claims: Informer | None = None   # PVCs labelled with a TrainJob's name (its volumeClaimPolicies)
 
     def all(self) -> list[Informer]:
         return [self.trainjobs, self.runtimes, self.cluster_runtimes, self.jobs, self.pods,
                 self.services, *self.groups.values(),
-                *[i for i in (self.pytorchjobs, self.priority_classes) if i is not None]]
+                *[i for i in (self.pytorchjobs, self.priority_classes, self.claims) if i is not None]]
 
     def priority_class_names(self) -> frozenset[str] | None:
         return frozenset(self.priority_classes.cache) if self.priority_classes is not None else None
@@ -99,9 +101,13 @@ class Reconciler:
         try:
             await self.apply(plan)
         except _Rejected as err:
-            # The one decision that depends on a write's outcome: the API refused the first create
-            # of the children (422). Decided again, as a follow-up, on what the caches hold now.
+            # The decisions that depend on a write's outcome: the API refused the first create of
+            # the children (422), or a create found an object of that name that the TrainJob does not
+            # own (not in the caches: not labelled as gangctl's). Decided again, as a follow-up, on
+            # what the caches hold now.
             await self.apply(d.rejected(self.observe(key), err.message))
+        except NotOwned as err:
+            await self.apply(d.not_owned(self.observe(key), err.obj))
 
     def observe(self, key: str) -> d.Snapshot:
         """Everything one pass reads, from the caches, the quota gate and this process's hints."""
@@ -128,7 +134,8 @@ class Reconciler:
             key, self.clock(), trainjob, scheduler_name=self.scheduler_name, runtime=self._runtime_for(trainjob),
             jobs=jobs, node_job=node_job, service=service, pods=tuple(self.caches.pods.list(ns, {TRAINJOB_NAME: name})),
             groups=groups, gate=gate, disruptions=dict(self._disruptions.get(uid, {})), nudge=key in self.nudge,
-            priority_classes=self.caches.priority_class_names(), progress=self.progress)
+            priority_classes=self.caches.priority_class_names(), progress=self.progress,
+            claims=tuple(self.caches.claims.list(ns, {JOBSET_NAME: name})) if self.caches.claims is not None else ())
 
     async def apply(self, plan: d.Plan) -> None:
         """Carry out a plan: in-memory intents first (the gate, requeues, hints), then the writes in
@@ -182,9 +189,9 @@ class Reconciler:
         elif isinstance(step, d.Patch):
             await self._patch(step)
         elif isinstance(step, d.Apply):
-            await self._apply_object(step)
+            await self._apply_object(plan, step)
         elif isinstance(step, d.Create):
-            await self._create_object(step)
+            await self._create_object(plan, step)
         else:  # pragma: no cover - a Step kind without a writer is a bug
             raise TypeError(f"no writer for {step!r}")
 
@@ -202,8 +209,13 @@ class Reconciler:
             if not (step.missing_ok and err.not_found):
                 raise
 
-    async def _apply_object(self, step: d.Apply) -> None:
+    async def _apply_object(self, plan: d.Plan, step: d.Apply) -> None:
+        """Server-side apply (forced: the fields are gangctl's) onto the incarnation the plan names by
+        its uid; without one, the object is created, never applied: see _create_object."""
         meta = step.obj["metadata"]
+        if not meta.get("uid"):
+            await self._create_object(plan, step)
+            return
         try:
             written = await self.kube.apply(step.resource.path(meta["namespace"], meta["name"]), step.obj,
                                             self.field_manager)
@@ -213,18 +225,25 @@ class Reconciler:
             raise
         self._write_through(step.resource, written)
 
-    async def _create_object(self, step: d.Create) -> None:
-        """Create once (an object another controller takes over after creation); exists already: fine."""
+    async def _create_object(self, plan: d.Plan, step: d.Apply | d.Create) -> None:
+        """Create once (a POST: an existing object is never changed). An object of that name that the
+        job owns is fine (made by an earlier pass); one it does not own is someone else's: used as it
+        is when `exists_ok` (a PVC), else the pass stops with NotOwned."""
         meta = step.obj["metadata"]
+        path = step.resource.path(meta["namespace"])
         try:
-            written = await self.kube.create(step.resource.path(meta["namespace"]), step.obj)
+            written = await self.kube.request("POST", path, body=step.obj, params={"fieldManager": self.field_manager})
         except ApiError as err:
-            if err.conflict:
-                return
             if step.rejectable and err.status == 422:
                 raise _Rejected(err.message) from err
-            raise
-        if step.cached:
+            if not err.conflict:
+                raise
+            if getattr(step, "exists_ok", False):
+                return
+            written = await self.kube.get(step.resource.path(meta["namespace"], meta["name"]))
+            if not ownership.owned(written, (plan.trainjob or {}).get("metadata", {}).get("uid")):
+                raise NotOwned(written) from err
+        if getattr(step, "cached", True):
             self._write_through(step.resource, written)
 
     def _write_through(self, resource: Resource, written: dict) -> None:
@@ -296,6 +315,14 @@ def stuck_words(kind: str, err: Exception) -> tuple[str, str]:
     if isinstance(err, ApiError):
         return st.stuck(kind, err.reason or str(err.status), err.message, str(err))
     return st.stuck(kind, None, None, f"{type(err).__name__}: {err}")
+
+
+class NotOwned(Exception):
+    """A create found an object of that name that the job does not own (see `ownership`)."""
+
+    def __init__(self, obj: dict):
+        super().__init__(ownership.message(obj, "job"))
+        self.obj = obj
 
 
 class _Rejected(Exception):

@@ -21,6 +21,7 @@ from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
 from gangctl.plugins.names import child_job_name
 from gangctl.plugins.volcano import VOLCANO_POD_GROUPS
+from gangctl.policy import ownership
 from gangctl.policy.admission import Quotas
 from gangctl.policy.quota import QuotaPolicy
 from gangctl.policy.resolve import NODE_JOB
@@ -67,15 +68,17 @@ class VolcanoPreemptor:
                 log.info("preempted %s for %s in team %s", victim.id, preemptor.id, preemptor.team)
 
     async def _evict(self, key: str) -> bool:
-        """Delete the victim's Job (pods first), then its PodGroup; False when that did not happen."""
+        """Delete the victim's Job (pods first), then its PodGroup, each by uid and only when the job
+        that controls the PodGroup owns it; False when that did not happen."""
         pg = self.podgroups.get(key)
-        if pg is None:
+        uid = ownership.controller_uid(pg) if pg is not None else None
+        if pg is None or uid is None:
             return False
         ns, name = key.split("/", 1)
         self._evicted[key] = pg["metadata"].get("uid", "")
         job = self.jobs.get(f"{ns}/{child_job_name(name, NODE_JOB)}")
         try:
-            if job is not None and not job["metadata"].get("deletionTimestamp"):
+            if job is not None and ownership.owned(job, uid) and not job["metadata"].get("deletionTimestamp"):
                 await self.kube.delete(JOBS.path(ns, job["metadata"]["name"]), "Foreground",
                                        uid=job["metadata"].get("uid"))
             await self.kube.delete(VOLCANO_POD_GROUPS.path(ns, name), uid=pg["metadata"].get("uid"))

@@ -23,6 +23,8 @@ from gangctl.policy.decide import (Apply, CapacityFreed, Create, Delete, Event, 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
 RUNTIME = yaml.safe_load((Path(__file__).parents[2] / "deploy/runtimes/torch-distributed.yaml").read_text())
 ALL_BACKENDS = {"coscheduling": None, "volcano": None, "kueue": None}
+OWNER = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "llm", "uid": "tj-1",
+         "controller": True, "blockOwnerDeletion": True}
 
 
 def runtime(*, gang: dict | None = None, failure_policy: dict | None = None) -> dict:
@@ -48,7 +50,7 @@ def trainjob(nodes: int = 2, *, status: dict | None = None, suspend: bool = Fals
 def child(uid: str = "job-1", *, conditions: list[dict] | None = None, parallelism: int = 2, failed: int = 0,
           labels: dict | None = None, suspend: bool = False, deleting: bool = False) -> dict:
     meta = {"name": "llm-node-0", "namespace": "team-a", "uid": uid, "finalizers": [RESULT_FINALIZER],
-            "labels": {TRAINJOB_NAME: "llm", **(labels or {})}}
+            "labels": {TRAINJOB_NAME: "llm", **(labels or {})}, "ownerReferences": [OWNER]}
     if deleting:
         meta["deletionTimestamp"] = st.timestamp(NOW)
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
@@ -162,7 +164,7 @@ def test_failed_attempt_within_budget_records_the_restart_before_deleting():
 def test_budget_exhausted_fails_the_trainjob_and_releases_the_gang():
     rt = runtime(failure_policy={"maxRestarts": 1})
     used = {"restarts": {"user": 1, "infrastructure": 0, "ignored": 0}, "restartCount": 1}
-    group = {"metadata": {"name": "llm", "namespace": "team-a"}}
+    group = {"metadata": {"name": "llm", "namespace": "team-a", "uid": "pg-1", "ownerReferences": [OWNER]}}
     plan = decide(snap(trainjob(status=used), rt=rt, node_job=child("job-2", conditions=FAILED),
                        groups={**ALL_BACKENDS, "coscheduling": group}))
     failed = condition(plan.status, "Failed")
@@ -184,7 +186,7 @@ def test_finished_trainjob_lets_its_jobs_go_and_recreates_nothing():
 
 
 def test_suspended_trainjob_releases_its_gang():
-    group = {"metadata": {"name": "llm", "namespace": "team-a"}}
+    group = {"metadata": {"name": "llm", "namespace": "team-a", "uid": "pg-1", "ownerReferences": [OWNER]}}
     plan = decide(snap(trainjob(suspend=True), node_job=child(suspend=True),
                        groups={**ALL_BACKENDS, "coscheduling": group}))
     assert (POD_GROUPS, "llm") in [(d.resource, d.name) for d in plan.of(Delete)]
@@ -266,7 +268,7 @@ def unschedulable(p: dict) -> dict:
 
 def test_nudge_touches_only_a_waiting_coscheduling_gang_the_scheduler_refused():
     job = child()
-    group = {"metadata": {"name": "llm", "namespace": "team-a"}}
+    group = {"metadata": {"name": "llm", "namespace": "team-a", "uid": "pg-1", "ownerReferences": [OWNER]}}
     refused = (unschedulable(pod(0, node=None)), unschedulable(pod(1, node=None)))
     plan = decide(snap(trainjob(), node_job=job, pods=refused, nudge=True, groups={**ALL_BACKENDS, "coscheduling": group}))
     assert plan.clear_nudge and [(p.resource, p.missing_ok) for p in plan.of(Patch)] == [(POD_GROUPS, True)]
@@ -278,7 +280,7 @@ def test_no_nudge_while_the_gang_is_still_being_made_or_placed():
     """Each new pod makes the scheduler try the gang again, and a gang it is placing was not refused:
     patching its PodGroup then is a write for nothing (issue 12: the writes of a 1,024-pod gang)."""
     job = child()
-    group = {"metadata": {"name": "llm", "namespace": "team-a"}}
+    group = {"metadata": {"name": "llm", "namespace": "team-a", "uid": "pg-1", "ownerReferences": [OWNER]}}
     for pods in ((unschedulable(pod(0, node=None)),),          # one of two pods made so far
                  (pod(0, node=None, phase="Pending"), pod(1, node=None, phase="Pending")),  # not tried yet
                  (pod(0), unschedulable(pod(1, node=None)))):  # one bound: the gang passed, being bound
@@ -345,14 +347,16 @@ def _deadline_job(seconds: int, created_ago: float, *, status: dict | None = Non
 
 
 def test_past_its_deadline_a_trainjob_fails_deadline_exceeded_and_lets_its_gang_go():
-    plan = decide(snap(_deadline_job(600, 601), groups={**ALL_BACKENDS, "coscheduling": {"metadata": {}}},
+    group = {"metadata": {"name": "llm", "namespace": "team-a", "uid": "pg-1", "ownerReferences": [OWNER]}}
+    plan = decide(snap(_deadline_job(600, 601), groups={**ALL_BACKENDS, "coscheduling": group},
                        node_job=child()))
     failed = condition(plan.status, "Failed")
     assert (failed.get("status"), failed.get("reason")) == ("True", "DeadlineExceeded")
     assert "activeDeadlineSeconds (600s)" in failed["message"]
     deletes = [(d.resource, d.name) for d in plan.of(Delete)]
     assert (POD_GROUPS, "llm") in deletes
-    assert [p.patch for p in plan.of(Patch)] == [{"spec": {"suspend": True}}]  # its pods stop
+    # its pods stop (that Job only: its uid is the patch's precondition)
+    assert [p.patch for p in plan.of(Patch)] == [{"spec": {"suspend": True}, "metadata": {"uid": "job-1"}}]
     steps = list(plan.steps)
     assert steps.index(plan.of(WriteStatus)[0]) < steps.index(plan.of(Delete)[0])  # failure recorded first
 
@@ -406,7 +410,8 @@ def with_initializers() -> dict:
 def step_child(name: str, conditions: list[dict] | None = None) -> dict:
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": f"llm-{name}-0", "namespace": "team-a", "uid": f"{name}-uid",
-                         "finalizers": [RESULT_FINALIZER], "labels": {TRAINJOB_NAME: "llm"}},
+                         "finalizers": [RESULT_FINALIZER], "labels": {TRAINJOB_NAME: "llm"},
+                         "ownerReferences": [OWNER]},
             "spec": {"parallelism": 1}, "status": {"conditions": conditions or []}}
 
 

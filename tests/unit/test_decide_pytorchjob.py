@@ -12,6 +12,7 @@ from gangctl.policy.decide import (Apply, Create, Delete, Event, GateForget, Gat
                                    WriteStatus)
 
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc)
+OWNER = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "ddp", "uid": "pj-1", "controller": True}
 
 
 def replica(replicas: int, restart: str = "OnFailure", cpu: str = "1") -> dict:
@@ -38,8 +39,8 @@ def child(name: str, uid: str, failed: tuple[str, str] | None = None, complete: 
         conds.append({"type": "Failed", "status": "True", "reason": failed[0], "message": failed[1]})
     if complete:
         conds.append({"type": "Complete", "status": "True"})
-    return {"metadata": {"name": name, "namespace": "team-a", "uid": uid,
-                         "labels": {pj.JOB_NAME: "ddp"}},
+    return {"kind": "Job", "metadata": {"name": name, "namespace": "team-a", "uid": uid,
+                                        "labels": {pj.JOB_NAME: "ddp"}, "ownerReferences": [OWNER]},
             "spec": {"parallelism": 1}, "status": {"conditions": conds}}
 
 
@@ -114,7 +115,7 @@ def test_master_success_succeeds_the_job_and_releases_the_gang():
                      "startTime": "2026-11-23T11:00:00Z"}
     plan = dp.decide(snap(obj, jobs=(child("ddp-master", "m1", complete=True), child("ddp-worker", "w1")),
                           pods=(pod("ddp-master-0-a", "m1", "master", 0, phase="Succeeded"),),
-                          groups={"coscheduling": {"metadata": {"name": "ddp-pytorch"}}}))
+                          groups={"coscheduling": {"metadata": {"name": "ddp-pytorch", "namespace": "team-a", "uid": "pg-1", "ownerReferences": [OWNER]}}}))
     status = plan.status
     assert {c["type"]: c["status"] for c in status["conditions"]}["Succeeded"] == "True"
     assert status["replicaStatuses"]["Master"]["succeeded"] == 1
@@ -167,7 +168,7 @@ def test_the_restart_budget_survives_in_the_annotation():
 def test_a_judged_failure_fails_with_v1_reason_then_releases():
     obj = judged(pytorchjob(runPolicy={"backoffLimit": 1}), "Fail", uid="w2")
     plan = dp.decide(snap(obj, jobs=(child("ddp-master", "m2"), child("ddp-worker", "w2", failed=("BackoffLimitExceeded", ""))),
-                          groups={"coscheduling": {"metadata": {"name": "ddp-pytorch"}}}))
+                          groups={"coscheduling": {"metadata": {"name": "ddp-pytorch", "namespace": "team-a", "uid": "pg-1", "ownerReferences": [OWNER]}}}))
     failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "PyTorchJobFailed" and failed["status"] == "True"
     assert isinstance(plan.steps[0], WriteStatus) and isinstance(plan.steps[1], Event)
@@ -201,7 +202,8 @@ ELASTIC = {"minReplicas": 2, "maxReplicas": 3, "rdzvBackend": "c10d"}
 
 
 def store(name: str, phase: str = "Running", deleting: bool = False) -> dict:
-    meta = {"name": name, "namespace": "team-a", "labels": pj.store_labels("ddp")}
+    meta = {"name": name, "namespace": "team-a", "uid": f"{name}-uid", "labels": pj.store_labels("ddp"),
+            "ownerReferences": [OWNER]}
     if deleting:
         meta["deletionTimestamp"] = "2026-11-23T11:00:00Z"
     return {"metadata": meta, "status": {"phase": phase}}
@@ -230,7 +232,7 @@ def test_no_store_with_rdzv_host_or_while_suspended():
 
 def test_suspending_lets_go_of_the_gang_and_suspends_the_jobs():
     obj = pytorchjob(elasticPolicy=ELASTIC, runPolicy={"suspend": True})
-    group = {"metadata": {"name": "ddp-pytorch", "namespace": "team-a"}}
+    group = {"metadata": {"name": "ddp-pytorch", "namespace": "team-a", "uid": "pg-1", "ownerReferences": [OWNER]}}
     plan = dp.decide(snap(obj, groups={"coscheduling": group}, pods=(store("ddp-rdzv-pt"),)))
     assert sorted((d.resource.plural, d.name) for d in plan.of(Delete)) == [("podgroups", "ddp-pytorch"),
                                                                           ("pods", "ddp-rdzv-pt")]
@@ -492,7 +494,7 @@ def test_under_kueue_the_worker_job_carries_the_queue_is_made_once_and_kueues_re
 
 
 def test_a_nudge_touches_a_waiting_gangs_podgroup_only():
-    group = {"metadata": {"name": "ddp-pytorch", "namespace": "team-a"}}
+    group = {"metadata": {"name": "ddp-pytorch", "namespace": "team-a", "uid": "pg-1", "ownerReferences": [OWNER]}}
     plan = dp.decide(snap(pytorchjob(), groups={"coscheduling": group}, nudge=True))
     [touch] = [p for p in plan.of(Patch) if p.resource == POD_GROUPS]
     assert touch.name == "ddp-pytorch" and touch.missing_ok

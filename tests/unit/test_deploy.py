@@ -239,19 +239,22 @@ class CallScanner:
                 and fn is not None):
             return None
         arg = next((a for a in fn.args.args if a.arg == expr.value.id), None)
-        if arg is None or not isinstance(arg.annotation, ast.Attribute):
+        annotations = [arg.annotation] if arg is not None else []
+        while annotations and isinstance(annotations[0], ast.BinOp):  # d.Apply | d.Create
+            annotations = [annotations[0].left, annotations[0].right, *annotations[1:]]
+        if not annotations or not all(isinstance(a, ast.Attribute) for a in annotations):
             return None
-        kind = arg.annotation.attr
-        if not isinstance(getattr(importlib.import_module("gangctl.policy.decide"), kind, None), type):
+        kinds = [a.attr for a in annotations]  # type: ignore[attr-defined]
+        if not all(isinstance(getattr(importlib.import_module("gangctl.policy.decide"), k, None), type) for k in kinds):
             return None
         out = []
         for planner in map(CallScanner, PLANNERS):
             for node in ast.walk(planner.tree):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == kind:
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in kinds:
                     first = node.args[0] if node.args else next(k.value for k in node.keywords if k.arg == "resource")
                     out += planner.resources_of(first, getattr(node, "parent_function", None), depth + 1)
         if not out:
-            raise Unresolved(f"no {kind}(...) in gangctl.policy.decide")
+            raise Unresolved(f"no {' or '.join(kinds)}(...) in gangctl.policy.decide")
         return out
 
     def _definition(self, expr: ast.expr, fn, depth: int) -> list[tuple[ast.expr, object]]:

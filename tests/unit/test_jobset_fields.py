@@ -9,9 +9,10 @@ from datetime import timedelta
 import pytest
 
 from gangctl.api.resources import JOBS, PERSISTENT_VOLUME_CLAIMS, SERVICES
+from gangctl.plugins.names import JOBSET_NAME
 from gangctl.policy import status as st
 from gangctl.policy.decide import Apply, Create, Delete, LetGo, Snapshot, decide
-from tests.unit.test_decide import (ALL_BACKENDS, COMPLETE, NOW, RUNTIME, child, condition, snap, step_child, trainjob,
+from tests.unit.test_decide import (ALL_BACKENDS, COMPLETE, NOW, OWNER, RUNTIME, child, condition, snap, step_child, trainjob,
                                     with_initializers)
 
 CLAIM = {"metadata": {"name": "initializer", "labels": {"team": "a"}},
@@ -106,16 +107,26 @@ def test_jobset_fields_gangctl_runs_as_jobset_does_are_accepted():
         assert meta["labels"][key] == meta["annotations"][key] == "llm-node-0-0.llm"
 
 
+def observed(kind: str, name: str, uid: str, owned: bool = True) -> dict:
+    """A child as the caches show it; `owned`: its controller ownerReference is the TrainJob's."""
+    meta: dict = {"name": name, "namespace": "team-a", "uid": uid, "labels": {JOBSET_NAME: "llm"}}
+    if owned:
+        meta["ownerReferences"] = [OWNER]
+    return {"apiVersion": "v1", "kind": kind, "metadata": meta}
+
+
 def finished_snapshot(ttl: int | None, seconds_since: float, *, rt: dict | None = None, service: bool = True,
-                      jobs: bool = True) -> Snapshot:
+                      jobs: bool = True, claims: tuple[dict, ...] = (), svc: dict | None = None) -> Snapshot:
     rt = copy.deepcopy(rt or RUNTIME)
     if ttl is not None:
         template_spec(rt)["ttlSecondsAfterFinished"] = ttl
     done = st.derive_status({}, [st.ChildJob.from_job(child(conditions=COMPLETE), "node")], None, False, NOW)
     job = child(conditions=COMPLETE)
-    svc = {"metadata": {"name": "llm", "namespace": "team-a"}} if service else None
+    if svc is None and service:
+        svc = observed("Service", "llm", "svc-1")
     return Snapshot("team-a/llm", NOW + timedelta(seconds=seconds_since), trainjob(status=done), runtime=rt,
-                    groups=ALL_BACKENDS, node_job=job if jobs else None, jobs=(job,) if jobs else (), service=svc)
+                    groups=ALL_BACKENDS, node_job=job if jobs else None, jobs=(job,) if jobs else (), service=svc,
+                    claims=claims)
 
 
 def test_before_ttl_seconds_after_finished_the_children_stay_and_the_key_comes_back_when_it_passes():
@@ -125,12 +136,15 @@ def test_before_ttl_seconds_after_finished_the_children_stay_and_the_key_comes_b
 
 
 def test_after_ttl_seconds_after_finished_the_children_go_and_the_trainjob_stays():
-    plan = decide(finished_snapshot(ttl=60, seconds_since=61, rt=with_claims()))
-    deleted = {(d.resource, d.name) for d in plan.of(Delete)}
-    assert deleted == {(JOBS, "llm-node-0"), (SERVICES, "llm"), (PERSISTENT_VOLUME_CLAIMS, "initializer-llm")}
+    claim = observed("PersistentVolumeClaim", "initializer-llm", "pvc-1")
+    plan = decide(finished_snapshot(ttl=60, seconds_since=61, rt=with_claims(), claims=(claim,)))
+    deleted = {(d.resource, d.name, d.uid) for d in plan.of(Delete)}
+    assert deleted == {(JOBS, "llm-node-0", "job-1"), (SERVICES, "llm", "svc-1"),
+                       (PERSISTENT_VOLUME_CLAIMS, "initializer-llm", "pvc-1")}, "each by its uid"
     assert [s.job["metadata"]["name"] for s in plan.of(LetGo)] == ["llm-node-0"], "its result is recorded"
     assert plan.status is None, "the TrainJob keeps its status"
-    retained = decide(finished_snapshot(ttl=60, seconds_since=61, rt=with_claims(retain=True)))
+    kept = observed("PersistentVolumeClaim", "initializer-llm", "pvc-1", owned=False)  # Retain: no ownerReference
+    retained = decide(finished_snapshot(ttl=60, seconds_since=61, rt=with_claims(retain=True), claims=(kept,)))
     assert PERSISTENT_VOLUME_CLAIMS not in {d.resource for d in retained.of(Delete)}
     gone = decide(finished_snapshot(ttl=60, seconds_since=120, service=False, jobs=False))
     assert gone.steps == (), "once the children are gone nothing more is sent"
@@ -147,3 +161,22 @@ def test_volcano_network_topology_goes_on_the_podgroup_as_trainer_puts_it():
     plan = decide(snap(trainjob(), rt=rt))
     group = next(a.obj for a in plan.of(Apply) if a.obj["kind"] == "PodGroup")
     assert group["spec"]["networkTopology"] == {"mode": "hard", "highestTierAllowed": 1}
+
+
+def test_at_ttl_a_claim_or_service_of_a_childs_name_the_trainjob_does_not_own_stays():
+    """A user's PVC named like the claim (made before the job, used as it was) and a Service of the
+    TrainJob's name that is someone else's are never deleted; what the TrainJob owns still goes."""
+    users_claim = observed("PersistentVolumeClaim", "initializer-llm", "pvc-user", owned=False)
+    users_service = observed("Service", "llm", "svc-user", owned=False)
+    plan = decide(finished_snapshot(ttl=60, seconds_since=61, rt=with_claims(), claims=(users_claim,),
+                                    svc=users_service))
+    assert [(d.resource, d.name, d.uid) for d in plan.of(Delete)] == [(JOBS, "llm-node-0", "job-1")]
+    gone = decide(finished_snapshot(ttl=60, seconds_since=120, rt=with_claims(), jobs=False, claims=(users_claim,),
+                                    svc=users_service))
+    assert gone.steps == (), "what is left is not the TrainJob's: nothing more is sent"
+
+
+def test_a_claim_of_the_same_name_made_before_the_job_is_used_as_it_is():
+    plan = decide(snap(trainjob(), rt=with_claims()))
+    claim = next(c for c in plan.of(Create) if c.resource == PERSISTENT_VOLUME_CLAIMS)
+    assert claim.exists_ok, "an existing claim is never taken over or refused"
