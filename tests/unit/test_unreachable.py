@@ -49,3 +49,39 @@ async def test_until_answered_waits_out_transport_faults_and_passes_answers_on(m
         raise ApiError(403, "Forbidden", "no")
     with pytest.raises(ApiError):  # an answer, even an error, is the caller's
         await until_answered(refused, "discovery")
+
+
+async def test_the_fault_proxy_gives_the_faults_aiohttp_reports_and_all_are_unreachable():
+    """gangctl.harness.netfaults against a loopback HTTP server: a response cut mid-body and an idle
+    keep-alive connection reset are what aiohttp raises as ClientPayloadError / ServerDisconnectedError,
+    neither an OSError, both UNREACHABLE."""
+    from aiohttp import web
+
+    from gangctl.harness.netfaults import FaultyProxy
+
+    app = web.Application()
+    app.router.add_get("/", lambda request: web.Response(body=b"x" * 500_000))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    proxy = FaultyProxy(("127.0.0.1", site._server.sockets[0].getsockname()[1]), seed=1)
+    url = f"http://127.0.0.1:{await proxy.start()}/"
+    seen = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(url) as resp:
+                assert len(await resp.read()) == 500_000  # passes through untouched between bursts
+            assert proxy.reset_all() == 1                  # the idle keep-alive connection
+            await asyncio.sleep(0.1)
+            proxy.faulting = True
+            for _ in range(2):
+                try:
+                    async with session.get(url) as resp:
+                        await resp.read()
+                except UNREACHABLE as err:
+                    seen.append(type(err))
+    finally:
+        await proxy.close()
+        await runner.cleanup()
+    assert proxy.cuts >= 1 and seen and all(issubclass(t, aiohttp.ClientError) for t in seen), seen
