@@ -71,6 +71,14 @@ KWOK_STAGES = (
 )
 
 
+# The local apiserver's audit policy: metadata (who, what, when, the answer's code; no bodies) of every
+# write by a ServiceAccount of gangctl-system, where the controller's run; nothing else.
+AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+                "rules": [{"level": "Metadata", "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+                           "userGroups": ["system:serviceaccounts:gangctl-system"]},
+                          {"level": "None"}]}
+
+
 @dataclass(frozen=True)
 class Ports:
     apiserver: int
@@ -167,6 +175,15 @@ class LocalCluster:
     def logs_dir(self) -> Path:
         return self.state_dir / "logs"
 
+    @property
+    def audit_log_path(self) -> Path:
+        """The apiserver's audit log (JSON lines): AUDIT_POLICY's events."""
+        return self.logs_dir / "audit.log"
+
+    @property
+    def audit_policy_path(self) -> Path:
+        return self.settings.cache_dir / f"{self.settings.cluster_name}-audit-policy.yaml"
+
     def exists(self) -> bool:
         return (self.state_dir / "kwok.yaml").exists()
 
@@ -190,6 +207,11 @@ class LocalCluster:
                                # a real apiserver has both (its defaults), and gangctl is tested under them.
                                "enable-priority-and-fairness": "true",
                                "max-requests-inflight": "400", "max-mutating-requests-inflight": "200",
+                               # who wrote what, when: the writes of gangctl-system's ServiceAccounts
+                               # (the controller's), for tests that check two replicas never both wrote
+                               "audit-policy-file": str(self.audit_policy_path),
+                               "audit-log-path": str(self.audit_log_path),
+                               "audit-log-maxsize": "100", "audit-log-maxbackup": "1",
                                **(NATIVE_GANG_ARGS if self.native_gangs else {})},
             # One controller-manager, nothing to elect; with election on it exits when an apiserver
             # restart outlasts its renew deadline, and no kubelet is here to start it again.
@@ -225,6 +247,7 @@ class LocalCluster:
             docs.append(yaml.safe_load((kwok_dir / "kustomize" / rel).read_text()))
         path = self.settings.cache_dir / f"{self.settings.cluster_name}-kwokctl.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.audit_policy_path.write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
         path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         return path
 

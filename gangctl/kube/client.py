@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import aiohttp
 from kubernetes_asyncio.client import Configuration
@@ -17,7 +19,11 @@ from kubernetes_asyncio.client.rest import RESTClientObject
 
 from gangctl.api.resources import Resource
 from gangctl.kube.auth import load_configuration
+from gangctl.policy.leader import throttled_retry_in, write_timeout
 from gangctl.policy.ratelimit import TokenBucket
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class ApiError(Exception):
@@ -52,8 +58,10 @@ class Kube:
         self.host = configuration.host.rstrip("/")
         # One token bucket for every request of this session (client-go's QPS/burst); 0: unlimited.
         self._bucket = TokenBucket(qps, burst)
-        # Writes go out only while this says yes (the leader elector's fence); None: always.
-        self.write_guard: Callable[[], bool] | None = None
+        # The leader elector's fence: seconds it stays open (writes go out only while > 0, and a
+        # write's timeout is capped at it); None: no fence.
+        self.write_fence: Callable[[], float] | None = None
+        self.user_agent = USER_AGENT  # who is asking, in the apiserver's audit log
         self.throttled = 0  # 429 answers seen (the apiserver's Priority and Fairness said wait)
 
     @classmethod
@@ -74,7 +82,7 @@ class Kube:
         return self._rest.pool_manager
 
     async def _headers(self, content_type: str = "application/json") -> dict[str, str]:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        headers = {"Accept": "application/json", "Content-Type": content_type, "User-Agent": self.user_agent}
         # The loaders put "Bearer <token>" (or "Basic …") there; the refresh hook runs first (gangctl.kube.auth).
         token = await self._conf.get_api_key_with_prefix("BearerToken")
         if token:
@@ -83,31 +91,43 @@ class Kube:
 
     async def _send(self, method: str, path: str, params: dict | None, body: Any, content_type: str,
                     timeout: float) -> str:
-        """The response body as text; an ApiError (with the server's reason and message) on status >= 400.
+        """The response body as text; an ApiError (with the server's reason and message) on status >= 400,
+        `Unreachable` when no whole answer came (refused, reset, cut mid-body, timed out).
 
         Every request waits for the shared rate limit. A 429 (API Priority and Fairness, or a
         max-in-flight limit) is retried after the server's Retry-After, up to MAX_THROTTLE_RETRIES
-        times, as client-go does; then it is an ApiError like any other."""
+        times, as client-go does; then it is an ApiError like any other. Under a write fence a write
+        never outlives it: its timeout is capped at the time the fence stays open, and a 429 whose
+        Retry-After would outlast the fence is given up at once."""
         data = None if body is None else json.dumps(body)
+        fenced = method != "GET" and self.write_fence is not None
         for attempt in range(MAX_THROTTLE_RETRIES + 1):
             await self._wait_turn()
             headers = await self._headers(content_type)  # may run an exec plugin
             # The fence is checked last, right before the request leaves: rate-limit waits, 429
             # retries and credential refreshes can all outlast a renew deadline.
-            if method != "GET" and self.write_guard is not None and not self.write_guard():
+            left = self.write_fence() if fenced else None  # type: ignore[misc]
+            capped = write_timeout(timeout, left)
+            if capped is None:
                 raise ApiError(0, "NotLeader", f"{method} {path} refused: this replica no longer holds the leader lease")
-            async with self.session.request(method, self.host + path, params=_clean(params), data=data,
-                                            headers=headers,
-                                            server_hostname=self._conf.tls_server_name,  # kubeconfig tls-server-name
-                                            timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-                text = await resp.text()
-                if resp.status == 429 and attempt < MAX_THROTTLE_RETRIES:
-                    self.throttled += 1
-                    await asyncio.sleep(retry_after(resp.headers.get("Retry-After")))
+            try:
+                async with self.session.request(method, self.host + path, params=_clean(params), data=data,
+                                                headers=headers,
+                                                server_hostname=self._conf.tls_server_name,  # kubeconfig tls-server-name
+                                                timeout=aiohttp.ClientTimeout(total=capped)) as resp:
+                    text = await resp.text()
+            except aiohttp.ClientError as err:
+                raise Unreachable(f"{method} {path}: {err!r}") from err
+            if resp.status == 429 and attempt < MAX_THROTTLE_RETRIES:
+                self.throttled += 1
+                wait = throttled_retry_in(retry_after(resp.headers.get("Retry-After")),
+                                          self.write_fence() if fenced else None)  # type: ignore[misc]
+                if wait is not None:
+                    await asyncio.sleep(wait)
                     continue
-                if resp.status >= 400:
-                    raise _api_error(resp.status, resp.reason, text)
-                return text
+            if resp.status >= 400:
+                raise _api_error(resp.status, resp.reason, text)
+            return text
         raise AssertionError("unreachable")
 
     async def _wait_turn(self) -> None:
@@ -218,26 +238,61 @@ class Kube:
         if initial_events:
             params.update(sendInitialEvents="true", resourceVersionMatch="NotOlderThan")
         await self._wait_turn()
-        async with self.session.get(self.host + path, params=_clean(params), headers=await self._headers(),
-                                    server_hostname=self._conf.tls_server_name,
-                                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=30,
-                                                                  sock_read=timeout_seconds + 30)) as resp:
-            if resp.status == 429:
-                self.throttled += 1
-                raise _api_error(resp.status, resp.reason, await resp.text(),
-                                 retry_after(resp.headers.get("Retry-After")))
-            if resp.status >= 400:
-                raise _api_error(resp.status, resp.reason, await resp.text())
-            async for line in resp.content:  # a line may be 4 MiB (read_bufsize 2 MiB): any object fits
-                if line.strip():
-                    yield json.loads(line)
+        try:
+            async with self.session.get(self.host + path, params=_clean(params), headers=await self._headers(),
+                                        server_hostname=self._conf.tls_server_name,
+                                        timeout=aiohttp.ClientTimeout(total=None, sock_connect=30,
+                                                                      sock_read=timeout_seconds + 30)) as resp:
+                if resp.status == 429:
+                    self.throttled += 1
+                    raise _api_error(resp.status, resp.reason, await resp.text(),
+                                     retry_after(resp.headers.get("Retry-After")))
+                if resp.status >= 400:
+                    raise _api_error(resp.status, resp.reason, await resp.text())
+                async for line in resp.content:  # a line may be 4 MiB (read_bufsize 2 MiB): any object fits
+                    if line.strip():
+                        yield json.loads(line)
+        except aiohttp.ClientError as err:
+            raise Unreachable(f"watch {path}: {err!r}") from err
 
 
 MAX_THROTTLE_RETRIES = 10  # client-go's maxRetries for 429 with Retry-After
 
-# No answer from the API server (refused, reset, timed out): a retry may well succeed; never a fault
-# of the object being reconciled.
+def _user_agent() -> str:
+    try:
+        return f"gangctl/{version('gangctl')}"
+    except PackageNotFoundError:  # run from a source tree
+        return "gangctl"
+
+
+USER_AGENT = _user_agent()
+
+
+class Unreachable(ConnectionError):
+    """No whole answer from the API server: the connection was refused or reset, the response was cut
+    mid-body, or it timed out. aiohttp's own errors (`ServerDisconnectedError`, `ClientPayloadError`
+    …) are raised as this, an OSError, so one `except UNREACHABLE` (or `except OSError`) covers them."""
+
+
+# No answer from the API server (refused, reset, cut, timed out): a retry may well succeed; never a
+# fault of the object being reconciled, and never a reason for a loop or the process to end. The one
+# definition every loop that talks to the API server catches (aiohttp's errors for code that uses
+# the session directly; the client's own requests raise them as `Unreachable`).
 UNREACHABLE = (OSError, asyncio.TimeoutError, aiohttp.ClientError)
+
+
+async def until_answered(call: Callable[[], Awaitable[T]], what: str, cap: float = 5.0) -> T:
+    """`await call()`, again and again while the API server gives no answer (UNREACHABLE), with a
+    backoff from 0.5 s capped at `cap`: a transport fault is waited out, never the end of a process.
+    An answer, even an error (ApiError), is the caller's."""
+    delay = 0.5
+    while True:
+        try:
+            return await call()
+        except UNREACHABLE as err:
+            log.warning("%s: the API server did not answer (%r); retrying in %.1fs", what, err, delay)
+            await asyncio.sleep(delay)
+            delay = min(cap, delay * 2)
 
 
 def retry_after(header: str | None, default: float = 1.0, cap: float = 30.0) -> float:

@@ -5,7 +5,7 @@ import logging
 from datetime import datetime, timezone
 
 from gangctl.api.resources import Resource
-from gangctl.kube.client import ApiError, Kube
+from gangctl.kube.client import UNREACHABLE, ApiError, Kube
 
 log = logging.getLogger(__name__)
 CORE_EVENTS = Resource("", "v1", "events", "Event")
@@ -36,5 +36,5 @@ class EventRecorder:
         }
         try:
             await self.kube.create(CORE_EVENTS.path(meta.get("namespace", "default")), event)
-        except ApiError as err:  # events are best effort; never fail a reconcile for one
-            log.warning("could not record event %s on %s: %s", reason, meta["name"], err)
+        except (ApiError, *UNREACHABLE) as err:  # events are best effort; never fail a reconcile for one
+            log.warning("could not record event %s on %s: %r", reason, meta["name"], err)

@@ -32,10 +32,8 @@ import random
 import time
 from typing import Callable, Iterable
 
-import aiohttp
-
 from gangctl.api.resources import Resource
-from gangctl.kube.client import ApiError, Kube
+from gangctl.kube.client import UNREACHABLE, ApiError, Kube
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +184,7 @@ class Informer:
                     self._rv = ""
                     continue
                 await self._failed(err, err.retry_after)
-            except (OSError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as err:  # apiserver restarting
+            except UNREACHABLE as err:  # no answer: an apiserver restarting, a connection reset or cut
                 await self._failed(err, None, cap=UNREACHABLE_CAP)
             except Exception as err:  # timeouts, garbled streams
                 await self._failed(err, None)

@@ -1,9 +1,11 @@
 """Leader election on a `coordination.k8s.io/v1` Lease, as client-go's `leaderelection` does it.
 
 The decisions (is the Lease free? what to write?) are in `gangctl.policy.leader`; this module reads
-and writes the Lease. Give the elector its own `Kube` client, not the controller's: its writes must
-not pass the controller's write guard (which is this elector's `still_leading`), and a busy
-controller client must not delay a renewal (client-go's leader election uses its own client too).
+and writes the Lease. Give the elector its own `Kube` client (its own session and connection pool), not the controller's:
+its writes must not pass the controller's write fence (which is this elector's `fence_left`), and a
+busy controller client must not delay a renewal (client-go's leader election uses its own client too).
+A transport fault (refused, reset, a response cut mid-body, a timeout) is a failed attempt like a
+conflict: the elector tries again, and only the renew deadline passing ends `run`.
 
 Beyond client-go: a standby also watches the Lease, so it tries again as soon as the Lease changes
 (a release is taken over in one round trip, and each renewal is observed when it is written, so a
@@ -12,7 +14,7 @@ later), and it wakes exactly when the observed lease runs out. Without RBAC `wat
 polls every retry period, as client-go.
 
     elector = LeaderElector(lease_kube, "gangctl-system", "gangctl-controller", identity())
-    kube.write_guard = elector.still_leading    # no write once the renew deadline has passed
+    kube.write_fence = elector.fence_left       # no write outlives the renew deadline
     task = asyncio.create_task(elector.run())   # returns when leadership is lost (elector.lost is set)
     await elector.acquired()
     ...
@@ -30,9 +32,9 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
-from gangctl.kube.client import ApiError, Kube
-from gangctl.policy.leader import (LeaseTimings, Observation, lease_object, may_take, next_attempt_in, next_record,
-                                   observe, record_of, released_record, still_leading)
+from gangctl.kube.client import UNREACHABLE, ApiError, Kube
+from gangctl.policy.leader import (LeaseTimings, Observation, fence_left, lease_object, may_take, next_attempt_in,
+                                   next_record, observe, record_of, released_record, still_leading)
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,10 @@ class LeaderElector:
     def still_leading(self) -> bool:
         """The write fence: True only while now < the start of the last successful renewal + renew deadline."""
         return still_leading(self._last_renewal, self.clock(), self.timings)
+
+    def fence_left(self) -> float:
+        """Seconds until the write fence closes (0: closed): a guarded client caps each write's timeout at it."""
+        return fence_left(self._last_renewal, self.clock(), self.timings)
 
     async def run(self) -> None:
         """Acquire, then renew every retry period; return when a renewal did not succeed within the
@@ -150,7 +156,7 @@ class LeaderElector:
             if not err.conflict:
                 log.warning("leader election: %s/%s: %s", self.namespace, self.name, err)
             return False
-        except (OSError, asyncio.TimeoutError) as err:
+        except UNREACHABLE as err:  # no answer: a failed attempt; the renew deadline alone ends leadership
             log.warning("leader election: %s/%s: %r", self.namespace, self.name, err)
             return False
         self._observed = Observation(new, started)
@@ -180,7 +186,7 @@ class LeaderElector:
             body = lease_object(self.namespace, self.name, released_record(record, self.wall_clock()),
                                 lease["metadata"]["resourceVersion"])
             await self.kube.request("PUT", self._path, body=body, timeout=timeout)
-        except (ApiError, OSError, asyncio.TimeoutError) as err:
+        except (ApiError, *UNREACHABLE) as err:
             log.warning("leader election: could not release %s/%s: %r", self.namespace, self.name, err)
             return False
         log.info("leader election: %s released lease %s/%s", self.identity, self.namespace, self.name)

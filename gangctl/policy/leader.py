@@ -109,7 +109,33 @@ def released_record(current: LeaderRecord, wall_now: datetime) -> LeaderRecord:
 def still_leading(last_renewal: float | None, now: float, timings: LeaseTimings) -> bool:
     """The write fence: True only while `now` is within the renew deadline of the start of the last
     successful acquire or renewal (None: never acquired, or released)."""
-    return last_renewal is not None and now < last_renewal + timings.renew_deadline
+    return fence_left(last_renewal, now, timings) > 0
+
+
+def fence_left(last_renewal: float | None, now: float, timings: LeaseTimings) -> float:
+    """Seconds until the write fence closes (0: closed, or never open)."""
+    if last_renewal is None:
+        return 0.0
+    return max(0.0, last_renewal + timings.renew_deadline - now)
+
+
+def write_timeout(requested: float, left: float | None) -> float | None:
+    """The timeout of a write that leaves now: the requested one, capped at the `left` seconds the
+    fence stays open (None: no fence), so a write in flight never outlives leadership; None when
+    the fence is closed (the write must not be sent)."""
+    if left is None:
+        return requested
+    if left <= 0:
+        return None
+    return min(requested, left)
+
+
+def throttled_retry_in(retry_after: float, left: float | None) -> float | None:
+    """How long a write answered 429 waits before it is sent again: the server's Retry-After, unless
+    the fence closes first (`left` seconds from now; None: no fence), when it is given up (None)."""
+    if left is not None and retry_after >= left:
+        return None
+    return retry_after
 
 
 def lease_object(namespace: str, name: str, record: LeaderRecord, resource_version: str | None = None) -> dict:

@@ -14,7 +14,7 @@ from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, JOBS, NODES, PERSI
                                    PRIORITY_CLASSES, PYTORCHJOBS, SERVICES, TRAINING_RUNTIMES, TRAINJOBS)
 from gangctl.config import ControllerSettings
 from gangctl.kube.access_review import AccessReviewer, may_list_and_watch
-from gangctl.kube.client import UNREACHABLE, ApiError, Kube
+from gangctl.kube.client import UNREACHABLE, ApiError, Kube, until_answered
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer, object_key
 from gangctl.kube.leader import LeaderElector, identity
@@ -291,11 +291,15 @@ class Controller:
                 log.info("reconcile %s: %s; retry in %.1fs", key, err, delay)
                 if self.queue.failures(key) == STUCK_AFTER_FAILURES and err.status in PERMANENT_STATUSES:
                     await self._report_stuck(key, err)
+            except UNREACHABLE as err:  # no answer from the API server: never the job's fault, only a retry
+                self.metrics.reconcile_errors.labels("Unreachable").inc()
+                delay = self.queue.add_rate_limited(key)
+                log.info("reconcile %s: the API server did not answer (%r); retry in %.1fs", key, err, delay)
             except Exception as err:  # a bug for one job must not stop the others
                 self.metrics.reconcile_errors.labels("Exception").inc()
                 delay = self.queue.add_rate_limited(key)
                 log.exception("reconcile %s failed; retry in %.1fs", key, delay)
-                if self.queue.failures(key) == STUCK_AFTER_FAILURES and not isinstance(err, UNREACHABLE):
+                if self.queue.failures(key) == STUCK_AFTER_FAILURES:
                     await self._report_stuck(key, err)
             finally:
                 self.queue.done(key)
@@ -339,15 +343,23 @@ async def run_controller(settings: ControllerSettings) -> int:
 
     With leader election, every replica keeps its informers warm and answers /readyz; only the
     Lease holder runs workers and the quota gate, and its client refuses writes once its renew
-    deadline passes (`kube.write_guard`). A replica that loses the Lease exits at once (as client-go
+    deadline passes (`kube.write_fence`; a write's timeout is capped at the time the fence stays open,
+    so none lands after a takeover). A transport fault anywhere (refused, reset, a response cut
+    mid-body) is retried, at start too: only a lost Lease or a signal ends the process. A replica that loses the Lease exits at once (as client-go
     does), and its Deployment restarts it as a standby. On SIGTERM the queue stops handing out keys
     beyond those already queued, in-flight reconciles get `shutdown_grace_seconds`, and the Lease is
     released so a standby takes over within its retry period.
     """
     kube = await Kube.connect(settings.kubeconfig)
-    # The Lease and the /metrics access reviews go through a session of their own: not behind the
-    # write guard (the elector must write to lead at all) nor behind the controller's rate limit.
+    # The access reviews and progress reports go through a session of their own: not behind the
+    # write fence (a standby answers its callers too) nor behind the controller's rate limit.
     control = await Kube.connect(settings.kubeconfig)
+    # The Lease has a session and connection pool of its own again: no burst of reconciles, reviews
+    # or reports can queue a renewal behind it (and deploy/'s FlowSchema gives it its own APF level).
+    lease_kube = await Kube.connect(settings.kubeconfig)
+    me = settings.leader_elect_identity or identity()
+    for client, role in ((kube, "controller"), (control, "reviews"), (lease_kube, "leader-election")):
+        client.user_agent = f"{client.user_agent} ({me}; {role})"  # tells replicas apart in the audit log
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -356,9 +368,10 @@ async def run_controller(settings: ControllerSettings) -> int:
     runner = None
     runners = []
     try:
-        backends = await served_backends(kube, settings.namespace)
+        backends = await until_answered(lambda: served_backends(kube, settings.namespace), "discovery")
         log.info("gang backends served by this cluster: %s", ", ".join(sorted(backends)) or "none")
-        controller = Controller(kube, settings, backends=backends, pytorchjobs=await serves_pytorchjobs(kube))
+        controller = Controller(kube, settings, backends=backends,
+                                pytorchjobs=await until_answered(lambda: serves_pytorchjobs(kube), "discovery"))
         authorize = AccessReviewer(control).check if settings.metrics_auth else None
         runner = await serve(make_app(controller.metrics.registry, controller.problems, authorize),
                              settings.metrics_host, settings.metrics_port)
@@ -369,11 +382,10 @@ async def run_controller(settings: ControllerSettings) -> int:
             runners.append(progress_runner)
         elector = elector_task = None
         if settings.leader_elect:
-            elector = LeaderElector(control, settings.leader_elect_namespace, settings.leader_elect_lease_name,
-                                    settings.leader_elect_identity or identity(),
+            elector = LeaderElector(lease_kube, settings.leader_elect_namespace, settings.leader_elect_lease_name, me,
                                     LeaseTimings(settings.lease_duration_seconds, settings.renew_deadline_seconds,
                                                  settings.retry_period_seconds))
-            kube.write_guard = elector.still_leading
+            kube.write_fence = elector.fence_left
             log.info("leader election: %s campaigning for lease %s/%s", elector.identity,
                      elector.namespace, elector.name)
             elector_task = asyncio.create_task(elector.run(), name="leader-elector")
@@ -406,6 +418,7 @@ async def run_controller(settings: ControllerSettings) -> int:
             await extra.cleanup()
         if runner is not None:
             await runner.cleanup()
+        await lease_kube.close()
         await control.close()
         await kube.close()
 
@@ -415,7 +428,7 @@ async def serve_progress(control: Kube, controller: Controller, settings: Contro
     cluster has its host Service; tell the reconciler, so new trainer pods are given it."""
     base_url, host, port = settings.trainer_status_url, settings.trainer_status_host, settings.trainer_status_port
     if not base_url:
-        local = await local_progress_service(control)
+        local = await until_answered(lambda: local_progress_service(control), "progress endpoint discovery")
         if local is None:
             log.info("progress endpoint off (no --trainer-status-url): status.trainerStatus is not served")
             return None
@@ -425,7 +438,8 @@ async def serve_progress(control: Kube, controller: Controller, settings: Contro
         control, controller.caches.pods.get, rate=settings.trainer_status_rate,
         on_answer=lambda code: controller.metrics.trainer_status_reports.labels(str(code)).inc())
     try:
-        cert = await serving_cert.ensure(control, namespace, secret, progress.url_hosts(base_url))
+        cert = await until_answered(lambda: serving_cert.ensure(control, namespace, secret,
+                                                                 progress.url_hosts(base_url)), "serving certificate")
         runner = await progress_server.serve(server, cert, host, port)
     except (ApiError, OSError) as err:
         # Progress is optional: TrainJobs are served without it (new pods are not given the URL).

@@ -32,7 +32,7 @@ from typing import Callable
 from aiohttp import web
 
 from gangctl.api.resources import TRAINJOBS
-from gangctl.kube.client import ApiError, Kube
+from gangctl.kube.client import UNREACHABLE, ApiError, Kube
 from gangctl.kube.serving_cert import ServingCert
 from gangctl.obs.server import bearer_token
 from gangctl.policy import progress
@@ -116,6 +116,9 @@ class ProgressServer:
                 "apiVersion": TRAINJOBS.api_version, "kind": TRAINJOBS.kind,
                 "metadata": {"name": name, "namespace": namespace}, "status": {"trainerStatus": status}},
                 FIELD_MANAGER)
+        except UNREACHABLE as err:
+            log.warning("progress: writing %s/%s got no answer: %r", namespace, name, err)
+            return _error(503, "the API server did not answer; retry later", retry_after=5)
         except ApiError as err:
             if err.not_found:
                 return _error(404, f"TrainJob {namespace}/{name} not found")

@@ -260,7 +260,7 @@ async def test_a_deposed_leader_stops_writing_at_its_renew_deadline_and_exits_1(
     # In process: the elector's fence closes the guarded client's writes at the renew deadline.
     guarded, own = await Kube.connect(kubeconfig), await Kube.connect(kubeconfig)
     elector = LeaderElector(own, namespace, LEASE, "inproc_1", timings)
-    guarded.write_guard = elector.still_leading
+    guarded.write_fence = elector.fence_left
     task = asyncio.create_task(elector.run())
     try:
         await asyncio.wait_for(elector.acquired(), 5)

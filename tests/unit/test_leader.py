@@ -5,9 +5,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gangctl.policy.leader import (LeaderRecord, LeaseTimings, Observation, lease_object, lease_valid, may_take,
-                                   next_attempt_in,
-                                   micro_time, next_record, observe, record_of, released_record, still_leading)
+from gangctl.policy.leader import (LeaderRecord, LeaseTimings, Observation, fence_left, lease_object, lease_valid,
+                                   may_take, micro_time, next_attempt_in, next_record, observe, record_of,
+                                   released_record, still_leading, throttled_retry_in, write_timeout)
 
 T = LeaseTimings()
 WALL = datetime(2026, 11, 3, 12, 0, 0, 123456, tzinfo=timezone.utc)
@@ -111,3 +111,20 @@ def test_a_standby_retries_when_the_holders_lease_runs_out_not_a_period_later():
     assert next_attempt_in(seen, "b_2", 116.0, 2.0) == 0.0
     assert next_attempt_in(None, "b_2", 116.0, 2.0) == 2.0
     assert next_attempt_in(observe(None, LeaderRecord(), 100.0), "b_2", 100.0, 2.0) == 2.0
+
+
+def test_a_write_in_flight_never_outlives_the_fence():
+    # renewed at 100 s: the fence is open until 110 s (the renew deadline), 5 s before anyone may take over
+    assert fence_left(100.0, 104.0, T) == 6.0
+    assert fence_left(100.0, 111.0, T) == 0.0 and fence_left(None, 100.0, T) == 0.0
+    assert write_timeout(30.0, fence_left(100.0, 104.0, T)) == 6.0   # 30 s asked, capped at the 6 s left
+    assert write_timeout(30.0, fence_left(100.0, 100.5, T)) == 9.5
+    assert write_timeout(5.0, 9.5) == 5.0                             # a shorter timeout is kept
+    assert write_timeout(30.0, None) == 30.0                          # no fence (a reader, the elector)
+    assert write_timeout(30.0, 0.0) is None                           # closed: not sent at all
+
+
+def test_a_throttled_write_is_given_up_when_the_fence_would_close_first():
+    assert throttled_retry_in(1.0, 6.0) == 1.0
+    assert throttled_retry_in(6.0, 6.0) is None and throttled_retry_in(30.0, 6.0) is None
+    assert throttled_retry_in(30.0, None) == 30.0  # no fence: client-go's Retry-After loop
