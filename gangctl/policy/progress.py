@@ -188,8 +188,12 @@ MAX_OWNER_HOPS = 3  # pod -> Job -> TrainJob (a JobSet between them would be one
 
 
 def controller_of(obj: dict) -> dict | None:
-    """The ownerReference marked controller (the object that made `obj`), if any."""
-    return next((r for r in (obj.get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")), None)
+    """The ownerReference marked controller and blocking its owner's deletion (the object that made
+    `obj`: the Job controller and gangctl set both), if any. Where the API server runs the
+    OwnerReferencesPermissionEnforcement admission plugin, only a user allowed to update the owner's
+    finalizers can set blockOwnerDeletion, so a hand-made pod cannot claim a Job it did not come from."""
+    return next((r for r in (obj.get("metadata") or {}).get("ownerReferences") or []
+                 if r.get("controller") and r.get("blockOwnerDeletion")), None)
 
 
 def refusal(who: Sender, pod: dict | None, trainjob: dict | None,

@@ -178,6 +178,14 @@ def hand_made() -> dict:
     return pod
 
 
+def not_blocking() -> dict:
+    """A pod that names the Job as its controller without blockOwnerDeletion, which the Job controller
+    always sets (and hardened API servers let only those allowed to update the Job's finalizers set)."""
+    pod = a_pod()
+    pod["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = False
+    return pod
+
+
 def deleting() -> dict:
     pod = a_pod()
     pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -192,6 +200,7 @@ def deleting() -> dict:
     (a_pod(phase="Failed"), {}, "finished (Failed)"),
     (deleting(), {}, "being deleted"),
     (hand_made(), {}, "not made for TrainJob team-a/llm"),                   # labels prove nothing
+    (not_blocking(), {}, "not made for"),
     (a_pod(), {"owners": ()}, "not made for"),                               # its Job is not gangctl's (not cached)
     (a_pod(job_uid="job-2"), {}, "not made for"),                            # a Job of that name, not its maker
     (a_pod(), {"owners": (owned_by(JOB, "tj-0", kind="TrainJob", name="llm",
