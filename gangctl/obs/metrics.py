@@ -61,9 +61,10 @@ class Metrics:
                                       "TokenReviews and SubjectAccessReviews sent to check bearer tokens (/metrics "
                                       "and the progress endpoint), by kind", ["kind"], registry=registry)
         self.access_reviews_refused = Counter("gangctl_access_reviews_refused_total",
-                                              "Requests with a token not seen before answered 429 without a review: "
-                                              "its source's budget (limit=source) or the process's (limit=total) "
-                                              "was spent", ["limit"], registry=registry)
+                                              "Requests answered 429 without a review: a token not seen before "
+                                              "when its source's budget (limit=source) or the process's "
+                                              "(limit=total) was spent, or a known token's re-review past its own "
+                                              "budget (limit=known)", ["limit"], registry=registry)
         self.quota_policy_valid.set(1)
         for phase in PHASES:
             self.trainjobs.labels(phase).set(0)
@@ -71,7 +72,7 @@ class Metrics:
             self.restarts.labels(cause)
         for kind in ("TokenReview", "SubjectAccessReview"):
             self.access_reviews.labels(kind)
-        for limit in ("source", "total"):
+        for limit in ("source", "total", "known"):
             self.access_reviews_refused.labels(limit)
 
     def set_phases(self, counts: dict[str, int]) -> None:

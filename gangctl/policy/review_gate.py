@@ -10,15 +10,15 @@ controller's own connections and API Priority and Fairness flow. So:
   for a short ttl, the least recently used dropped past `max_entries` (bounded memory). A token seen
   again within the ttl costs no review.
 - `ReviewGate`: a token not in the cache needs a review. A token the API server authenticated before
-  (its verdict expired but is still remembered) is *known*: a real identity, admitted at once, never
-  behind unknown tokens. An unknown token is admitted only while its source address has a token in
-  its bucket (`Limits.source_rate`/s, `source_burst` deep) and fewer than `source_in_flight` of its
-  reviews are in flight, and the process as a whole has a token (`total_rate`/s, `total_burst`) and
-  fewer than `total_in_flight` in flight. Otherwise `Busy`: the endpoint answers 429 with
-  Retry-After at once, nothing is queued. A flooding source is refused from its first second while
-  every other source keeps its own budget; invented tokens from many sources at once can spend the
-  total budget, which then holds new tokens back (never known ones) and never more API requests
-  than `total_rate` a second.
+  (its verdict expired but is still remembered) is *known*: a real identity, reviewed again on a
+  budget of its own (`Limits.known_*`), never behind unknown tokens. An unknown token is admitted
+  only while its source address has a token in its bucket (`source_rate`/s, `source_burst` deep)
+  and fewer than `source_in_flight` of its reviews are in flight, and the process as a whole has a
+  token (`total_rate`/s, `total_burst`) and fewer than `total_in_flight` in flight. Otherwise
+  `Busy`: the endpoint answers 429 with Retry-After at once, nothing is queued. A flooding source
+  is refused from its first second while every other source keeps its own budget; invented tokens
+  from many sources at once can spend the total budget, which then holds new tokens back (never
+  known ones) and never sends more than `total_rate` reviews a second.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from typing import Generic, TypeVar
 from gangctl.policy.ratelimit import TokenBucket, TokenBuckets
 
 V = TypeVar("V")
-SOURCE, TOTAL = "source", "total"  # which limit refused a review (Busy.limit)
+SOURCE, TOTAL, KNOWN = "source", "total", "known"  # which limit refused a review (Busy.limit)
 
 
 def token_key(token: str, *scope: str) -> str:
@@ -70,14 +70,19 @@ class Verdicts(Generic[V]):
 
 @dataclass(frozen=True)
 class Limits:
-    """Reviews of unknown tokens: per source address, and for the whole process (every endpoint)."""
+    """Reviews of unknown tokens, per source address and for the whole process (every endpoint); and,
+    apart, re-reviews of known ones (tokens someone may have collected cost no more than this)."""
 
     source_rate: float = 1.0
     source_burst: int = 10
     source_in_flight: int = 2
+    # ten sources' bursts, sixteen sources' reviews in flight: a few flooding sources never spend it
     total_rate: float = 20.0
-    total_burst: int = 40
-    total_in_flight: int = 8
+    total_burst: int = 100
+    total_in_flight: int = 32
+    known_rate: float = 50.0
+    known_burst: int = 200
+    known_in_flight: int = 32
 
 
 class Busy(Exception):
@@ -88,6 +93,22 @@ class Busy(Exception):
         self.seconds, self.limit = seconds, limit
 
 
+class _Budget:
+    """A token bucket and a cap on reviews in flight."""
+
+    def __init__(self, rate: float, burst: int, in_flight: int, limit: str):
+        self.bucket, self.cap, self.limit, self.in_flight = TokenBucket(rate, burst), in_flight, limit, 0
+
+    def check(self) -> None:
+        if self.in_flight >= self.cap:
+            raise Busy(1.0, self.limit)
+
+    def take(self, now: float) -> None:
+        if (wait := self.bucket.take(now)) > 0:
+            raise Busy(wait, self.limit)
+        self.in_flight += 1
+
+
 class ReviewGate:
     """Admission of token reviews, shared by every endpoint of a process. `admit` raises `Busy` or
     admits; every admitted review must be followed by `done` with the same arguments."""
@@ -95,35 +116,37 @@ class ReviewGate:
     def __init__(self, limits: Limits = Limits(), max_sources: int = 4096):
         self.limits = limits
         self._sources = TokenBuckets(limits.source_rate, limits.source_burst, max_keys=max_sources)
-        self._total = TokenBucket(limits.total_rate, limits.total_burst)
-        self._in_flight: dict[str, int] = {}
-        self._total_in_flight = 0
+        self._source_in_flight: dict[str, int] = {}
+        self._total = _Budget(limits.total_rate, limits.total_burst, limits.total_in_flight, TOTAL)
+        self._known = _Budget(limits.known_rate, limits.known_burst, limits.known_in_flight, KNOWN)
 
     def admit(self, source: str, known: bool, now: float) -> None:
-        if known:
+        if known:  # never behind unknown tokens: a budget of its own
+            self._known.check()
+            self._known.take(now)
             return
-        lim = self.limits
-        if self._in_flight.get(source, 0) >= lim.source_in_flight:
+        if self._source_in_flight.get(source, 0) >= self.limits.source_in_flight:
             raise Busy(1.0, SOURCE)
-        if self._total_in_flight >= lim.total_in_flight:
-            raise Busy(1.0, TOTAL)
+        self._total.check()
         if (wait := self._sources.take(source, now)) > 0:
             raise Busy(wait, SOURCE)
-        if (wait := self._total.take(now)) > 0:
+        try:
+            self._total.take(now)
+        except Busy:
             self._sources.refund(source)  # the source did not get its review: it keeps its token
-            raise Busy(wait, TOTAL)
-        self._in_flight[source] = self._in_flight.get(source, 0) + 1
-        self._total_in_flight += 1
+            raise
+        self._source_in_flight[source] = self._source_in_flight.get(source, 0) + 1
 
     def done(self, source: str, known: bool) -> None:
         if known:
+            self._known.in_flight -= 1
             return
-        self._total_in_flight -= 1
-        left = self._in_flight.get(source, 0) - 1
+        self._total.in_flight -= 1
+        left = self._source_in_flight.get(source, 0) - 1
         if left > 0:
-            self._in_flight[source] = left
+            self._source_in_flight[source] = left
         else:
-            self._in_flight.pop(source, None)
+            self._source_in_flight.pop(source, None)
 
     def in_flight(self) -> int:
-        return self._total_in_flight
+        return self._total.in_flight + self._known.in_flight

@@ -97,3 +97,17 @@ def test_a_known_identity_is_admitted_whatever_unknown_tokens_spent():
         gate.admit("10.0.0.66", True, 0.0)      # even from the flooding source: the API server knew the token
         gate.done("10.0.0.66", True)
     assert gate.in_flight() == 4
+
+
+def test_known_identities_have_a_budget_of_their_own():
+    gate = ReviewGate(Limits(known_rate=1.0, known_burst=2, known_in_flight=1))
+    gate.admit("a", True, 0.0)
+    with pytest.raises(Busy, match="known"):
+        gate.admit("b", True, 0.0)              # one in flight at most
+    gate.done("a", True)
+    gate.admit("b", True, 0.0)
+    gate.done("b", True)
+    with pytest.raises(Busy, match="known") as busy:
+        gate.admit("c", True, 0.0)              # burst spent: tokens collected cost no more than the rate
+    assert busy.value.seconds == pytest.approx(1.0)
+    assert admit_all(gate, "c", 1) == ["ok"], "unknown tokens' budgets are untouched"
