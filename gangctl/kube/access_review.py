@@ -19,7 +19,7 @@ import logging
 import time
 from typing import Awaitable, Callable, TypeVar
 
-from gangctl.kube.client import ApiError, Kube
+from gangctl.kube.client import UNREACHABLE, ApiError, Kube
 from gangctl.policy.review_gate import Busy, ReviewGate, Verdicts, token_key
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,6 @@ class AccessReviewer:
             return (OK if await self.reviews.allowed(status.get("user") or {}, path, verb) else FORBIDDEN), True
         try:
             return await self.reviews.verdict(self.cache, token, source, review, path, verb)
-        except (ApiError, OSError, TimeoutError) as err:
+        except (ApiError, *UNREACHABLE) as err:
             log.warning("metrics auth: the API server could not review a token: %r", err)
             return UNAVAILABLE  # not cached

@@ -133,8 +133,9 @@ async def flood(url: str, source: str, count: int, codes: Counter, concurrency: 
         await asyncio.gather(*(one(i) for i in range(count)))
 
 
+# `controller` (the session's): it lets go of the running TrainJobs' child Jobs when the namespace goes.
 async def test_a_flood_of_invented_tokens_costs_neither_the_lease_nor_a_real_report(kube, kubeconfig, namespace,
-                                                                                   tmp_path):
+                                                                                   tmp_path, controller):
     port = free_port()
     ctl = progress_controller(kubeconfig, tmp_path / "controller.log", namespace, port, "--metrics-auth",
                               "--leader-elect", "--leader-elect-namespace", namespace,
@@ -215,7 +216,7 @@ async def scrape_with(url: str, token: str) -> dict[str, float]:
 
 
 async def test_only_a_live_pod_of_the_trainjob_may_report_and_bad_bodies_are_refused(kube, kubeconfig, namespace,
-                                                                                    tmp_path):
+                                                                                    tmp_path, controller):
     port = free_port()
     ctl = progress_controller(kubeconfig, tmp_path / "controller.log", namespace, port)
     try:
