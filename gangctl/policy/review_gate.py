@@ -75,11 +75,11 @@ class Limits:
 
     source_rate: float = 1.0
     source_burst: int = 10
-    source_in_flight: int = 2
-    # ten sources' bursts, sixteen sources' reviews in flight: a few flooding sources never spend it
+    source_in_flight: int = 5
+    # ten sources' bursts, a dozen sources' reviews in flight: a few flooding sources never spend it
     total_rate: float = 20.0
     total_burst: int = 100
-    total_in_flight: int = 32
+    total_in_flight: int = 64
     known_rate: float = 50.0
     known_burst: int = 200
     known_in_flight: int = 32

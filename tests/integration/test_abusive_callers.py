@@ -156,14 +156,14 @@ async def test_a_flood_of_invented_tokens_costs_neither_the_lease_nor_a_real_rep
         ca = await ca_of(kube, namespace)
         before_lease, before_reviews = await lease(kube, namespace), await apiserver_tokenreviews(kube)
 
-        per_endpoint = 1500
+        per_endpoint = 4000
         codes = {"metrics": Counter(), "progress": Counter()}
         real: list[tuple[str, int, str]] = []
         done = asyncio.Event()
 
         async def trainer_and_scraper() -> None:
             """Meanwhile, from 127.0.0.1 (where the local cluster's pods come from, through netd's relay):
-            a report with a new pod token every second (the first time that token is seen), and a scrape."""
+            a report with a new pod token (the first time that token is seen) and a scrape, every second."""
             async with aiohttp.ClientSession(connector=verified(ca)) as reports, aiohttp.ClientSession() as scrapes:
                 while not done.is_set():
                     real.append(("report", *await post(reports, report_url, await pod_token(kube, pod))))
@@ -282,9 +282,16 @@ async def test_a_malformed_serving_secret_turns_the_endpoint_off_not_the_control
         # TrainJobs are served all the same.
         await submit(kube, trainjob("served", namespace, nodes=1, gpus=1, run_for="1s"))
 
+        seen: list[dict] = [{}]
+
         async def complete() -> bool:
-            return is_true(await get_trainjob(kube, namespace, "served"), "Complete")
-        await eventually(complete, 60, "the TrainJob Complete without the progress endpoint")
+            seen[0] = await get_trainjob(kube, namespace, "served")
+            return is_true(seen[0], "Complete")
+        try:
+            await eventually(complete, 60, "the TrainJob Complete without the progress endpoint")
+        except AssertionError as err:
+            pods = [(p["metadata"]["name"], p["status"].get("phase")) for p in await pods_of(kube, namespace, "served")]
+            raise AssertionError(f"{err}: status {seen[0].get('status')}, pods {pods}") from None
         assert "not a PEM certificate" in ctl.log_path.read_text()
 
         # Deleted, the Secret is made anew: the endpoint comes on without a restart, and /readyz is clear.
