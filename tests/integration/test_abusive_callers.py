@@ -16,6 +16,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+import pytest_asyncio
 
 from gangctl.api.resources import PODS, SECRETS
 from gangctl.kube import serving_cert
@@ -28,6 +29,17 @@ from tests.integration.helpers import (eventually, get_trainjob, is_true, pods_o
                                        trainjob)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
+
+
+@pytest_asyncio.fixture
+async def alone(controller):
+    """The session's controller stopped while the test's own runs: two controllers configured with
+    different progress endpoints would write different Job templates for the same TrainJob. Started
+    again before the namespace goes (it lets go of the jobs' result finalizers)."""
+    controller.stop()
+    yield
+    controller.start()
+    await wait_ready(controller)
 
 LEASE = "gangctl-abuse"
 SECRET = "progress-tls"
@@ -133,9 +145,8 @@ async def flood(url: str, source: str, count: int, codes: Counter, concurrency: 
         await asyncio.gather(*(one(i) for i in range(count)))
 
 
-# `controller` (the session's): it lets go of the running TrainJobs' child Jobs when the namespace goes.
 async def test_a_flood_of_invented_tokens_costs_neither_the_lease_nor_a_real_report(kube, kubeconfig, namespace,
-                                                                                   tmp_path, controller):
+                                                                                   tmp_path, alone):
     port = free_port()
     ctl = progress_controller(kubeconfig, tmp_path / "controller.log", namespace, port, "--metrics-auth",
                               "--leader-elect", "--leader-elect-namespace", namespace,
@@ -216,7 +227,7 @@ async def scrape_with(url: str, token: str) -> dict[str, float]:
 
 
 async def test_only_a_live_pod_of_the_trainjob_may_report_and_bad_bodies_are_refused(kube, kubeconfig, namespace,
-                                                                                    tmp_path, controller):
+                                                                                    tmp_path, alone):
     port = free_port()
     ctl = progress_controller(kubeconfig, tmp_path / "controller.log", namespace, port)
     try:
@@ -257,7 +268,7 @@ async def test_only_a_live_pod_of_the_trainjob_may_report_and_bad_bodies_are_ref
 
 
 async def test_a_malformed_serving_secret_turns_the_endpoint_off_not_the_controller(kube, kubeconfig, namespace,
-                                                                                    tmp_path):
+                                                                                    tmp_path, alone):
     await kube.create(SECRETS.path(namespace), {
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET},
         "data": {"ca.crt": base64.b64encode(b"not a certificate").decode(), "tls.crt": "", "tls.key": ""}})
