@@ -4,16 +4,22 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit integration lint build clean-cluster cold-ci
+.PHONY: demo test unit integration lint build image clean-cluster cold-ci
 
-$(STAMP): pyproject.toml requirements.lock
+# Every dependency at the version and hashes of requirements-dev.lock, then gangctl itself (built with
+# the locked setuptools, so nothing unhashed is downloaded).
+$(STAMP): pyproject.toml requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev]'
+	$(BIN)/pip install --quiet --require-hashes -r requirements-dev.lock
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 build: $(STAMP)  ## the pinned control-plane binaries (cached outside the repo)
 	$(BIN)/gangctl cluster build
+
+image: $(STAMP)  ## the controller image: podman (vfs), on a base made from Debian's packages (both cached outside the repo)
+	$(BIN)/python -m gangctl.cluster.image
 
 lint: $(STAMP)
 	$(BIN)/lint-imports

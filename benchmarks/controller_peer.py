@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, NAMESPACES, PODS, TRAINJOBS  # noqa: E402
 from gangctl.cluster import lifecycle, setup  # noqa: E402
-from gangctl.harness import peer  # noqa: E402
+from gangctl.harness import peer, results, rounds  # noqa: E402
 from gangctl.cluster.build import pinned_version  # noqa: E402
 from gangctl.config import ClusterSettings  # noqa: E402
 from gangctl.kube.client import ApiError, Kube  # noqa: E402
@@ -408,6 +408,60 @@ def table(results: list[Result], kind: str = "TrainJob") -> str:
     return "\n".join(out)
 
 
+def run_rounds(args: argparse.Namespace, sides: dict[str, Callable[[], Result]]) -> dict[str, list[Result]]:
+    """Each side `args.rounds` times, alternating which goes first (`rounds.order`): {side: its runs}."""
+    runs: dict[str, list[Result]] = {side: [] for side in sides}
+    for n, side in rounds.order(list(sides), args.rounds):
+        say(f"round {n + 1} of {args.rounds}: {side}")
+        runs[side].append(sides[side]())
+    return runs
+
+
+def median_rows(runs: dict[str, list[Result]], kind: str = "TrainJob") -> tuple[list[str], list[list]]:
+    """The figures of `ROWS` as each side's median and range over its rounds (`rounds.summary`), with the
+    ratio of the medians when there are two sides: the columns and rows of the published table."""
+    summaries = {side: rounds.aggregate([asdict(r) for r in rs], [key for _, key, _ in ROWS]) for side, rs in runs.items()}
+    sides = list(summaries)
+    columns = ["metric", *sides] + (["gangctl / peer (medians)"] if len(sides) == 2 else [])
+    rows = []
+    for label, key, _ in ROWS:
+        cells = [summaries[side][key] for side in sides]
+        rows.append([label.replace("TrainJob", kind), *cells]
+                    + ([rounds.ratio(*cells)] if len(sides) == 2 else []))
+    return columns, rows
+
+
+def publish(args: argparse.Namespace, benchmark: str, runs: dict[str, list[Result]], kind: str, peer_name: str) -> None:
+    """Print the medians; with `--record`, write them as the benchmark's current result and say so."""
+    columns, rows = median_rows(runs, kind)
+    print(f"\nmedian (min-max, n runs) over {args.rounds} round(s) per side, alternating which side goes first:")
+    for row in [columns, *rows]:
+        print(" | ".join(results.cell(c) for c in row))
+    if args.record:
+        path = results.record(benchmark, columns, rows, f"{args.rounds} rounds per side, alternating which side "
+                              "goes first; each cell the median (range)", peer=peer_name)
+        say(f"recorded {path}; run benchmarks/results_page.py to regenerate the page")
+
+
+def report(args: argparse.Namespace, conditions: dict, runs: dict[str, list[Result]], benchmark: str, kind: str,
+           peer_name: str) -> int:
+    """Print each round's table and the medians, write --json and --record; the exit status (1 if any run
+    timed out or failed a create)."""
+    print(f"\n{args.jobs} {kind}s x {args.nodes} pods ({args.jobs * args.nodes} pods, {args.gpus_per_pod} GPU each) "
+          f"on {args.gpu_nodes} KWOK nodes x {args.gpus_per_node} GPUs; {conditions['machine']['cores']} cores "
+          f"({conditions['machine']['cpu']}); Kubernetes {conditions['kubernetes']}, scheduler-plugins "
+          f"{conditions['scheduler_plugins']}\n")
+    for n in range(args.rounds):
+        print(f"round {n + 1}:\n" + table([rs[n] for rs in runs.values()], kind=kind))
+    publish(args, benchmark, runs, kind, peer_name)
+    if args.json:
+        columns, rows = median_rows(runs, kind)
+        payload = json.dumps({"conditions": conditions, "rounds": {side: [asdict(r) for r in rs] for side, rs in runs.items()},
+                              "medians": {"columns": columns, "rows": rows}}, indent=2)
+        print(payload) if args.json == "-" else Path(args.json).write_text(payload + "\n")
+    return 0 if all(not r.timed_out and not r.create_errors for rs in runs.values() for r in rs) else 1
+
+
 def parse_args(doc: str, kind: str) -> argparse.Namespace:
     """The command line both peer benchmarks share (`kind`: TrainJob or PyTorchJob), checked."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -422,7 +476,15 @@ def parse_args(doc: str, kind: str) -> argparse.Namespace:
     ap.add_argument("--cluster-prefix", default="gangctl-bench")
     ap.add_argument("--keep", action="store_true", help="leave the clusters running (default: delete them)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON ('-' for stdout)")
+    ap.add_argument("--rounds", type=int, default=rounds.MIN_ROUNDS,
+                    help="runs per side, alternating which side goes first; the medians are published")
+    ap.add_argument("--record", action="store_true", help="write the medians to benchmarks/results/ (both sides, "
+                    f"--rounds {rounds.MIN_ROUNDS} or more)")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    if (problem := rounds.check_rounds(args.rounds, args.record)) or (args.record and args.only):
+        ap.error(problem or "--record publishes both sides: drop --only")
     if not args.cluster_prefix.startswith("gangctl-bench"):
         ap.error("--cluster-prefix must start with gangctl-bench")
     demand = args.jobs * args.nodes * args.gpus_per_pod
@@ -455,23 +517,10 @@ def main() -> int:
                            capture_output=True, text=True).stdout.split("\n")
     conditions["gangctl_uncommitted"] = sorted(line[3:] for line in dirty if line.strip())
     say("conditions: " + json.dumps(conditions))
-    results = []
-    if args.only in (None, "gangctl"):
-        results.append(run_gangctl(args, gangctl_version))
-    if args.only in (None, "peer"):
-        results.append(run_peer(args))
-    print(f"\n{args.jobs} TrainJobs x {args.nodes} pods ({args.jobs * args.nodes} pods, {args.gpus_per_pod} GPU each) "
-          f"on {args.gpu_nodes} KWOK nodes x {args.gpus_per_node} GPUs; {conditions['machine']['cores']} cores "
-          f"({conditions['machine']['cpu']}); Kubernetes {conditions['kubernetes']}, scheduler-plugins "
-          f"{conditions['scheduler_plugins']}\n")
-    print(table(results))
-    if args.json:
-        payload = json.dumps({"conditions": conditions, "results": [asdict(r) for r in results]}, indent=2)
-        if args.json == "-":
-            print(payload)
-        else:
-            Path(args.json).write_text(payload + "\n")
-    return 0 if all(not r.timed_out and not r.create_errors for r in results) else 1
+    sides = {"gangctl": lambda: run_gangctl(args, gangctl_version), "kubeflow-trainer": lambda: run_peer(args)}
+    runs = run_rounds(args, {k: v for k, v in sides.items() if args.only in (None, "gangctl" if k == "gangctl" else "peer")})
+    return report(args, conditions, runs, "controller_peer", "TrainJob",
+                  f"Kubeflow Trainer {conditions['kubeflow-trainer']} + JobSet {conditions['jobset']}")
 
 
 if __name__ == "__main__":

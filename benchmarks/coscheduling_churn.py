@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.local import cluster_with_controller  # noqa: E402
 from gangctl.api.resources import PODS, TRAINJOBS  # noqa: E402
 from gangctl.cluster.lifecycle import UpOptions  # noqa: E402
+from gangctl.harness import results  # noqa: E402
 from gangctl.kube.client import Kube  # noqa: E402
 from gangctl.sim.replay import RUNTIME, trainjob_submissions  # noqa: E402
 from gangctl.sim.traces import TraceJob  # noqa: E402
@@ -132,6 +133,7 @@ def main() -> int:
     ap.add_argument("--settle", type=float, default=300.0, help="seconds the gang gets to bind once nodes are free")
     ap.add_argument("--json", help="write the result here")
     ap.add_argument("--cluster-name", default="gangctl-bench-churn")
+    ap.add_argument("--record", action="store_true", help="write the result to benchmarks/results/")
     args = ap.parse_args()
     if args.pods < 2:
         ap.error("--pods: a gang of one pod never waits at Permit")
@@ -144,6 +146,15 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     lost = result["gang_bound_seconds_after_nodes_freed"] is None
+    if args.record:
+        turns = sum(result["permit_turns"].values())
+        row = [f"{args.pods} × 8, {args.pods + 2} nodes", f"{args.minutes:g} min", turns,
+               result["permit_turns_per_second"], len(result["discards"]),
+               "never" if lost else f"{result['gang_bound_seconds_after_nodes_freed']} s"]
+        path = results.record("coscheduling_churn", ["gang", "churn", "Permit turns", "per second", "discards",
+                                                      "gang bound after the nodes freed"], [row], "one run",
+                              part=f"{args.pods} × 8 gang")
+        say(f"recorded {path}; run benchmarks/results_page.py to regenerate the page")
     say("the gang never bound: kube-scheduler lost its pod(s)" if lost else
         f"the gang bound {result['gang_bound_seconds_after_nodes_freed']} s after the nodes were freed")
     return 3 if lost else 0

@@ -30,7 +30,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, NAMESPACES, TRAINJOBS  # noqa: E402
-from gangctl.harness import chaos  # noqa: E402
+from gangctl.harness import chaos, results  # noqa: E402
 from gangctl.harness.audit import PodAuditor, finished, settled_audit  # noqa: E402
 from gangctl.cluster.lifecycle import UpOptions  # noqa: E402
 from gangctl.kube.client import Kube  # noqa: E402
@@ -121,6 +121,7 @@ def main() -> int:
     p.add_argument("--cluster", default="gangctl-bench-chaos")
     p.add_argument("--json", type=Path)
     p.add_argument("--keep", action="store_true")
+    p.add_argument("--record", action="store_true", help="write the outcome to benchmarks/results/elastic_chaos.json")
     args = p.parse_args()
     with cluster_with_controller(args.cluster, UpOptions(args.gpu_nodes, 8), say, keep=args.keep) as (_, cluster, ctl):
         result = asyncio.run(run(args, cluster.kubeconfig, ctl.url))
@@ -141,6 +142,18 @@ def main() -> int:
           f"{result['user_restarts_on_jobs_without_exit_code']}")
     for k, v in sorted(result["metrics"].items()):
         print(f"  {k} {v:g}")
+    if args.record:
+        rows = [[f"all {result['jobs']} TrainJobs finished", f"{result['finish_seconds']} s after submit"],
+                ["two live pods for one (job, index)", f"**{len(result['violations'])}** over {result['pod_events']:,} pod events"],
+                ["outcomes", str(a["outcomes"])], ["unfinished", str(a["unfinished"])],
+                ["worker pods lost with their node / exited non-zero", f"{result['disrupted_pods']} / {result['exit_code_pods']}"],
+                ["restarts (status, summed)", str(a["restarts"])],
+                ["user restarts on jobs hit only by node loss", str(result["user_restarts_on_jobs_without_exit_code"])],
+                ["leaked PodGroups / pods stuck Terminating", f"{len(a['leaked_pod_groups'])} / {len(a['terminating_pods'])}"],
+                ["child Jobs still active / worker pods left running", f"**{len(a['active_jobs'])} / {len(a['running_pods'])}**"]]
+        path = results.record("elastic_chaos", ["invariant or figure", "measured"], rows,
+                              f"one run (seed {result['seed']}); invariants {'held' if ok else 'BROKEN'}")
+        say(f"recorded {path}; run benchmarks/results_page.py to regenerate the page")
     return 0 if ok else 1
 
 

@@ -42,6 +42,7 @@ from gangctl.cluster.lifecycle import UpOptions, process_node_state, start_proce
 from gangctl.config import REPO_ROOT, ClusterSettings  # noqa: E402
 from gangctl.kube.client import Kube  # noqa: E402
 from benchmarks.local import cluster_with_controller  # noqa: E402
+from gangctl.harness import results  # noqa: E402
 from gangctl.nodeagent import launch  # noqa: E402
 
 SCRIPT = REPO_ROOT / "examples" / "elastic" / "train.py"
@@ -178,6 +179,7 @@ def main() -> int:
                    help="whose node each round kills: completion index 0's, or index k mod 4's in round k")
     p.add_argument("--lost-pod-seconds", type=float, default=None,
                    help="start the controller with GANGCTL_LOST_POD_SECONDS (the opt-in lost-pod reaper)")
+    p.add_argument("--record", action="store_true", help="write the table to benchmarks/results/elastic_recovery.json")
     args = p.parse_args()
     env = {"GANGCTL_LOST_POD_SECONDS": str(args.lost_pod_seconds)} if args.lost_pod_seconds else None
     with cluster_with_controller(args.cluster, UpOptions(2, 8), say, env=env) as (settings, cluster, _):
@@ -191,6 +193,13 @@ def main() -> int:
         print(f"| what ({len(rounds)} kills of the rank-0 node) | p50 | p95 |\n|---|---|---|")
         for k in keys:
             print(f"| {k} | {summary[k]['p50']:.1f} s | {summary[k]['p95']:.1f} s |")
+    if args.record:
+        path = results.record("elastic_recovery", ["seconds", "p50", "p95 (max)"],
+                              [[k, round(summary[k]["p50"], 1), round(summary[k]["p95"], 1)] for k in keys],
+                              f"{len(rounds)} kills ({args.victim})",
+                              notes=["Per round (total / regrow): " + ", ".join(
+                                  f"{r['total']:.1f} / {r['regrow']:.1f}" for r in rounds) + "."])
+        say(f"recorded {path}; run benchmarks/results_page.py to regenerate the page")
     return 0
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from gangctl.cluster.lifecycle import UpOptions, down, up
 from gangctl.config import ClusterSettings
+from gangctl.harness.results import record
 from gangctl.kube.client import ApiError, Kube
 from gangctl.processes import ControllerProcess
 
@@ -95,6 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10, help="SIGTERM rounds and as many SIGKILL rounds")
     parser.add_argument("--cluster", default="gangctl-bench-leader")
+    parser.add_argument("--record", action="store_true", help="write the table to benchmarks/results/leader_handover.json")
     args = parser.parse_args()
     settings = ClusterSettings(cluster_name=args.cluster)
     down(settings, lambda m: None)
@@ -107,6 +109,13 @@ def main() -> None:
     for name, values in results.items():
         print(f"{name}: n={len(values)} median {statistics.median(values):.2f}s p95 {p95(values):.2f}s "
               f"max {max(values):.2f}s (logs {logs})")
+    if args.record:
+        goals = {"SIGTERM": ("handover after SIGTERM", 3.0, "≤ 3 s"), "SIGKILL": ("failover after SIGKILL", 17.0, "≤ 17 s p95")}
+        rows = [[goals[n][0], round(statistics.median(v), 2), round(p95(v), 2), round(max(v), 2),
+                 f"{goals[n][2]}: {'met' if p95(v) <= goals[n][1] else 'MISSED'}"] for n, v in results.items()]
+        path = record("leader_handover", ["", "median (s)", "p95 (s)", "max (s)", "goal"], rows,
+                      f"{args.rounds} rounds of each")
+        print(f"recorded {path}; run benchmarks/results_page.py to regenerate the page")
 
 
 if __name__ == "__main__":

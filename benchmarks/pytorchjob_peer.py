@@ -25,14 +25,13 @@ import json
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from controller_peer import (KWOK_COMPLETE_DELAY, NAMESPACE, Result, build_progress, cluster_pids,  # noqa: E402
-                             gpu_nodes, machine, measure, parse_args, say, start_gangctl, stop_gangctl, table)
+from benchmarks.controller_peer import (KWOK_COMPLETE_DELAY, NAMESPACE, Result, build_progress, cluster_pids, report, run_rounds,  # noqa: E402
+                                        gpu_nodes, machine, measure, parse_args, say, start_gangctl, stop_gangctl)
 from gangctl.api.resources import PYTORCHJOBS  # noqa: E402
 from gangctl.cluster import lifecycle  # noqa: E402
 from gangctl.cluster.build import pinned_version  # noqa: E402
@@ -104,20 +103,11 @@ def main() -> int:
     }
     say("conditions: " + json.dumps(conditions))
     measure_kw = {"collection": PYTORCHJOBS.path(namespace=NAMESPACE), "make": pytorchjob, "pod_label": JOB_NAME_LABEL}
-    results = []
-    if args.only in (None, "gangctl"):
-        results.append(run(args, measure_kw, "gangctl", conditions["gangctl"]))
-    if args.only in (None, "peer"):
-        results.append(run(args, measure_kw, "training-operator", conditions["training_operator"]))
-    print(f"\n{args.jobs} PyTorchJobs x {args.nodes} pods ({args.jobs * args.nodes} pods, {args.gpus_per_pod} GPU each) "
-          f"on {args.gpu_nodes} KWOK nodes x {args.gpus_per_node} GPUs; {conditions['machine']['cores']} cores "
-          f"({conditions['machine']['cpu']}); Kubernetes {conditions['kubernetes']}, scheduler-plugins "
-          f"{conditions['scheduler_plugins']}\n")
-    print(table(results, kind="PyTorchJob"))
-    if args.json:
-        payload = json.dumps({"conditions": conditions, "results": [asdict(r) for r in results]}, indent=2)
-        print(payload) if args.json == "-" else Path(args.json).write_text(payload + "\n")
-    return 0 if all(not r.timed_out and not r.create_errors for r in results) else 1
+    sides = {"gangctl": lambda: run(args, measure_kw, "gangctl", conditions["gangctl"]),
+             "training-operator": lambda: run(args, measure_kw, "training-operator", conditions["training_operator"])}
+    runs = run_rounds(args, {k: v for k, v in sides.items() if args.only in (None, "gangctl" if k == "gangctl" else "peer")})
+    return report(args, conditions, runs, "pytorchjob_peer", "PyTorchJob",
+                  f"Kubeflow Training Operator {conditions['training_operator']}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ submits the same seeded jobs at once (the mix of the quota integration test, see
 and TrainJob watches, the GPUs bound pods hold (and, under coscheduling, the GPUs gangctl admitted).
 Reports per backend: jobs Complete, time until the last finished, peak GPUs held and samples over
 the quota, quota efficiency (the jobs' GPU-seconds of work over 64 GPUs x that time) and the time
-from submit to gang bound (p50/p95). Each cluster is deleted before the next starts.
+from submit to gang bound (p50/p95). Each cluster is deleted before the next starts. Every backend runs
+`--rounds` times (default 3), the backends' order reversed every other round; the table gives each figure's
+median and range over the rounds, and `--record` writes it to benchmarks/results/quota_backends.json.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from gangctl.kube.client import Kube  # noqa: E402
 from gangctl.policy.status import parse_time, phase  # noqa: E402
 from benchmarks.local import cluster_with_controller  # noqa: E402
 # The usage sampler and the TrainJob a user writes are the integration tests' own (same checks).
+from gangctl.harness import results as published, rounds  # noqa: E402
 from tests.integration.helpers import trainjob  # noqa: E402
 from tests.integration.quota_common import RUNTIME, UsageSampler  # noqa: E402
 
@@ -124,6 +127,23 @@ def one_backend(backend: str, args) -> dict:
         return asyncio.run(drive(cluster.kubeconfig, backend, jobs_of(args.jobs, args.seed), args.timeout))
 
 
+SUMMED = ("seconds_to_last_finish", "quota_efficiency", "wait_p50", "wait_p95")
+
+
+def median_rows(runs: dict[str, list[dict]]) -> tuple[list[str], list[list]]:
+    """Per backend its rounds in one row: every round's Complete count and samples over the quota (an
+    invariant: all of them count), the medians and ranges of the timings (`rounds.summary`)."""
+    columns = ["backend", "complete", "samples over 64", "last finished (s)", "efficiency", "wait p50 (s)",
+               "wait p95 (s)"]
+    rows = []
+    for backend, rs in runs.items():
+        s = rounds.aggregate(rs, SUMMED)
+        rows.append([backend, " ".join(f"{r['complete']}/{r['jobs']}" for r in rs),
+                     f"{sum(r['samples_over_quota'] for r in rs)} of {sum(r['samples'] for r in rs):,}",
+                     *(s[k] for k in SUMMED)])
+    return columns, rows
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--backends", default="coscheduling,kueue,volcano,native,kai")
@@ -132,18 +152,29 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=200)
     p.add_argument("--timeout", type=float, default=1200)
     p.add_argument("--json", type=Path)
+    p.add_argument("--rounds", type=int, default=rounds.MIN_ROUNDS, help="runs per backend, the order reversed "
+                   "every other round")
+    p.add_argument("--record", action="store_true", help="write the medians to benchmarks/results/quota_backends.json")
     args = p.parse_args()
-    results = [one_backend(b, args) for b in args.backends.split(",")]
+    if args.rounds < 1 or (problem := rounds.check_rounds(args.rounds, args.record)):
+        p.error(problem if args.rounds >= 1 else "--rounds must be at least 1")
+    runs: dict[str, list[dict]] = {b: [] for b in args.backends.split(",")}
+    for n, backend in rounds.order(list(runs), args.rounds):
+        say(f"round {n + 1} of {args.rounds}: {backend}")
+        runs[backend].append(one_backend(backend, args))
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    print(f"{args.jobs} TrainJobs (seed {args.seed}) against one team's {QUOTA}-GPU quota on {args.gpu_nodes * 8} GPUs")
-    head = ("backend", "complete", "last done s", "peak held", "over quota", "efficiency", "wait p50 s", "wait p95 s")
-    print(" | ".join(head))
-    for r in results:
-        print(" | ".join(str(x) for x in (r["backend"], f"{r['complete']}/{r['jobs']}", r["seconds_to_last_finish"],
-                                          f"{r['peak_held_gpus']:g}/{QUOTA}", f"{r['samples_over_quota']} of {r['samples']}",
-                                          r["quota_efficiency"], r["wait_p50"], r["wait_p95"])))
-    return 0 if all(r["samples_over_quota"] == 0 and r["complete"] == r["jobs"] for r in results) else 1
+        args.json.write_text(json.dumps(runs, indent=2))
+    print(f"{args.jobs} TrainJobs (seed {args.seed}) against one team's {QUOTA}-GPU quota on {args.gpu_nodes * 8} GPUs, "
+          f"{args.rounds} round(s) per backend: median (min-max, n runs)")
+    columns, rows = median_rows(runs)
+    for row in [columns, *rows]:
+        print(" | ".join(published.cell(c) for c in row))
+    if args.record:
+        path = published.record("quota_backends", columns, rows, f"{args.rounds} rounds per backend, the order "
+                                "reversed every other round; timings the median (range)")
+        say(f"recorded {path}; run benchmarks/results_page.py to regenerate the page")
+    every = [r for rs in runs.values() for r in rs]
+    return 0 if all(r["samples_over_quota"] == 0 and r["complete"] == r["jobs"] for r in every) else 1
 
 
 if __name__ == "__main__":

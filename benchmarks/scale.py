@@ -63,7 +63,7 @@ from benchmarks.local import controller, own_cluster  # noqa: E402
 from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, JOBS, NAMESPACES, NODES, POD_GROUPS, PODS,  # noqa: E402
                                    SERVICES, TRAINJOBS)
 from gangctl.cluster import lifecycle, setup  # noqa: E402
-from gangctl.harness import peer  # noqa: E402
+from gangctl.harness import peer, results as published, rounds  # noqa: E402
 from gangctl.cluster.local import LocalCluster, coscheduling_crd  # noqa: E402
 from gangctl.config import ClusterSettings  # noqa: E402
 from gangctl.kube.client import ApiError, Kube  # noqa: E402
@@ -1063,6 +1063,44 @@ def goals(data: dict) -> list[str]:
     return out
 
 
+# The figures published per round and summarised over rounds: (label, side, path in that side's data).
+MEDIAN_FIGURES = (
+    ("P1 first create → all pods bound (s)", (("floor", ("p1_floor", "bound_s")), ("gangctl", ("p1", "bound_s")),
+                                              ("peer", ("p1", "bound_s")))),
+    ("P1 controller's writes for the job while it waits", (("gangctl", ("p1", "window", "audit", "job_writes")),
+                                                           ("peer", ("p1", "window", "audit", "job_writes")))),
+    ("P2 TrainJobs/s (all child Jobs created)", (("gangctl", ("p2", "trainjobs_per_s")), ("peer", ("p2", "trainjobs_per_s")))),
+    ("P2 apiserver requests per TrainJob (all clients)", (("gangctl", ("p2", "apiserver_requests_per_trainjob")),
+                                                          ("peer", ("p2", "apiserver_requests_per_trainjob")))),
+    ("P3 process start → ready, with fillers (s)", (("gangctl", ("p3", "points", -1, "ready_s")),
+                                                    ("peer", ("p3", "points", -1, "ready_s")))),
+    ("P3 RSS settled, with fillers (MiB)", (("gangctl", ("p3", "points", -1, "rss_settled_mib")),
+                                            ("peer", ("p3", "points", -1, "rss_settled_mib")))),
+)
+
+
+def _at(d: Any, path: tuple) -> Any:
+    for k in path:
+        try:
+            d = d[k]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return d
+
+
+def median_rows(round_data: list[dict]) -> tuple[list[str], list[list]]:
+    """Each figure of `MEDIAN_FIGURES` as its median and range over the rounds (`rounds.summary`; the floor
+    runs on gangctl's cluster), with gangctl's median over the floor's and the peer's."""
+    columns = ["", "floor (no controller)", "gangctl", "peer", "gangctl / floor", "gangctl / peer"]
+    rows = []
+    for label, cells in MEDIAN_FIGURES:
+        got = {who: rounds.summary(_at(r.get("gangctl" if who == "floor" else who), path) for r in round_data)
+               for who, path in cells}
+        rows.append([label, got.get("floor"), got.get("gangctl"), got.get("peer"),
+                     rounds.ratio(got.get("gangctl"), got.get("floor")), rounds.ratio(got.get("gangctl"), got.get("peer"))])
+    return columns, rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenarios", default="p1,p2,p3", help="comma-separated: p1, p2, p3 (in this order)")
@@ -1087,10 +1125,17 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--json", metavar="FILE", help="write (merge) the results as JSON after every scenario")
     ap.add_argument("--report", metavar="FILE", help="only print the tables of a JSON written before")
+    ap.add_argument("--rounds", type=int, default=rounds.MIN_ROUNDS,
+                    help="runs per side, alternating which side goes first; the medians are published")
+    ap.add_argument("--record", action="store_true", help="write the medians to benchmarks/results/scale.json")
     args = ap.parse_args()
     if args.report:
-        print(report(json.loads(Path(args.report).read_text())))
+        data = json.loads(Path(args.report).read_text())
+        print(report(data) + "\n\n" + medians_text(data))
         return 0
+    if args.rounds < 1 or (problem := rounds.check_rounds(args.rounds, args.record)) or (args.record and args.only):
+        ap.error("--rounds must be at least 1" if args.rounds < 1 else
+                 problem or "--record publishes both sides: drop --only")
     if not args.cluster_prefix.startswith("gangctl-bench"):
         ap.error("--cluster-prefix must start with gangctl-bench")
     if "p1" in args.scenarios and args.p1_pods * args.p1_gpus > args.gpu_nodes * args.gpus_per_node:
@@ -1108,10 +1153,13 @@ def main() -> int:
     conditions["kubernetes"] = cp.pinned_version(integrations / "controlplane", "k8s.io/kubernetes")
     say("conditions: " + json.dumps(conditions))
     failed = False
-    for side in ("gangctl", "peer"):
-        if args.only not in (None, side):
-            continue
-        data[side] = {"conditions": conditions}
+    if "rounds" not in data:   # a file from before rounds: what it holds is round 1
+        data["rounds"] = [{k: data[k] for k in ("gangctl", "peer") if k in data}] if data else []
+    for n, side in rounds.order([s for s in ("gangctl", "peer") if args.only in (None, s)], args.rounds):
+        say(f"round {n + 1} of {args.rounds}: {side}")
+        if n == len(data["rounds"]):
+            data["rounds"].append({})
+        data[side] = data["rounds"][n][side] = {"conditions": conditions}   # the top level: the latest round
 
         def save(key: str, value: dict, side: str = side) -> None:
             data[side][key] = value
@@ -1125,8 +1173,22 @@ def main() -> int:
             traceback.print_exc()
             say(f"{side} side failed: {type(err).__name__}: {err}")
             save("error", {"error": f"{type(err).__name__}: {err}"})
-    print(report(data))
+    print(report(data) + "\n\n" + medians_text(data))
+    if args.record:
+        columns, rows = median_rows(data["rounds"])
+        out = published.record("scale", columns, rows, f"{args.rounds} rounds per side, alternating which side goes "
+                               "first; each cell the median (range)", peer="Kubeflow Trainer "
+                               f"{conditions['kubeflow-trainer']} + JobSet {conditions['jobset']}")
+        say(f"recorded {out}; run benchmarks/results_page.py to regenerate the page")
     return 1 if failed else 0
+
+
+def medians_text(data: dict) -> str:
+    """The medians over the rounds of a --json file (an older file without rounds counts as one)."""
+    round_data = data.get("rounds") or [{k: data[k] for k in ("gangctl", "peer") if k in data}]
+    columns, rows = median_rows(round_data)
+    return f"median (min-max, n runs) over {len(round_data)} round(s):\n" + "\n".join(
+        " | ".join(published.cell(c) for c in row) for row in [columns, *rows])
 
 
 def _git(*argv: str) -> str:

@@ -6,6 +6,9 @@
     .venv/bin/python benchmarks/sim_fidelity.py --report out.json --write-fidelity simulations/fidelity.json
     .venv/bin/python benchmarks/sim_fidelity.py --report out.json --remodel       # stored real runs, this model
     .venv/bin/python benchmarks/sim_fidelity.py --report a.json b.json --remodel  # several runs, pooled per slice
+    .venv/bin/python benchmarks/sim_fidelity.py --record-runs 6 --slices simulations/replay-check.yaml   # new runs, stored
+    .venv/bin/python benchmarks/sim_fidelity.py --report simulations/fidelity-run-*.json --remodel --held-out
+    .venv/bin/python benchmarks/sim_fidelity.py --report simulations/fidelity-run-*.json --sweep permit_hold_race=0.33,0.64
 
 One local cluster of its own (8 KWOK nodes x 8 GPUs, as the slices' comments say) and `gangctl
 controller`; each slice runs through `gangctl sim-check SLICE -o json --dump` as a user would run it
@@ -19,7 +22,11 @@ One real run of a slice is one draw too: which waiting gang gets a node that dra
 in the scheduler, so runs of the same 300 jobs differ (replay-check's mean queueing by 12 %, one
 standard deviation over five runs). Given several runs (`--report` with several files), the table pools them per slice: the
 mean of the runs' figures, their run-to-run spread, and the model's error against that mean, which is
-what `--write-fidelity` then stores. Two diagnostics follow the tables: where each real run ranks among
+what `--write-fidelity` then stores. The pooled error comes with its 95 % interval from a seeded bootstrap
+over the runs, and the verdict against issue 17's tolerance (means 5 %, p95s 10 %) is "within tolerance"
+only when the whole interval is (`gangctl.validate.measure`). The protocol for a model change
+(docs/simulator.md): `--record-runs` stores new runs, `--held-out` scores only those recorded after the
+model's last commit, `--sweep` shows how the verdicts move with a fitted constant. Two diagnostics follow the tables: where each real run ranks among
 the model's draws (a right model gives ranks spread evenly around 0.5), and, with `--remodel`, the
 real p95s had equal gangs been served first come, first served (how much of the tail is that order).
 """
@@ -41,11 +48,18 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.local import cluster_with_controller  # noqa: E402
 from gangctl.cluster.lifecycle import UpOptions  # noqa: E402
+from gangctl.harness import results as published  # noqa: E402
+from gangctl.validate.measure import (GOAL_TOLERANCE, MIN_RUNS_FOR_VERDICT, bootstrap_interval,  # noqa: E402
+                                     interval_verdict, pooled_error)
 
 SLICES = (("simulations/replay-check.yaml", False), ("simulations/replay-check-philly.yaml", False),
           ("simulations/replay-check-quota.yaml", True))
 METRICS = (("jct_seconds", "mean"), ("jct_seconds", "p95"), ("queue_delay_seconds", "mean"),
            ("queue_delay_seconds", "p95"))
+MODEL_PATHS = published.BENCHMARKS["sim_fidelity"].paths   # the model: what --remodel runs
+# The constants of the model fitted on real runs' logs (gangctl/validate/plan.py), as --sweep names them.
+FITTED = {"permit_hold_race": "PERMIT_HOLD_RACE", "attempt_seconds": "ATTEMPT_SECONDS"}
+RUNS_DIR = REPO / "simulations"
 
 
 def say(msg: str) -> None:
@@ -63,6 +77,29 @@ def conditions(args: argparse.Namespace) -> dict:
             "gangctl_uncommitted": sorted(line[3:] for line in dirty if line.strip()),
             "machine": {"cpu": cpu, "cores": os.cpu_count()}, "jobs": args.jobs, "compression": args.compression,
             "gpu_nodes": args.gpu_nodes, "argv": sys.argv[1:]}
+
+
+def git(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(REPO), *argv], capture_output=True, text=True)
+
+
+def model_commit() -> str:
+    """The last commit that changed the model (`MODEL_PATHS`) in this checkout: what --remodel scores."""
+    return git("log", "-1", "--format=%h", "--", *MODEL_PATHS).stdout.strip() or "unknown"
+
+
+def after_model(run_commit: str, model: str) -> bool:
+    """Whether a run was recorded on a checkout that already had the model commit (held out from it)."""
+    return git("merge-base", "--is-ancestor", model, run_commit).returncode == 0
+
+
+def next_run_path(directory: Path, date: str) -> Path:
+    """simulations/fidelity-run-<date>.json, then ...b, ...c: the first name not taken."""
+    for suffix in ["", *"bcdefghijklmnopqrstuvwxyz"]:
+        path = directory / f"fidelity-run-{date}{suffix}.json"
+        if not path.exists():
+            return path
+    raise RuntimeError(f"26 runs stored for {date} in {directory}")
 
 
 def run_slice(kubeconfig: Path, scenario: str, quota: bool, args: argparse.Namespace, dumps: Path) -> dict:
@@ -86,7 +123,7 @@ def run_slice(kubeconfig: Path, scenario: str, quota: bool, args: argparse.Names
     return result
 
 
-def remodel(results: list[dict]) -> None:
+def remodel(results: list[dict], overrides: dict | None = None, draws: int | None = None) -> None:
     """The model side of stored results again, with this checkout's simulator: the same slices, nodes,
     compression and measured latencies (the plan is a pure function of them), so a model change is
     judged against real runs already made."""
@@ -101,8 +138,9 @@ def remodel(results: list[dict]) -> None:
         pools = [NodePool(f"gpu-{i}", c["nodes"], c["gpus_per_node"]) for i, c in enumerate(r["cluster"])]
         p = plan(sc, policy, load_workload(sc, policy).jobs, pools, count=r["jobs"], compression=r["compression"],
                  quota=r["quota"])
-        cp = local_control_plane(**r["measured_latency"])
-        e = expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs)
+        cp = local_control_plane(**r["measured_latency"]).model_copy(update=overrides or {})
+        e = expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs,
+                     **({"draws": draws} if draws else {}))
         r.update(e.result_fields())
         if r.get("real_jobs"):
             r["by_shape"] = by_shape(p.sim_jobs, r["real_jobs"], e.outcomes)
@@ -217,12 +255,54 @@ def pooled(results: list[dict]) -> list[dict]:
             merged["real"].setdefault(key, {})[stat] = mean
             merged["model"].setdefault(key, {})[stat] = statistics.fmean(model)
             merged["real_spread"].setdefault(key, {})[stat] = statistics.stdev(real) / mean if len(runs) > 1 and mean else None
+            interval = bootstrap_interval(real, model) if mean else None
+            merged.setdefault("error", {}).setdefault(key, {})[stat] = pooled_error(real, model) if mean else None
+            merged.setdefault("error_interval", {}).setdefault(key, {})[stat] = list(interval) if interval else None
+            merged.setdefault("verdict", {}).setdefault(key, {})[stat] = interval_verdict(interval, GOAL_TOLERANCE[stat], len(runs))
             bands = [b for r in runs if (b := band(r, key, stat))]
             if bands:
                 merged["model_band"].setdefault(key, {})[stat] = [statistics.fmean(b[0] for b in bands),
                                                                   statistics.fmean(b[1] for b in bands)]
         out.append(merged)
     return out
+
+
+def verdict_rows(merged: list[dict]) -> tuple[list[str], list[list]]:
+    """Per pooled slice and metric: the pooled error, its 95 % bootstrap interval over the runs, and the
+    verdict against the tolerance (within only when the whole interval is)."""
+    columns = ["slice", "runs", *(f"{'JCT' if k == 'jct_seconds' else 'queueing'} {s} (tolerance ±"
+                                  f"{GOAL_TOLERANCE[s]:.0%})" for k, s in METRICS)]
+    rows = []
+    for m in merged:
+        cells = []
+        for key, stat in METRICS:
+            e, i = m["error"][key][stat], m["error_interval"][key][stat]
+            shown = "-" if e is None else f"{e:+.1%}" + (f" [{i[0]:+.1%}, {i[1]:+.1%}]" if i else "")
+            cells.append(f"{shown}: {m['verdict'][key][stat]}")
+        rows.append([m["slice"] + (" (quota)" if m["quota"] else ""), m["runs"], *cells])
+    return columns, rows
+
+
+def markdown(columns: list[str], rows: list[list]) -> str:
+    return "\n".join("| " + " | ".join(str(c) for c in row) + " |" for row in
+                     [columns, ["---"] * len(columns), *rows])
+
+
+def sweep(results: list[dict], spec: str, draws: int | None) -> tuple[str, list[str], list[list]]:
+    """`--sweep NAME=v1,v2,...`: the pooled errors and verdicts with one fitted constant of the model set to
+    each value (the stored runs rescored each time): how much the verdicts depend on it. The constant's
+    name, the columns and the rows (one per value and slice)."""
+    name, _, values = spec.partition("=")
+    if name not in FITTED or not values:
+        raise SystemExit(f"--sweep: NAME=v1,v2,... with NAME one of {', '.join(FITTED)}")
+    rows, columns = [], []
+    for value in (float(v) for v in values.split(",")):
+        say(f"{name} = {value:g}: rescoring {len(results)} results")
+        rescored = [dict(r) for r in results]
+        remodel(rescored, {name: value}, draws)
+        columns, slice_rows = verdict_rows(pooled(rescored))
+        rows += [[f"{value:g}", *row] for row in slice_rows]
+    return name, [name, *columns], rows
 
 
 def arrival_order_lines(results: list[dict]) -> list[str]:
@@ -271,7 +351,7 @@ def fidelity(results: list[dict], cond: dict) -> dict:
     """The largest absolute error of the model over the slices, per metric: the simulator's error bars.
     Several runs of a slice count as one, by the mean of their figures (see `pooled`)."""
     results = pooled(results)
-    worst, chance, spread = {}, {}, {}
+    worst, chance, spread, interval = {}, {}, {}, {}
     for key, stat in METRICS:
         errors = [abs(e) for r in results if (e := error(r["real"][key][stat], r["model"][key][stat])) is not None]
         worst[f"{key}.{stat}"] = round(max(errors), 4) if errors else None
@@ -280,14 +360,50 @@ def fidelity(results: list[dict], cond: dict) -> dict:
         chance[f"{key}.{stat}"] = round(max(halves), 4) if halves else None
         spreads = [v for r in results if (v := r["real_spread"][key][stat]) is not None]
         spread[f"{key}.{stat}"] = round(max(spreads), 4) if spreads else None
+        bounds = [abs(b) for r in results if (i := r["error_interval"][key][stat]) for b in i]
+        interval[f"{key}.{stat}"] = round(max(bounds), 4) if bounds else None
     runs = cond.get("runs") or [cond]
     dates = sorted({c["date"] for c in runs})
     return {"measured": dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}",
             "commit": ", ".join(dict.fromkeys(c["gangctl"] for c in runs)), "model_commit": cond.get("model_recomputed", cond["gangctl"]),
+            "validated_scenarios": "coscheduling backend, no failures, not elastic, one zone",
             "slices": [r["slice"] for r in results], "runs_per_slice": {r["slice"]: r["runs"] for r in results},
             "jobs_per_slice": cond["jobs"], "compression": cond["compression"],
             "command": "benchmarks/sim_fidelity.py " + " ".join(cond["argv"]), "max_relative_error": worst,
-            "max_relative_chance_spread": chance, "max_real_run_spread": spread}
+            "max_relative_chance_spread": chance, "max_real_run_spread": spread,
+            "max_abs_error_interval95": interval,
+            "verdicts": {r["slice"]: {f"{k}.{s}": r["verdict"][k][s] for k, s in METRICS} for r in results}}
+
+
+def record_runs(args: argparse.Namespace) -> int:
+    """The driver of new real runs: `--record-runs N` runs the slices N times back to back, a fresh cluster
+    each time, and stores each run as simulations/fidelity-run-<date>[b, c, ...].json (its commit and
+    any uncommitted change to gangctl/ are in its conditions). Refuses a checkout whose model differs
+    from its commit: a run must name the code it ran."""
+    dirty = git("status", "--porcelain", "--", *MODEL_PATHS, "gangctl").stdout.strip()
+    if dirty:
+        raise SystemExit(f"uncommitted changes under gangctl/: commit them first, a run names its commit\n{dirty}")
+    for n in range(args.record_runs):
+        say(f"run {n + 1} of {args.record_runs}")
+        data = measure(args)
+        path = next_run_path(RUNS_DIR, data["conditions"]["date"][:10])
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        say(f"stored {path.relative_to(REPO)} (commit {data['conditions']['gangctl']})")
+    return 0
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """One run of the slices on a cluster of its own: the conditions and each slice's sim-check result."""
+    slices = [(s, "quota" in Path(s).stem) for s in args.slices] if args.slices else list(SLICES)
+    cond = conditions(args)
+    say("conditions: " + json.dumps(cond))
+    dumps = Path("/tmp") / f"{args.cluster_name}-dumps"
+    dumps.mkdir(exist_ok=True)
+    with cluster_with_controller(args.cluster_name, UpOptions(gpu_nodes=args.gpu_nodes, gpus_per_node=8),
+                                 say) as (_, cluster, _ctl):
+        results = [run_slice(cluster.kubeconfig, s, q, args, dumps) for s, q in slices]
+    say(f"per-job dumps in {dumps}")
+    return {"conditions": cond, "results": results}
 
 
 def main() -> int:
@@ -297,38 +413,68 @@ def main() -> int:
     ap.add_argument("--gpu-nodes", type=int, default=8)
     ap.add_argument("--slices", nargs="*", help="scenario files (default: the three replay-check slices)")
     ap.add_argument("--json", help="write conditions and results here")
+    ap.add_argument("--record-runs", type=int, metavar="N", help="run the slices N times back to back (a fresh "
+                    "cluster each) and store each run in simulations/fidelity-run-<date>*.json")
     ap.add_argument("--report", nargs="+", metavar="FILE", help="print the table of earlier --json files and exit "
                                                                   "(several: runs of a slice pooled)")
     ap.add_argument("--remodel", action="store_true", help="with --report: recompute the model side with this "
                                                                 "checkout's simulator")
+    ap.add_argument("--held-out", action="store_true", help="with --report: score only the runs recorded at or "
+                    "after the model's last commit (the protocol of docs/simulator.md)")
+    ap.add_argument("--sweep", metavar="NAME=V1,V2", help="with --report: rescore the runs with a fitted constant "
+                    f"set to each value ({', '.join(FITTED)}); sensitivity of the verdicts")
+    ap.add_argument("--draws", type=int, help="with --remodel or --sweep: the model's draws per run (default: "
+                    "sim-check's)")
     ap.add_argument("--write-fidelity", help="store the largest errors for `gangctl sim` (simulations/fidelity.json)")
+    ap.add_argument("--record", action="store_true", help="with --report: write the pooled verdicts to "
+                    "benchmarks/results/sim_fidelity.json")
     ap.add_argument("--cluster-name", default="gangctl-bench-fidelity")
     args = ap.parse_args()
+    if args.record and not (args.report and (args.remodel or args.sweep)):
+        ap.error("--record publishes a rescoring by this checkout's model: use it with --report ... --remodel "
+                 "(or --sweep)")
+    if args.record_runs:
+        return record_runs(args)
     if args.report:
         stored = [json.loads(Path(f).read_text()) for f in args.report]
+        if args.held_out:
+            model = model_commit()
+            stored = [d for d in stored if after_model(d["conditions"]["gangctl"], model)]
+            say(f"{len(stored)} of {len(args.report)} runs recorded at or after the model's commit {model}")
+            if not stored:
+                print(f"No stored run was recorded at or after the model's last commit ({model}): the held-out "
+                      "score awaits new runs (--record-runs N).")
+                return 0
         data = {"conditions": stored[-1]["conditions"] | {"runs": [d["conditions"] for d in stored]},
                 "results": [r | {"run": d["conditions"]["date"]} for d in stored for r in d["results"]]}
         data["conditions"]["argv"] = sys.argv[1:]   # the command behind these figures (each run keeps its own)
+        if args.sweep:
+            name, columns, rows = sweep(data["results"], args.sweep, args.draws)
+            print(f"sensitivity to {name} ({FITTED[name]} in gangctl/validate/plan.py), the stored runs rescored:\n"
+                  + markdown(columns, rows))
+            if args.record:   # the slices with enough runs for a verdict
+                rows = [r for r in rows if r[2] >= MIN_RUNS_FOR_VERDICT]
+                slices = ", ".join(dict.fromkeys(r[1] for r in rows))
+                path = published.record(
+                    "sim_fidelity", columns, rows, f"the stored runs of {slices} rescored with {name} at each value"
+                    f"{'' if args.draws is None else f', {args.draws} draws'} (slices with fewer than "
+                    f"{MIN_RUNS_FOR_VERDICT} runs left out)", commit=model_commit(), part=f"Sensitivity to {name}")
+                say(f"recorded {path}; run benchmarks/results_page.py to regenerate the page")
+            return 0
         if args.remodel:
-            remodel(data["results"])
-            data["conditions"]["model_recomputed"] = conditions(args)["gangctl"]
+            remodel(data["results"], draws=args.draws)
+            data["conditions"]["model_recomputed"] = model_commit()
     else:
-        slices = [(s, "quota" in Path(s).stem) for s in args.slices] if args.slices else list(SLICES)
-        cond = conditions(args)
-        say("conditions: " + json.dumps(cond))
-        dumps = Path("/tmp") / f"{args.cluster_name}-dumps"
-        dumps.mkdir(exist_ok=True)
-        with cluster_with_controller(args.cluster_name, UpOptions(gpu_nodes=args.gpu_nodes, gpus_per_node=8),
-                                     say) as (_, cluster, _ctl):
-            results = [run_slice(cluster.kubeconfig, s, q, args, dumps) for s, q in slices]
-        data = {"conditions": cond, "results": results}
-        say(f"per-job dumps in {dumps}")
+        data = measure(args)
         if args.json:
             Path(args.json).write_text(json.dumps(data, indent=2))
     print(table(data["results"]))
     merged = pooled(data["results"])
     if any(m["runs"] > 1 for m in merged):
         print("\npooled over the runs of each slice:\n" + table(merged, pooled_runs=True))
+    columns, rows = verdict_rows(merged)
+    print("\nthe model's pooled error with its 95 % interval (bootstrap over the runs), and the verdict "
+          "(within only when the whole interval is):\n" + markdown(columns, rows))
     for r in data["results"]:
         if r.get("by_shape"):
             print(f"{r['slice']}: mean queueing by gang shape, real / model: " + ", ".join(
@@ -345,6 +491,16 @@ def main() -> int:
                                                      if v is not None))
     if args.write_fidelity:
         Path(args.write_fidelity).write_text(json.dumps(f, indent=2) + "\n")
+    if args.record:
+        model = data["conditions"].get("model_recomputed", "unknown")
+        runs = ", ".join(f"{m['slice']} {m['runs']}" for m in merged)
+        path = published.record(
+            "sim_fidelity", columns, rows, f"real runs {f['measured']} at {f['commit']} ({runs}), each scored by the "
+            f"model at {model}{'' if args.draws is None else f' with {args.draws} draws'}; "
+            f"bootstrap over the runs, {len(merged)} slices", commit=model,
+            notes=["Within tolerance only when the whole 95 % interval is; \"not shown within\": the interval "
+                   "crosses the tolerance, so the runs cannot tell. The model's own draw-to-draw spread is left out."])
+        say(f"recorded {path}; run benchmarks/results_page.py to regenerate the page")
     return 0
 
 

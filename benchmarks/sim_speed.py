@@ -28,6 +28,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from gangctl.harness import results, rounds
 from gangctl.policy.quota import QuotaPolicy
 from gangctl.sim.engine import simulate
 from gangctl.sim.generate import Shape, generate
@@ -101,9 +102,22 @@ def main() -> None:
     parser.add_argument("--mix", default="quota", choices=list(TEAM_MIXES), help="job shares per team")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--profile", action="store_true", help="cProfile each run (slower; for finding hot spots)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each size; with --record, the median is published")
+    parser.add_argument("--record", action="store_true", help="write the medians to benchmarks/results/ "
+                        "(sim_speed-team-mix-<mix>.json; --repeat 3 or more)")
     args = parser.parse_args()
+    if problem := rounds.check_rounds(args.repeat, args.record):
+        parser.error(problem.replace("--rounds", "--repeat"))
     policy = QuotaPolicy.model_validate(yaml.safe_load((ROOT / "policies/example-teams.yaml").read_text()))
-    rows = [run(int(n), args.backend, policy, args.arrivals_per_hour, args.mix, args.profile) for n in args.sizes.split(",")]
+    repeated = [[run(int(n), args.backend, policy, args.arrivals_per_hour, args.mix, args.profile)
+                 for _ in range(args.repeat)] for n in args.sizes.split(",")]
+    rows = [r[0] for r in repeated]
+    if args.record:
+        path = results.record("sim_speed", ["jobs", "jobs/s", "CPU s"],
+                              [[r[0]["jobs"], rounds.summary(x["jobs_per_second"] for x in r),
+                                rounds.summary(x["cpu_seconds"] for x in r)] for r in repeated],
+                              f"median (range) of {args.repeat} runs of each size", part=f"team mix {args.mix}")
+        print(f"recorded {path}; run benchmarks/results_page.py to regenerate the page")
     if args.json:
         print(json.dumps({"machine": machine(), "target_jobs_per_second": TARGET_JOBS_PER_SECOND, "runs": rows}, indent=2))
         return

@@ -179,6 +179,9 @@ def controller(
     """Run the TrainJob controller until SIGTERM (exit 0) or a lost leader Lease (exit 1)."""
     import asyncio
 
+    from rich.markup import escape
+
+    from gangctl.obs.ports import PortInUse
     from gangctl.runtime.controller import run_controller
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
@@ -201,6 +204,9 @@ def controller(
         code = asyncio.run(run_controller(settings))
     except KeyboardInterrupt:
         code = 0
+    except PortInUse as exc:
+        _fail(escape(f"--metrics-bind-address {exc.host}:{exc.port}: the port is in use, {exc.describe()}. Pass a "
+                     f"free port (--metrics-bind-address {exc.host}:{exc.port + 1}, say) or stop that process"))
     raise typer.Exit(code)
 
 

@@ -81,6 +81,8 @@ class ControllerProcess:
     proc: subprocess.Popen | None = None
     args: tuple[str, ...] = ()                          # more flags, e.g. ("--leader-elect",)
     env: dict[str, str] = field(default_factory=dict)   # more environment, e.g. {"POD_NAME": "a"}
+    command: tuple[str, ...] = ()                       # what runs `gangctl` (default: this Python's gangctl.cli),
+                                                        # e.g. `podman run ... IMAGE` (gangctl.cluster.image)
 
     def __post_init__(self) -> None:
         self.metrics_port = self.metrics_port or free_port()
@@ -93,8 +95,8 @@ class ControllerProcess:
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), **self.env)
         with self.log_path.open("a") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gangctl.cli", "controller", "--metrics-port", str(self.metrics_port),
-                 *self.args],
+                [*(self.command or (sys.executable, "-m", "gangctl.cli")), "controller", "--metrics-port",
+                 str(self.metrics_port), *self.args],
                 env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int | None:

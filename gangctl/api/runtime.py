@@ -33,6 +33,7 @@ MAX_NODES = 100_000
 MAX_INT32 = 2**31 - 1  # counters and seconds that land in int32 fields of the child objects
 DNS_LABEL_MAX = 63  # a DNS label: replicated job and rule names, managedBy
 DNS_SUBDOMAIN_MAX = 253  # a DNS subdomain: scheduler names
+REPLICATED_JOB_NAME_MAX = 20  # Trainer v2.4's bound: child Jobs are `<trainjob>-<replicated job>-<index>`
 MAX_REPLICATED_JOBS = 32  # bounds for the API server's CEL cost estimate of the cross-reference rules
 MAX_RULES = 32
 MAX_RESOURCES = 64  # resource names in one requests or limits map (bounds the CEL cost of their rules)
@@ -443,7 +444,7 @@ class PodGroupPolicy(K8sModel):
 class ReplicatedJob(OpenModel):
     """A JobSet replicatedJob; its batch/v1 JobTemplateSpec is kept as is."""
 
-    name: str = Field(min_length=1, max_length=DNS_LABEL_MAX)
+    name: str = Field(min_length=1, max_length=REPLICATED_JOB_NAME_MAX)
     replicas: int | None = Field(None, ge=0, le=MAX_INT32)
     template: FreeForm = Field(default_factory=dict)
 

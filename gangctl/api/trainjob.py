@@ -34,13 +34,16 @@ from gangctl.api.runtime import (
 TRAINJOB_KIND = "TrainJob"
 TRAINJOB_PLURAL = "trainjobs"
 
-MAX_NAME_LENGTH = 51
-"""63 (a hostname label) minus len("-node-0-") minus 4 index digits: pods are "<trainjob>-node-0-<index>"."""
+MAX_NAME_LENGTH = DNS_LABEL_MAX - len("-node-0-") - len(str(MAX_NODES - 1))
+"""50: 63 (a hostname label) minus len("-node-0-") minus the digits of the largest pod index (numNodes
+goes to MAX_NODES): pods' hostnames are "<trainjob>-node-0-<index>". Children that depend on the
+runtime (its other replicated jobs) are checked against it before they are made
+(gangctl.policy.name_budget)."""
 DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 NAME_MESSAGE = (
     f"metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter, "
     f"ending with a letter or digit) of at most {MAX_NAME_LENGTH} characters: gangctl names the child Job "
-    "'<trainjob>-node-0' and its pods '<trainjob>-node-0-<index>' (index up to 4 digits), "
+    f"'<trainjob>-node-0' and its pods '<trainjob>-node-0-<index>' (index up to {len(str(MAX_NODES - 1))} digits), "
     "which must stay within 63 characters"
 )
 NAME_RULE = {

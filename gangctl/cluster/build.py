@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -77,11 +78,22 @@ def go_version(go: str) -> str:
     return subprocess.run([go, "env", "GOVERSION"], check=True, capture_output=True, text=True).stdout.strip()
 
 
+BUILD_OPTIONS = "build.json"
+"""A wrapper module's own link flags, when it has the file ({"ldflags": [...]}): for a setting a
+program has no flag for (a package variable set with -X). Part of the module's cache key."""
+
+
 def module_key(module_dir: Path, goversion: str) -> str:
     digest = hashlib.sha256(goversion.encode())
-    for name in ("go.mod", "go.sum"):
-        digest.update((module_dir / name).read_bytes())
+    for name in ("go.mod", "go.sum", BUILD_OPTIONS):
+        if name != BUILD_OPTIONS or (module_dir / name).exists():
+            digest.update((module_dir / name).read_bytes())
     return digest.hexdigest()[:16]
+
+
+def build_options(module_dir: Path) -> dict:
+    path = module_dir / BUILD_OPTIONS
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def pinned_version(module_dir: Path, module_path: str) -> str | None:
@@ -115,6 +127,7 @@ def version_ldflags(module_dir: Path) -> list[str]:
             minor = client_go.lstrip("v").split(".")[1]
             for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
                 flags += [f"-X {pkg}.k8sVersionMajor=1", f"-X {pkg}.k8sVersionMinor={minor}"]
+    flags += build_options(module_dir).get("ldflags") or []
     if not flags:
         return []
     return ["-ldflags", "-s -w " + " ".join(flags)]

@@ -11,8 +11,11 @@
   pods by their owner; gangctl creates the PodGroups itself. Nor is its operator: gangctl is the installer.
 - Queues: `default-parent-queue` and its leaf `default-queue`, unlimited, as KAI's quickstart makes them
   (`gangctl policy apply --backend kai` adds the teams' queues).
-The metrics and health listeners are on 127.0.0.1 at free ports, except the scheduler's plugin
-server, which KAI binds on every interface (its port is picked free too).
+The metrics and health listeners are on 127.0.0.1 at free ports. Two KAI listeners take no address
+flag: the podgroupcontroller never passes its --metrics-bind-address on, so controller-runtime's
+default (`:8080`, the port `gangctl controller` serves /metrics on) applies; integrations/kai/build.json
+links that default as 127.0.0.1:0. The scheduler's plugin server binds `":<port>"` in KAI's code: every
+interface, on a port picked free (the one listener of the local cluster beyond loopback).
 """
 from __future__ import annotations
 

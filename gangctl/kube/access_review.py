@@ -19,6 +19,7 @@ import logging
 import time
 from typing import Awaitable, Callable, TypeVar
 
+from gangctl.api.resources import Resource
 from gangctl.kube.client import UNREACHABLE, ApiError, Kube
 from gangctl.policy.review_gate import Busy, ReviewGate, Verdicts, token_key
 
@@ -106,3 +107,17 @@ class AccessReviewer:
         except (ApiError, *UNREACHABLE) as err:
             log.warning("metrics auth: the API server could not review a token: %r", err)
             return UNAVAILABLE  # not cached
+
+
+async def may_list_and_watch(kube: Kube, resource: Resource, namespace: str | None = None) -> bool:
+    """Whether this client may list and watch `resource` (in `namespace`, or in every namespace), as the
+    API server's authorizer answers a SelfSubjectAccessReview (which every authenticated user may send:
+    the built-in system:basic-user role)."""
+    for verb in ("list", "watch"):
+        review = await kube.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"group": resource.group, "resource": resource.plural, "verb": verb,
+                                            **({"namespace": namespace} if namespace else {})}}})
+        if not (review.get("status") or {}).get("allowed"):
+            return False
+    return True

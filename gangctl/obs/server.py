@@ -8,11 +8,13 @@ probes; /readyz lists what keeps the replica from being ready, one line each.
 """
 from __future__ import annotations
 
+import errno
 from typing import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from gangctl.obs import ports
 from gangctl.policy.review_gate import Busy
 
 # (bearer token or None, URL path, source address) -> HTTP status: 200 allowed, 401, 403, or 503 when
@@ -69,7 +71,14 @@ def make_app(registry: CollectorRegistry, problems: Callable[[], list[str]],
 
 
 async def serve(app: web.Application, host: str, port: int) -> web.AppRunner:
+    """Serve `app` on host:port; PortInUse says which process holds the port."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as err:
+        await runner.cleanup()
+        if err.errno == errno.EADDRINUSE:
+            raise ports.PortInUse(host, port, ports.holders(port)) from None
+        raise
     return runner

@@ -29,8 +29,9 @@ def child_job_name(trainjob: str, replicated_job: str = "node", index: int = 0) 
     return f"{trainjob}-{replicated_job}-{index}"
 
 
-def pod_hostname(trainjob: str, rank: int, replicated_job: str = "node") -> str:
-    return f"{child_job_name(trainjob, replicated_job)}-{rank}"
+def pod_hostname(trainjob: str, rank: int, replicated_job: str = "node", job_index: int = 0) -> str:
+    """The hostname the Job controller gives pod `rank` of an Indexed Job: `<job>-<completion index>`."""
+    return f"{child_job_name(trainjob, replicated_job, job_index)}-{rank}"
 
 
 def master_addr(trainjob: str) -> str:

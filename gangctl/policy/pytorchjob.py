@@ -346,9 +346,9 @@ def to_gang(obj: dict | PyTorchJob, *, default_backend: str | None = None) -> Py
 
 
 def _check_names(job: PyTorchJob) -> None:
-    longest = max(replica_name(job.name, t, max(s.replicas, job.elastic.max_replicas if job.elastic and t == WORKER
-                                                else 0) - 1)
-                  for t, s in job.replica_specs.items())
+    longest = max((replica_name(job.name, t, max(s.replicas, job.elastic.max_replicas if job.elastic and t == WORKER
+                                                 else 0) - 1)
+                   for t, s in job.replica_specs.items()), key=len)
     longest = max([longest, store_name(job.name)] if uses_store(job) else [longest], key=len)
     if len(longest) > MAX_NAME:
         raise PyTorchJobMappingError(

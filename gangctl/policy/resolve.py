@@ -24,7 +24,7 @@ from typing import Any
 
 from gangctl.api.quantity import parse_quantity
 from gangctl.api.runtime import GANG_BACKENDS, PODGROUP_ONE_BACKEND_MESSAGE
-from gangctl.policy import jobset
+from gangctl.policy import jobset, name_budget
 
 NODE_JOB = "node"  # the replicated job whose pods run torchrun (the SDK looks for this name)
 NODE_CONTAINER = "node"
@@ -165,7 +165,7 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
                            f"over the node container's): {err}") from None
     nproc = trainer.get("numProcPerNode", torch.get("numProcPerNode", "auto"))
     backend, settings = _gang_policy(rspec.get("podGroupPolicy"))
-    return ResolvedJob(
+    resolved = ResolvedJob(
         name=meta["name"], namespace=meta["namespace"], uid=meta.get("uid", ""),
         runtime_kind=(spec.get("runtimeRef") or {}).get("kind", "ClusterTrainingRuntime"),
         runtime_name=runtime_name,
@@ -186,6 +186,9 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
         claims=claims, coordinator=jobset.coordinator(js, meta["name"]),
         publish_not_ready=(js.get("network") or {}).get("publishNotReadyAddresses") is not False,
     )
+    if (message := name_budget.too_long(resolved)) is not None:
+        raise ResolveError(message, reason=name_budget.NAME_TOO_LONG)
+    return resolved
 
 
 def _jobset_fields(js: dict, jobs: dict[str, _JobParts], trainjob: str) -> tuple[jobset.Claim, ...]:

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, JOBS, NODES, PODS, PRIORITY_CLASSES, PYTORCHJOBS, SERVICES,
                                    TRAINING_RUNTIMES, TRAINJOBS)
 from gangctl.config import ControllerSettings
-from gangctl.kube.access_review import AccessReviewer, Reviews
+from gangctl.kube.access_review import AccessReviewer, Reviews, may_list_and_watch
 from gangctl.kube.client import UNREACHABLE, ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer, object_key
@@ -56,9 +56,11 @@ def _name_only(obj: dict) -> dict:
     return {"metadata": {"name": obj["metadata"]["name"], "resourceVersion": obj["metadata"].get("resourceVersion")}}
 
 
-async def served_backends(kube: Kube) -> set[str]:
-    """The backends whose API this cluster serves (a backend whose CRDs are missing is not watched:
-    its TrainJobs are told so instead of the controller failing to start)."""
+async def served_backends(kube: Kube, namespace: str | None = None) -> set[str]:
+    """The backends whose API this cluster serves and this controller may read (a backend whose CRDs
+    are missing is not watched: its TrainJobs are told so instead of the controller failing to start;
+    one whose objects RBAC does not let it list and watch, e.g. disabled in the Helm values, is skipped
+    with one log line instead of an informer refused for ever)."""
     out = set()
     for name, resource in GANG_RESOURCES.items():
         try:
@@ -67,8 +69,14 @@ async def served_backends(kube: Kube) -> set[str]:
             if err.not_found:
                 continue
             raise
-        if any(r.get("name") == resource.plural for r in listing.get("resources") or []):
+        if not any(r.get("name") == resource.plural for r in listing.get("resources") or []):
+            continue
+        if await may_list_and_watch(kube, resource, namespace):
             out.add(name)
+        else:
+            log.warning("gang backend %s skipped: this cluster serves %s.%s, but this controller may not list and "
+                        "watch them (RBAC; the Helm value backends.%s.enabled); its TrainJobs wait with "
+                        "BackendNotInstalled", name, resource.plural, resource.group, name)
     return out
 
 
@@ -346,7 +354,7 @@ async def run_controller(settings: ControllerSettings) -> int:
     runner = None
     closing = []
     try:
-        backends = await served_backends(kube)
+        backends = await served_backends(kube, settings.namespace)
         log.info("gang backends served by this cluster: %s", ", ".join(sorted(backends)) or "none")
         controller = Controller(kube, settings, backends=backends, pytorchjobs=await serves_pytorchjobs(kube))
         reviews = Reviews(control, on_review=lambda kind: controller.metrics.access_reviews.labels(kind).inc(),

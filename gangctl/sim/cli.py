@@ -87,8 +87,8 @@ def _single(sc, policy, jobs, directory: Path, quiet: bool) -> None:
         print(json.dumps(result.summary, indent=2))
         return
     out.print(summary_table(sc.name, result.summary))
-    out.print(fidelity.sentence(fidelity.load()))
-    page = write_report(sc.name, result, directory)
+    out.print(fidelity.sentence(fidelity.load(), sc))
+    page = write_report(sc, result, directory)
     out.print(f"report: {page}")
 
 

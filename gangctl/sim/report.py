@@ -15,6 +15,7 @@ from rich.table import Table
 
 from gangctl.sim import fidelity
 from gangctl.sim.engine import SimResult
+from gangctl.sim.scenario import Scenario
 
 _CDF_POINTS = 2000
 # Margins (fractions of the 8 x 3.6 in figure) that leave room for the tick and axis labels.
@@ -56,8 +57,9 @@ def summary_table(name: str, summary: dict) -> Table:
     return table
 
 
-def write_report(name: str, result: SimResult, directory: Path) -> Path:
+def write_report(scenario: Scenario, result: SimResult, directory: Path) -> Path:
     """Write index.html, summary.json and the plots into `directory`; return the HTML path."""
+    name = scenario.name
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "summary.json").write_text(json.dumps(result.summary, indent=2))
     plots = {
@@ -82,7 +84,7 @@ def write_report(name: str, result: SimResult, directory: Path) -> Path:
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>gangctl sim {html.escape(name)}</title>"
             "<style>body{font-family:sans-serif;max-width:900px;margin:auto}td,th{text-align:left;padding:2px 8px}"
             f"</style></head><body><h1>Simulation {html.escape(name)}</h1>"
-            f"<p>{html.escape(fidelity.sentence(fidelity.load()))}</p><table>{rows}</table>{images}</body></html>")
+            f"<p>{html.escape(fidelity.sentence(fidelity.load(), scenario))}</p><table>{rows}</table>{images}</body></html>")
     path = directory / "index.html"
     path.write_text(page)
     return path

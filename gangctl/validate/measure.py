@@ -7,6 +7,7 @@ fallback). These are the simulator's definitions: start = the gang placed, end =
 """
 from __future__ import annotations
 
+import random
 import statistics
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -168,3 +169,51 @@ def rank_bias(ranks: list[float]) -> tuple[float, float]:
         raise ValueError("no ranks")
     mean = statistics.fmean(ranks)
     return mean, (mean - 0.5) / (1 / (12 * len(ranks))) ** 0.5
+
+
+# Issue 17's goal for the model against the mean of real runs: means within 5 %, p95s within 10 %.
+GOAL_TOLERANCE = {"mean": 0.05, "p95": 0.10}
+BOOTSTRAP_RESAMPLES = 10_000
+# Below this many runs a percentile bootstrap's interval is too narrow to trust (two runs give three
+# distinct resamples, so it is little more than the two runs' own errors): no verdict is given.
+MIN_RUNS_FOR_VERDICT = 5
+
+
+def pooled_error(real: list[float], model: list[float]) -> float:
+    """The model's relative error against several real runs: (mean of the models - mean of the runs) /
+    mean of the runs (each run's model from that run's measured latencies)."""
+    return (statistics.fmean(model) - statistics.fmean(real)) / statistics.fmean(real)
+
+
+def bootstrap_interval(real: list[float], model: list[float], resamples: int = BOOTSTRAP_RESAMPLES,
+                       seed: int = 17) -> tuple[float, float] | None:
+    """The 95 % interval of `pooled_error` from a seeded bootstrap over the runs: the runs drawn with
+    replacement (a run's real and model figures together), the error of each resample, its 2.5th and
+    97.5th percentiles. None with fewer than two runs: one run says nothing of the spread. With few runs
+    the interval is too narrow if anything (two runs give only three distinct resamples)."""
+    if len(real) != len(model):
+        raise ValueError("one model figure per real run")
+    if len(real) < 2:
+        return None
+    rng = random.Random(seed)
+    n = len(real)
+    errors = []
+    for _ in range(resamples):
+        picks = [rng.randrange(n) for _ in range(n)]
+        errors.append(pooled_error([real[i] for i in picks], [model[i] for i in picks]))
+    q = statistics.quantiles(errors, n=40, method="inclusive")
+    return q[0], q[-1]
+
+
+def interval_verdict(interval: tuple[float, float] | None, tolerance: float, runs: int) -> str:
+    """"within tolerance" only when the whole 95 % interval is within ±tolerance; "outside tolerance" when
+    all of it is beyond; otherwise "not shown within" (the runs cannot tell); "too few runs" under
+    `MIN_RUNS_FOR_VERDICT`."""
+    if interval is None or runs < MIN_RUNS_FOR_VERDICT:
+        return "too few runs"
+    lo, hi = interval
+    if -tolerance <= lo and hi <= tolerance:
+        return "within tolerance"
+    if lo > tolerance or hi < -tolerance:
+        return "outside tolerance"
+    return "not shown within"

@@ -56,32 +56,36 @@ PREBUILT = {"test_schedulers_kai": "kai", "test_schedulers_kueue": "kueue", "tes
 # nodes (whose first test runs a few modules in), and helm when one session also collects the unit
 # tests' chart checks (`pytest tests`; `make test` runs the unit tests first, in a session of their own).
 PREBUILT_FIRST, PREBUILT_LAST = {"process_nodes": "coredns"}, {"helm": "helm"}
+# The controller image (gangctl.cluster.image), built beside those by a process of its own.
+IMAGE_MODULE = "test_image"
 
 
 @pytest.fixture(scope="session", autouse=True)
 def prebuilt(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """Build what the collected tests will need from source (CoreDNS, the extra schedulers their backend
-    modules start, helm), in the background from the first integration test on, under `nice -n 19`
-    (as every build): on a fresh machine the builds (minutes each) overlap tests that mostly wait on
-    the cluster, instead of running one after another in the tests' fixtures. A fixture or `cluster
-    up` waits for the build's lock and reuses what it built; if the prebuild failed, it builds (and
-    reports the error) itself."""
+    modules start, helm, the controller image), in the background from the first integration test on,
+    under `nice -n 19` (as every build): on a fresh machine the builds (minutes each) overlap tests
+    that mostly wait on the cluster, instead of running one after another in the tests' fixtures. A
+    fixture or `cluster up` waits for the build's lock and reuses what it built; if the prebuild
+    failed, it builds (and reports the error) itself."""
     modules = {item.module.__name__.rsplit(".", 1)[-1] for item in request.session.items}
     fixtures = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
     wanted = ([name for fixture, name in PREBUILT_FIRST.items() if fixture in fixtures]
               + [name for module, name in PREBUILT.items() if module in modules]
               + [name for fixture, name in PREBUILT_LAST.items() if fixture in fixtures])
-    if not wanted:
-        yield None
-        return
-    log = tmp_path_factory.mktemp("prebuild") / "build.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gangctl.cluster.build", *wanted], stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    yield proc
-    if proc.poll() is None:   # a run that did not reach those modules: stop the build and its go children
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait()
+    commands = ([["gangctl.cluster.build", *wanted]] if wanted else []) + (
+        [["gangctl.cluster.image"]] if IMAGE_MODULE in modules else [])
+    folder = tmp_path_factory.mktemp("prebuild")
+    procs = []
+    for number, command in enumerate(commands):
+        with (folder / f"build-{number}.log").open("w") as out:
+            procs.append(subprocess.Popen([sys.executable, "-m", *command], stdout=out, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True))
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:   # a run that did not reach those modules: stop the build and its children
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
 
 
 @pytest.fixture(scope="session")
@@ -146,14 +150,25 @@ def _excused(line: str) -> bool:
 SUITE_SA = "gangctl-suite"
 
 
-async def least_privilege_kubeconfig(kube: Kube, admin: Path, path: Path) -> Path:
+@pytest_asyncio.fixture
+async def reaper_kubeconfig(kube: Kube, kubeconfig: Path, tmp_path: Path) -> Path:
+    """As controller_kubeconfig, with the RBAC of deploy/overlays/lost-pod-reaper (the base plus what
+    the opt-in lost-pod reaper needs), for a ServiceAccount of its own."""
+    return await least_privilege_kubeconfig(kube, kubeconfig, tmp_path / "reaper.yaml",
+                                            "deploy/overlays/lost-pod-reaper", f"{SUITE_SA}-reaper")
+
+
+async def least_privilege_kubeconfig(kube: Kube, admin: Path, path: Path, kustomization: str = "deploy",
+                                     sa: str = SUITE_SA, without_groups: tuple[str, ...] = ()) -> Path:
+    """A ServiceAccount `sa` with the RBAC that `kustomization` grants gangctl (less the rules for
+    `without_groups`), and a kubeconfig for it at `path`."""
     import subprocess
 
     import yaml
 
     from gangctl.config import REPO_ROOT
 
-    out = subprocess.run(["kubectl", "kustomize", str(REPO_ROOT / "deploy")], check=True, capture_output=True,
+    out = subprocess.run(["kubectl", "kustomize", str(REPO_ROOT / kustomization)], check=True, capture_output=True,
                          text=True).stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     namespace = next(d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"
@@ -164,23 +179,23 @@ async def least_privilege_kubeconfig(kube: Kube, admin: Path, path: Path) -> Pat
                 and any(s.get("kind") == "ServiceAccount" and s.get("name") == "gangctl" for s in d["subjects"])]
     objects: list[dict] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SUITE_SA, "namespace": namespace}}]
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": namespace}}]
     for binding in bindings:
         kind = "ClusterRole" if binding["kind"] == "ClusterRoleBinding" else "Role"
         role = roles[(binding["roleRef"]["kind"], binding["metadata"].get("namespace") if kind == "Role" else None,
                       binding["roleRef"]["name"])]
-        name = f"{SUITE_SA}-{role['metadata']['name']}"
+        name = f"{sa}-{role['metadata']['name']}"
         meta = {"name": name, **({"namespace": binding["metadata"]["namespace"]} if kind == "Role" else {})}
         objects.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
-                        "rules": role["rules"]})
+                        "rules": [r for r in role["rules"] if not set(r.get("apiGroups") or []) & set(without_groups)]})
         objects.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": binding["kind"], "metadata": meta,
                         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
-                        "subjects": [{"kind": "ServiceAccount", "name": SUITE_SA, "namespace": namespace}]})
+                        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}]})
     applied = subprocess.run(["kubectl", "apply", "--server-side", "--field-manager=gangctl-test-suite", "-f", "-"],
                              input=yaml.safe_dump_all(objects), capture_output=True, text=True,
                              env={**os.environ, "KUBECONFIG": str(admin)})
     assert applied.returncode == 0, applied.stderr
-    return user_kubeconfig(admin, path, {"token": await token_for(kube, namespace, SUITE_SA, seconds=86400)})
+    return user_kubeconfig(admin, path, {"token": await token_for(kube, namespace, sa, seconds=86400)})
 
 
 async def wait_ready(ctl: ControllerProcess) -> None:

@@ -53,6 +53,27 @@ def stop(settings: ClusterSettings) -> list[int]:
     return [pid for pid in recorded.values() if running(pid)]
 
 
+def exposed_listeners(settings: ClusterSettings) -> dict[str, list[str]]:
+    """The cluster's processes (control plane, extra schedulers) that listen beyond loopback or on a
+    port `gangctl controller` takes by default, with those addresses: {} when there is none."""
+    from gangctl.cluster.lifecycle import local_cluster
+    from gangctl.config import ControllerSettings
+    from gangctl.obs import ports
+
+    taken = {ControllerSettings().metrics_port, ControllerSettings().trainer_status_port}
+    procs = {ports.command(pid).split(" ")[0].rpartition("/")[2] or f"pid {pid}": pid
+             for pid in local_cluster(settings).pids()}
+    procs.update(schedulers.pids(schedulers.state_dir(settings)))
+    assert procs, "no process of the cluster found"
+    out = {}
+    for name, pid in procs.items():
+        bad = [a for a in ports.listening(pid) if not a.startswith(("127.", "[::1]:"))
+               or int(a.rpartition(":")[2]) in taken]
+        if bad:
+            out[name] = bad
+    return out
+
+
 def gang_objects(backend: GangBackend, name: str, namespace: str, nodes: int, policy: dict) -> tuple[dict | None, dict]:
     """The group (or None) and the child Job gangctl builds for a TrainJob of `nodes` x 8 GPUs."""
     rt = copy.deepcopy(RUNTIME)

@@ -100,7 +100,15 @@ def node_patch(**pod_spec) -> dict:
 
 CASES: dict[str, Case] = {
     # --- TrainJob: metadata -------------------------------------------------------------------
-    "name 52 chars (child names > 63)": tj({"metadata.name": "a" * 52}, R(("metadata.name",), ("at most 51",))),
+    "name 51 chars (pod hostnames > 63 at numNodes 100,000)": tj({"metadata.name": "a" * 51},
+                                                                  R(("metadata.name",), ("at most 50",))),
+    "name too long for the runtime's dataset-initializer Job": tj(
+        {"metadata.name": "d" * 42},
+        Fails("NameTooLong", (f"dataset-initializer Job '{'d' * 42}-dataset-initializer-0' would have 64 characters",
+                              "shorten metadata.name by 1")),
+        runtime={"spec.template.spec.replicatedJobs.1": {"name": "dataset-initializer", "template": {"spec": {
+            "template": {"spec": {"restartPolicy": "Never", "containers": [
+                {"name": "dataset-initializer", "image": "busybox"}]}}}}}}),
     "name 253 chars": tj({"metadata.name": "a" * 253}, R(("metadata.name",))),
     "name starts with digit": tj({"metadata.name": "1abc"}, R(("metadata.name",), ("DNS-1035",))),
     "name with dot": tj({"metadata.name": "a.b"}, R(("metadata.name",), ("DNS-1035",))),
@@ -313,8 +321,9 @@ CASES: dict[str, Case] = {
         R(("spec.template.spec.replicatedJobs[1]",), ("Duplicate",))),
     "replicatedJob name empty": rt({"spec.template.spec.replicatedJobs.0.name": ""},
                                    R(("spec.template.spec.replicatedJobs[0].name",))),
-    "replicatedJob name over 63 chars": rt({"spec.template.spec.replicatedJobs.0.name": "n" * 64},
-                                           R(("spec.template.spec.replicatedJobs[0].name",))),
+    "replicatedJob name over 20 chars (Trainer v2.4)": rt({"spec.template.spec.replicatedJobs.0.name": "n" * 21},
+                                                          R(("spec.template.spec.replicatedJobs[0].name",),
+                                                            ("may not be more than 20",))),
     "replicatedJob replicas 2**31": rt({"spec.template.spec.replicatedJobs.0.replicas": 2**31},
                                        R(("spec.template.spec.replicatedJobs[0].replicas",))),
     "replicatedJob replicas negative": rt({"spec.template.spec.replicatedJobs.0.replicas": -1},
@@ -439,7 +448,7 @@ async def corpus(kube, controller):
     canary = trainjob("canary", namespace, nodes=2, run_for="2s")
     results = await asyncio.gather(kube.create(TRAINJOBS.path(namespace), canary),
                                    *(_create_case(kube, namespace, names[c], CASES[c]) for c in CASES))
-    longest = trainjob("a" * 51, namespace, nodes=1, run_for=None, suspend=True)
+    longest = trainjob("a" * 50, namespace, nodes=1, run_for=None, suspend=True)
     results.append(await kube.create(TRAINJOBS.path(namespace), longest))
     yield namespace, dict(zip(CASES, results[1:]))
     # TrainJobs first, then their namespace: a reconcile racing the namespace's termination gets 403.
@@ -510,5 +519,5 @@ async def test_longest_allowed_name_is_accepted_and_served(kube, corpus):
     namespace, _ = corpus
 
     async def suspended() -> bool:
-        return is_true(await get_trainjob(kube, namespace, "a" * 51), "Suspended")
-    await eventually(suspended, WAIT, "the TrainJob with a 51-character name served (Suspended)")
+        return is_true(await get_trainjob(kube, namespace, "a" * 50), "Suspended")
+    await eventually(suspended, WAIT, "the TrainJob with a 50-character name served (Suspended)")

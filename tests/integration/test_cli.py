@@ -77,3 +77,24 @@ async def _delete_owner_and_wait_for_child(kubeconfig: Path) -> None:
         await eventually(child_gone, 10, "the deleted TrainJob's ConfigMap collected by the garbage collector")
     finally:
         await kube.close()
+
+
+def test_controller_on_a_taken_port_names_the_process_that_holds_it(controller_kubeconfig):
+    """As after `cluster up` with a component on 8080: the controller exits 1 with the holder and the flag."""
+    import sys
+
+    hold = "'port-holder'; import socket, sys; s = socket.socket(); s.bind(('0.0.0.0', 0)); s.listen(); " \
+           "print(s.getsockname()[1], flush=True); sys.stdin.read()"
+    holder = subprocess.Popen([sys.executable, "-c", hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(holder.stdout.readline())
+        result = gangctl_cli("controller", "--metrics-bind-address", f"127.0.0.1:{port}",
+                             kubeconfig=controller_kubeconfig, timeout=60)
+    finally:
+        holder.kill()
+        holder.wait()
+    message = " ".join(result.stderr.split())
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert f"--metrics-bind-address 127.0.0.1:{port}: the port is in use, held by pid {holder.pid} (" in message, message
+    assert "port-holder" in message and f"--metrics-bind-address 127.0.0.1:{port + 1}" in message, message
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]

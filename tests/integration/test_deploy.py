@@ -146,7 +146,9 @@ async def test_service_account_may_do_what_the_code_calls_and_no_more(kubeconfig
                   {"group": "coordination.k8s.io", "resource": "leases", "verb": "update", "namespace": "kube-system"},
                   {"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verb": "create"},
                   {"resource": "pods", "verb": "update", "namespace": "default"},
-                  {"resource": "nodes", "verb": "patch"}):  # it reads Nodes (the lost-pod reaper), never changes them
+                  {"resource": "nodes", "verb": "patch"},  # it reads Nodes (the lost-pod reaper), never changes them
+                  {"resource": "nodes", "verb": "list"},  # ... and only with deploy/components/lost-pod-reaper
+                  {"resource": "pods", "subresource": "status", "verb": "patch"}):
         assert not await allowed(kube, {"resourceAttributes": attrs}), attrs
 
     # kubectl's own view of everything it may do, per namespace: no wildcard, and no Secrets but its
@@ -164,3 +166,32 @@ async def test_service_account_may_do_what_the_code_calls_and_no_more(kubeconfig
                 assert namespace == SA[0] and (row[1:] == ["[]", "[]", "[create]"] or
                                                row[1:] == ["[]", f"[{OWN_SECRET}]", "[get", "update]"]), row
             assert "*" not in resource and "[*]" not in verbs and " * " not in f" {verbs} ", row
+
+
+async def test_a_backend_the_controller_may_not_read_is_skipped_with_one_line(kube: Kube, kubeconfig: Path, tmp_path):
+    """Helm's backends.coscheduling.enabled=false on a cluster that serves Coscheduling's PodGroups:
+    the controller is not granted them, so it skips that backend (one log line) and gets ready,
+    instead of an informer refused with 403 for ever."""
+    import uuid
+
+    from gangctl.processes import ControllerProcess, free_port
+    from tests.integration.conftest import least_privilege_kubeconfig
+
+    group = "scheduling.x-k8s.io"
+    assert await exists(kube, f"/apis/{group}/v1alpha1"), "the session cluster serves Coscheduling's PodGroups"
+    config = await least_privilege_kubeconfig(kube, kubeconfig, tmp_path / "no-cosched.yaml", sa="gangctl-suite-nocs",
+                                              without_groups=(group,))
+    namespace = f"nocs-{uuid.uuid4().hex[:6]}"  # watch an empty namespace: it changes nothing the suite's controller runs
+    await kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    ctl = ControllerProcess(config, tmp_path / "controller.log", env={
+        "GANGCTL_NAMESPACE": namespace, "GANGCTL_TRAINER_STATUS_BIND_ADDRESS": f"127.0.0.1:{free_port()}"})
+    try:
+        ctl.start()
+        await asyncio.to_thread(ctl.wait_ready)  # every informer synced: none is stuck on 403
+        log = ctl.log_path.read_text()
+    finally:
+        ctl.stop()
+        await kube.delete(f"/api/v1/namespaces/{namespace}")
+    skipped = [line for line in log.splitlines() if "gang backend coscheduling skipped" in line]
+    assert len(skipped) == 1 and "backends.coscheduling.enabled" in skipped[0], log[-3000:]
+    assert "403" not in log, log[-3000:]

@@ -115,3 +115,8 @@ async def test_controller_restart_creates_no_duplicates(kube, controller, namesp
     after_status = (await get_trainjob(kube, namespace, "steady"))["status"]
     assert after_status["gang"] == before_status["gang"], "gang state and timing survive a restart"
     assert "conditions" not in before_status and "conditions" not in after_status, "running: none, as under Trainer"
+
+
+def test_no_process_of_the_cluster_listens_beyond_loopback_or_on_gangctls_ports(cluster_settings, kubeconfig):
+    from tests.integration.schedulers_common import exposed_listeners
+    assert exposed_listeners(cluster_settings) == {}

@@ -386,7 +386,7 @@ async def test_controller_sigkilled_every_few_seconds_while_gangs_queue(kube, co
 
 
 async def test_the_lost_pod_reaper_lets_a_lost_index_be_replaced_while_its_node_is_down(
-        kube, controller, controller_kubeconfig, namespace, tmp_path):
+        kube, controller, reaper_kubeconfig, namespace, tmp_path):
     """A pod evicted from a lost node never becomes terminal (nothing finishes it), and with a
     podFailurePolicy the Job controller replaces an index only once its pod is terminal: without help
     the index waits for the node. The controller started with GANGCTL_LOST_POD_SECONDS marks such a pod
@@ -404,8 +404,8 @@ async def test_the_lost_pod_reaper_lets_a_lost_index_be_replaced_while_its_node_
         "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
     await kube.create(CLUSTER_TRAINING_RUNTIMES.path(), rt)
     driver = chaos.NodeChaos(kube)
-    reaping = ControllerProcess(controller_kubeconfig, tmp_path / "reaper.log", env={"GANGCTL_LOST_POD_SECONDS": "3"})
-    controller.stop()  # one controller at a time: this one reaps, under the same least-privilege RBAC
+    reaping = ControllerProcess(reaper_kubeconfig, tmp_path / "reaper.log", env={"GANGCTL_LOST_POD_SECONDS": "3"})
+    controller.stop()  # one controller at a time: this one reaps, under deploy/overlays/lost-pod-reaper's RBAC
     try:
         reaping.start()
         await asyncio.to_thread(reaping.wait_ready)
@@ -434,6 +434,7 @@ async def test_the_lost_pod_reaper_lets_a_lost_index_be_replaced_while_its_node_
         assert victim["spec"]["nodeName"] in await chaos.not_ready_nodes(kube), "the lost node is still down"
         log = reaping.log_path.read_text()
         assert f"force-deleted pod {namespace}/{victim['metadata']['name']}" in log, "the reaper finished it"
+        assert "is forbidden: User" not in log, "deploy/overlays/lost-pod-reaper grants what the reaper calls"
         tj = await get_trainjob(kube, namespace, "lost")
         assert not ((tj.get("status") or {}).get("restarts") or {}).get("user"), "a reaped pod is not the user's failure"
     finally:

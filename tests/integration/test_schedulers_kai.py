@@ -15,7 +15,8 @@ from tests.integration.helpers import (bound, eventually, gang_state, get_trainj
 from tests.integration.quota_common import (POLICY_FILE, TEAMS, assert_same_jobs_within_policy, empty_teams,
                                             get_pytorchjob, pj_pods, preempt_low_with_high, pytorchjob, runtime_name,
                                             v1_condition)
-from tests.integration.schedulers_common import cli, gang_objects, remove_builder_gangs, serve_backend, start, stop
+from tests.integration.schedulers_common import (cli, exposed_listeners, gang_objects, remove_builder_gangs,
+                                                serve_backend, start, stop)
 
 pytestmark = pytest.mark.integration
 CLUSTER = "gangctl-it-kai"
@@ -180,3 +181,13 @@ def test_status_and_down_leave_nothing_behind(kai_cluster):
                                                        "kai-queuecontroller"}
     assert all(c["running"] for c in info["components"])
     assert stop(kai_cluster[0]) == [], "a KAI process still runs after cluster down"
+
+
+def test_no_process_listens_beyond_loopback_or_on_gangctls_ports(kai_cluster):
+    """The podgroupcontroller ignores its --metrics-bind-address (controller-runtime's default :8080,
+    moved to loopback by integrations/kai/build.json). KAI's scheduler binds its plugin server on every
+    interface in code (`":%d"`, no flag): the one exception, on a free port."""
+    exposed = exposed_listeners(kai_cluster[0])
+    assert list(exposed) in ([], ["kai-scheduler"]), exposed
+    assert all(not a.startswith(("127.", "[::1]:")) for a in exposed.get("kai-scheduler", [])), exposed
+    assert len(exposed.get("kai-scheduler", [])) <= 1, exposed

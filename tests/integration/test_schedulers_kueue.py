@@ -15,7 +15,8 @@ from tests.integration.helpers import (bound, eventually, gang_state, get_trainj
                                        trainjob)
 from tests.integration.quota_common import (TEAMS, assert_same_jobs_within_policy, empty_teams, get_pytorchjob,
                                             pj_pods, preempt_low_with_high, pytorchjob, runtime_name, v1_condition)
-from tests.integration.schedulers_common import EXAMPLE_POLICY, cli, gang_objects, serve_backend, start, stop
+from tests.integration.schedulers_common import (EXAMPLE_POLICY, cli, exposed_listeners, gang_objects, serve_backend,
+                                                start, stop)
 
 import yaml
 
@@ -182,3 +183,7 @@ def test_status_and_down_leave_nothing_behind(kueue_cluster):
     assert info["scheduler"] == "kueue" and info["running"]
     assert any(c["name"] == "kueue" and c["running"] for c in info["components"])
     assert stop(kueue_cluster[0]) == [], "kueue still running after cluster down"
+
+
+def test_no_process_listens_beyond_loopback_or_on_gangctls_ports(kueue_cluster):
+    assert exposed_listeners(kueue_cluster[0]) == {}

@@ -20,7 +20,8 @@ from tests.integration.helpers import (bound, eventually, gang_state, get_trainj
                                        trainjob)
 from tests.integration.quota_common import (TEAMS, assert_preempted_event, assert_same_jobs_within_policy,
                                             preempt_low_with_high, runtime_name)
-from tests.integration.schedulers_common import cli, gang_objects, remove_builder_gangs, serve_backend, start, stop
+from tests.integration.schedulers_common import (cli, exposed_listeners, gang_objects, remove_builder_gangs,
+                                                serve_backend, start, stop)
 
 pytestmark = pytest.mark.integration
 CLUSTER = "gangctl-it-native"
@@ -153,3 +154,6 @@ def test_status_and_down_leave_nothing_behind(native_cluster):
     assert {c["name"] for c in info["components"]} >= {"kube-scheduler-native"}
     assert stop(native_cluster[0]) == [], "the native kube-scheduler still runs after cluster down"
 
+
+def test_no_process_listens_beyond_loopback_or_on_gangctls_ports(native_cluster):
+    assert exposed_listeners(native_cluster[0]) == {}

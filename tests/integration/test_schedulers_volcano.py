@@ -14,7 +14,8 @@ from tests.integration.helpers import (bound, eventually, gang_state, get_trainj
 from tests.integration.quota_common import (POLICY_FILE, TEAMS, assert_preempted_event, assert_same_jobs_within_policy,
                                             empty_teams, get_pytorchjob, pj_pods, preempt_low_with_high, pytorchjob,
                                             runtime_name, v1_condition)
-from tests.integration.schedulers_common import cli, gang_objects, remove_builder_gangs, serve_backend, start, stop
+from tests.integration.schedulers_common import (cli, exposed_listeners, gang_objects, remove_builder_gangs,
+                                                serve_backend, start, stop)
 
 pytestmark = pytest.mark.integration
 CLUSTER = "gangctl-it-volcano"
@@ -181,3 +182,7 @@ def test_status_and_down_leave_nothing_behind(volcano_cluster):
     assert info["scheduler"] == "volcano" and info["running"]
     assert {c["name"] for c in info["components"]} >= {"vc-scheduler", "vc-controller-manager"}
     assert stop(volcano_cluster[0]) == [], "a Volcano process still runs after cluster down"
+
+
+def test_no_process_listens_beyond_loopback_or_on_gangctls_ports(volcano_cluster):
+    assert exposed_listeners(volcano_cluster[0]) == {}

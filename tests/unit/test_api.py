@@ -247,8 +247,8 @@ def test_sdk_posted_trainjob_parses_and_round_trips():
         (lambda o: o["spec"]["trainer"].update(numNodes="four"), "spec.trainer.numNodes: must be an integer"),
         (lambda o: o["spec"].update(activeDeadlineSeconds=0), "spec.activeDeadlineSeconds: must be ≥ 1"),
         (lambda o: o["status"]["conditions"][0].update(status="Yes"), "status.conditions[0].status: must be one of"),
-        (lambda o: o["metadata"].update(name="a" * 52), "metadata.name must be a DNS-1035 label"),
-        (lambda o: o["metadata"].update(name="1abc"), "at most 51 characters"),
+        (lambda o: o["metadata"].update(name="a" * 51), "metadata.name must be a DNS-1035 label"),
+        (lambda o: o["metadata"].update(name="1abc"), "at most 50 characters"),
         (lambda o: o["metadata"].update(name="Abc"), "'<trainjob>-node-0-<index>'"),
         (lambda o: o.pop("spec"), "spec: required"),
     ],
@@ -271,7 +271,7 @@ def test_parse_trainjob_reports_every_problem():
 
 def test_name_limit_keeps_pod_hostnames_within_63():
     name = "a" * MAX_NAME_LENGTH
-    assert len(f"{name}-node-0-9999") == 63
+    assert len(f"{name}-node-0-99999") == 63
     parse_trainjob({**stored_trainjob(), "metadata": {"name": name}})
     assert re.fullmatch(DNS1035_LABEL, "mnist-ddp-2") and not re.fullmatch(DNS1035_LABEL, "mnist-")
 
@@ -430,8 +430,8 @@ def test_trainjob_crd_validations():
     assert version["additionalPrinterColumns"][0]["jsonPath"] == ".status.gang.state"
     root = version["schema"]["openAPIV3Schema"]
     (name_rule,) = rules(root).values()
-    assert "self.metadata.name.size() <= 51" in name_rule
-    assert "at most 51 characters" in next(iter(rules(root)))
+    assert "self.metadata.name.size() <= 50" in name_rule
+    assert "at most 50 characters" in next(iter(rules(root)))
     spec = root["properties"]["spec"]
     assert spec["required"] == ["runtimeRef"]
     assert spec["properties"]["runtimeRef"]["properties"]["kind"]["enum"] == ["TrainingRuntime", "ClusterTrainingRuntime"]

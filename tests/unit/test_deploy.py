@@ -49,6 +49,7 @@ def base() -> list[dict]:
 def variants(base) -> dict[str, list[dict]]:
     return {"deploy": base, "local": kustomize(DEPLOY / "overlays/local"),
             "monitoring": kustomize(DEPLOY / "overlays/monitoring"),
+            "lost-pod-reaper": kustomize(DEPLOY / "overlays/lost-pod-reaper"),
             "network-policy": kustomize(DEPLOY / "overlays/network-policy")}
 
 
@@ -81,6 +82,9 @@ HTTP_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
 # leader election Lease (--leader-elect-namespace gangctl-system, checked in
 # test_deployment_is_restricted_replicated_and_probed). Every other write may be in any namespace.
 OWN_NAMESPACE = {("coordination.k8s.io", "leases"), ("", "secrets")}
+# What Kubernetes' built-in system:basic-user role lets every authenticated user do: ask what it may do
+# itself (gangctl asks before it watches a gang backend).
+EVERY_USER = {("authorization.k8s.io", "selfsubjectaccessreviews")}
 # The one Secret gangctl reads and updates: the progress endpoint's CA and certificate, which it makes
 # itself (create cannot be narrowed to a name; get and update are).
 OWN_SECRET = "gangctl-trainer-status-tls"
@@ -282,8 +286,9 @@ class CallScanner:
         return out
 
 
-def informer_permissions() -> set[tuple[str, str, str, str]]:
-    """list+watch for every informer of a Controller built with every backend, in its namespace scope."""
+def informer_permissions(reaper: bool) -> set[tuple[str, str, str, str]]:
+    """list+watch for every informer of a Controller built with every backend (and the lost-pod reaper
+    when `reaper`), in its namespace scope."""
     from kubernetes_asyncio.client import Configuration
 
     from gangctl.config import ControllerSettings
@@ -295,7 +300,8 @@ def informer_permissions() -> set[tuple[str, str, str, str]]:
         conf.host = "https://127.0.0.1:9"  # never contacted: only the informers' resources are read
         kube = Kube(conf)
         try:
-            return [(inf.resource, inf.namespace) for inf in Controller(kube, ControllerSettings(lost_pod_seconds=60)).informers()]
+            settings = ControllerSettings(lost_pod_seconds=60 if reaper else None)
+            return [(inf.resource, inf.namespace) for inf in Controller(kube, settings).informers()]
         finally:
             await kube.close()
 
@@ -307,15 +313,20 @@ def informer_permissions() -> set[tuple[str, str, str, str]]:
     return out
 
 
-def derived_permissions() -> tuple[set[tuple[str, str, str, str]], list[str]]:
-    """(scope, group, resource[/sub], verb) the controller needs, and the calls that could not be resolved."""
+# The opt-in lost-pod reaper's module: its calls are granted by deploy/components/lost-pod-reaper only.
+REAPER = "gangctl.runtime.lost_pods"
+
+
+def derived_permissions(reaper: bool = False) -> tuple[set[tuple[str, str, str, str]], list[str]]:
+    """(scope, group, resource[/sub], verb) the controller needs (with the lost-pod reaper on, when
+    `reaper`), and the calls that could not be resolved."""
     from gangctl.kube.client import Kube
 
-    needed = informer_permissions()
+    needed = informer_permissions(reaper)
     problems = []
     known = {name for name, _ in inspect.getmembers(Kube, inspect.iscoroutinefunction) if not name.startswith("_")}
     for name in controller_modules():
-        if name == "gangctl.kube.client":  # the client itself: its methods are mapped in KUBE_VERBS
+        if name == "gangctl.kube.client" or (name == REAPER and not reaper):  # the client: see KUBE_VERBS
             continue
         scanner = CallScanner(name)
         for fn, line, method, expr, http in scanner.calls():
@@ -342,6 +353,8 @@ def derived_permissions() -> tuple[set[tuple[str, str, str, str]], list[str]]:
             if resolved == "discovery":
                 continue  # GET /apis/<group>/<version>: system:discovery grants it to every authenticated user
             for group, plural, sub in resolved:
+                if (group, plural) in EVERY_USER:
+                    continue
                 scope = SYSTEM_NS if (group, plural) in OWN_NAMESPACE else CLUSTER
                 call_verbs = verbs | ({"create"} if method == "apply" and not sub else set())
                 for verb in call_verbs:
@@ -400,16 +413,23 @@ def test_derivation_resolves_every_call():
         assert need in needed, need
 
 
-def test_rbac_covers_every_call_the_controller_makes(base):
-    needed, _ = derived_permissions()
-    grants = granted_permissions(base)
+# The base grants what the controller calls with the reaper off (its default); the reaper's overlay
+# adds exactly what the reaper calls.
+RBAC_VARIANTS = [("deploy", False), ("lost-pod-reaper", True)]
+
+
+@pytest.mark.parametrize("variant,reaper", RBAC_VARIANTS)
+def test_rbac_covers_every_call_the_controller_makes(variants, variant, reaper):
+    needed, _ = derived_permissions(reaper)
+    grants = granted_permissions(variants[variant])
     missing = sorted(n for n in needed if not covered(n, grants))
     assert not missing, "the controller calls these but deploy/ does not grant them:\n" + "\n".join(map(str, missing))
 
 
-def test_rbac_grants_nothing_the_controller_does_not_call(base):
-    needed, _ = derived_permissions()
-    extra = sorted(g for g in granted_permissions(base) if g not in needed)
+@pytest.mark.parametrize("variant,reaper", RBAC_VARIANTS)
+def test_rbac_grants_nothing_the_controller_does_not_call(variants, variant, reaper):
+    needed, _ = derived_permissions(reaper)
+    extra = sorted(g for g in granted_permissions(variants[variant]) if g not in needed)
     assert not extra, ("deploy/ grants these but no code calls them (least privilege; a namespaced need "
                        "granted cluster-wide counts too):\n" + "\n".join(map(str, extra)))
 
@@ -679,6 +699,7 @@ def normalise(docs: list[dict]) -> dict[tuple, dict]:
 
 @pytest.mark.parametrize("variant,sets", [("deploy", ()), ("monitoring", ("monitoring.enabled=true",)),
                                           ("local", ("processNodes.enabled=true",)),
+                                          ("lost-pod-reaper", ("lostPodReaper.enabled=true",)),
                                           ("network-policy", ("networkPolicy.enabled=true",))])
 def test_helm_chart_renders_the_kustomize_objects(helm, variants, variant, sets):
     result = helm_template(helm, *sets)
@@ -711,3 +732,28 @@ def test_helm_refuses_an_unsafe_install(helm):
     assert no_election.returncode != 0 and "leaderElection" in no_election.stderr
     single = helm_template(helm, "leaderElection.enabled=false", "replicas=1")
     assert single.returncode == 0, single.stderr
+
+
+def test_the_lost_pod_reaper_alone_needs_nodes_and_pod_status(base, variants):
+    off, _ = derived_permissions(reaper=False)
+    on, _ = derived_permissions(reaper=True)
+    assert on - off == {(CLUSTER, "", "nodes", "list"), (CLUSTER, "", "nodes", "watch"),
+                        (CLUSTER, "", "pods/status", "patch")}
+    container = one(variants["lost-pod-reaper"], "Deployment", "gangctl-controller")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "GANGCTL_LOST_POD_SECONDS", "value": "60"} in container["env"], "the overlay turns the reaper on"
+    base_env = one(base, "Deployment", "gangctl-controller")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert "GANGCTL_LOST_POD_SECONDS" not in {e["name"] for e in base_env}
+
+
+@pytest.mark.parametrize("value,named", [
+    ("replicas=two", "at '/replicas': got string, want integer"),
+    ("metrics.port=80800", "at '/metrics/port': maximum"),
+    ("backends.slurm.enabled=true", "at '/backends': additional properties 'slurm' not allowed"),
+    ("backends.kai.enabled=yes", "at '/backends/kai/enabled': got string, want boolean"),
+    ("lostPodReaper.seconds=0", "at '/lostPodReaper/seconds': minimum"),
+])
+def test_helm_values_schema_refuses_a_wrong_value_naming_it(helm, value, named):
+    result = helm_template(helm, value)
+    assert result.returncode != 0, f"{value} rendered"
+    assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
+    assert named in result.stderr, result.stderr

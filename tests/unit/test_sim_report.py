@@ -113,7 +113,32 @@ def test_the_report_states_how_far_the_simulator_was_validated(tmp_path):
     assert fidelity.load(path) == measured
     assert fidelity.load(tmp_path / "absent.json") is None
     assert fidelity.sentence(None).startswith("Not validated")
-    # The report prints the shipped file's sentence (or says it is not validated) under the results.
+    measured["max_abs_error_interval95"] = {"jct_seconds.mean": 0.037, "queue_delay_seconds.p95": 0.228}
+    measured["model_commit"] = "def5678"
+    assert "measured 2026-11-26 04:20 UTC at abc1234, model at def5678;" in fidelity.sentence(measured)
+    assert ("Counting the uncertainty of the real runs' mean (95 % bootstrap interval over the runs), up to "
+            "mean JCT ±4%, p95 queueing delay ±23%.") in fidelity.sentence(measured)
+
+
+def test_error_bars_are_printed_only_for_the_kind_of_scenario_that_was_validated(tmp_path):
+    from gangctl.sim import fidelity
+    from gangctl.sim.scenario import Backend, load_scenario
+
+    validated = load_scenario(SCENARIOS / "replay-check.yaml")   # coscheduling, no failures, not elastic, no zones
+    assert fidelity.unvalidated(validated) == []
+    assert fidelity.sentence(fidelity.load(), validated).startswith("Error bars against the real control plane")
+    failures = validated.failures.model_copy(update={"exit_failure_rate": 0.03})
+    elastic = validated.workload.model_copy(update={"elastic": validated.workload.elastic.model_copy(update={"enabled": True})})
+    for change, gap in (({"backend": Backend.KAI}, "the kai backend"), ({"failures": failures}, "node or exit failures"),
+                        ({"workload": elastic}, "elastic jobs"),
+                        ({"cluster": validated.cluster.model_copy(update={"same_zone": True})}, "zone topology")):
+        other = validated.model_copy(update=change)
+        assert fidelity.unvalidated(other) == [gap] or fidelity.unvalidated(other)[0].startswith(gap)
+        text = fidelity.sentence(fidelity.load(), other)
+        assert text.startswith("Not validated against a real cluster: " + gap) and "±" not in text
+    # The report says so under the results, in the terminal and on the HTML page: pai-small runs Kueue with failures.
     result = sim(str(SCENARIOS / "pai-small.yaml"), "--report", str(tmp_path / "r"))
-    assert fidelity.sentence(fidelity.load()).split(" (")[0] in " ".join(result.output.split())
-    assert __import__("html").escape(fidelity.sentence(fidelity.load())) in (tmp_path / "r" / "index.html").read_text()
+    shown = " ".join(result.output.split())
+    assert "Not validated against a real cluster: the kueue backend, node or exit failures." in shown
+    assert "Error bars" not in shown
+    assert "Not validated against a real cluster" in (tmp_path / "r" / "index.html").read_text()

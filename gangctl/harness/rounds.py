@@ -1,0 +1,50 @@
+"""Side-by-side benchmarks run in rounds, alternating which side goes first, and report medians.
+
+One run per side, always gangctl first, measures the machine's drift as much as the controllers: on the
+2-core project machine a side varies by 7-15 % from run to run, and the second run of a pair starts on a
+machine the first one warmed. So each side runs `rounds` times (at least 3 to publish), in alternating
+order (`order`), and the published figure is the median with the range over the rounds (`summary`,
+which `gangctl.harness.results` prints as "median (min–max, n runs)").
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+
+MIN_ROUNDS = 3
+
+
+def order(sides: Sequence[str], rounds: int) -> list[tuple[int, str]]:
+    """(round, side) in the order to run them: the sides as given in even rounds, reversed in odd ones."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, not {rounds}")
+    return [(r, side) for r in range(rounds) for side in (sides if r % 2 == 0 else list(reversed(sides)))]
+
+
+def summary(samples: Iterable[float | None]) -> dict | None:
+    """The median, range and count of one figure over rounds (rounds where it is missing left out), with
+    the samples in round order; None when no round has it."""
+    values = [v for v in samples if v is not None]
+    if not values:
+        return None
+    return {"median": round(statistics.median(values), 4), "min": min(values), "max": max(values),
+            "n": len(values), "samples": values}
+
+
+def aggregate(runs: Sequence[dict], keys: Iterable[str]) -> dict[str, dict | None]:
+    """Per key, the `summary` over the runs of one side (each run a dict of figures)."""
+    return {k: summary(run.get(k) for run in runs) for k in keys}
+
+
+def ratio(a: dict | None, b: dict | None) -> float | None:
+    """gangctl's median over the peer's (None when either is missing or the peer's is 0)."""
+    if not a or not b or not b["median"]:
+        return None
+    return round(a["median"] / b["median"], 2)
+
+
+def check_rounds(rounds: int, publish: bool) -> str | None:
+    """An error message when a run meant to publish (`--record`) has fewer than `MIN_ROUNDS` rounds."""
+    if publish and rounds < MIN_ROUNDS:
+        return f"--record publishes a median: it needs --rounds {MIN_ROUNDS} or more (got {rounds})"
+    return None
