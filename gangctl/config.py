@@ -79,5 +79,7 @@ class ControllerSettings(BaseSettings):
                                        description="namespace/name of the Secret holding its CA and certificate "
                                                    "(made at start when absent)")
     trainer_status_rate: float = Field(1.0, description="progress reports a second per ServiceAccount (burst 10)")
+    trainer_status_check_seconds: float = Field(300.0, description="how often the Secret's certificate is checked "
+                                                "(re-issued before expiry, reloaded when it changed)")
     qps: float = Field(100.0, description="API requests per second, shared by every loop (0: unlimited)")
     burst: int = Field(200, description="API requests allowed in a burst above qps")

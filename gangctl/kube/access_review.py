@@ -1,76 +1,112 @@
-"""Who may read /metrics: the API server decides, as controller-runtime's
-`filters.WithAuthenticationAndAuthorization` (and kube-rbac-proxy) have it decide.
+"""Bearer tokens checked by the API server, as controller-runtime's
+`filters.WithAuthenticationAndAuthorization` (and kube-rbac-proxy) have it: a TokenReview
+authenticates the token, a SubjectAccessReview authorizes its user.
 
-A bearer token is authenticated with a TokenReview, and the user it names is authorized with a
-SubjectAccessReview for `get` on the non-resource URL (`/metrics`). Answers are cached for a short
-while (10 s, kube-apiserver's default for delegated authentication and authorization) so a scraper
-costs two API calls per token every 10 s at most. The controller's ServiceAccount needs `create` on
-`tokenreviews.authentication.k8s.io` and `subjectaccessreviews.authorization.k8s.io`.
+`Reviews` sends them for every endpoint of the process, behind one `ReviewGate` and with a
+`Verdicts` cache per endpoint (gangctl.policy.review_gate: who is reviewed, who is answered from
+memory, who gets 429), so callers with invented tokens cannot turn requests into API requests beyond
+the gate's caps. `AccessReviewer` is /metrics' check: a token allowed `get` on the non-resource URL,
+its verdict cached 10 s (kube-apiserver's default for delegated authentication and authorization).
+The controller's ServiceAccount needs `create` on `tokenreviews.authentication.k8s.io` and
+`subjectaccessreviews.authorization.k8s.io`.
 
 Give it a client without the leader's write guard: these POSTs change nothing, and a standby must
 answer its scraper too.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
-from collections import OrderedDict
-from typing import Callable
+from typing import Awaitable, Callable, TypeVar
 
 from gangctl.api.resources import Resource
-from gangctl.kube.client import ApiError, Kube
+from gangctl.kube.client import UNREACHABLE, ApiError, Kube
+from gangctl.policy.review_gate import Busy, ReviewGate, Verdicts, token_key
 
 log = logging.getLogger(__name__)
 
 OK, UNAUTHORIZED, FORBIDDEN, UNAVAILABLE = 200, 401, 403, 503
+TOKEN_REVIEW, ACCESS_REVIEW = "TokenReview", "SubjectAccessReview"
+V = TypeVar("V")
 
 
-class AccessReviewer:
-    def __init__(self, kube: Kube, ttl: float = 10.0, max_entries: int = 1024,
-                 clock: Callable[[], float] = time.monotonic):
+class Reviews:
+    """The process's token reviews: `verdict` answers from an endpoint's cache or sends a review the
+    gate admits (`Busy` otherwise). `on_review(kind)` counts each review sent, `on_refused(limit)`
+    each request refused by the gate."""
+
+    def __init__(self, kube: Kube, gate: ReviewGate | None = None, *, clock: Callable[[], float] = time.monotonic,
+                 on_review: Callable[[str], None] = lambda kind: None,
+                 on_refused: Callable[[str], None] = lambda limit: None):
         self.kube = kube
-        self.ttl = ttl
-        self.max_entries = max_entries
+        self.gate = gate or ReviewGate()
         self.clock = clock
-        self.reviews = 0  # TokenReviews sent (the cache works when this stays low)
-        self._cache: OrderedDict[tuple[str, str, str], tuple[float, int]] = OrderedDict()
+        self.on_review, self.on_refused = on_review, on_refused
 
-    async def check(self, token: str | None, path: str, verb: str = "get") -> int:
-        """200 when the token's user may `verb` the non-resource URL `path`; 401 for no token or one the
-        API server does not accept, 403 when RBAC says no, 503 when the API server could not answer."""
-        if not token:
-            return UNAUTHORIZED
-        key = (hashlib.sha256(token.encode()).hexdigest(), path, verb)
-        now = self.clock()
-        hit = self._cache.get(key)
-        if hit and hit[0] > now:
-            return hit[1]
+    async def verdict(self, cache: Verdicts[V], token: str, source: str,
+                      review: Callable[[], Awaitable[tuple[V, bool]]], *scope: str) -> V:
+        """`cache`'s verdict on `token` (for `scope`), or `review()`'s: (verdict, whether the API server
+        authenticated the token). Raises `Busy`, or what `review` raises (not cached)."""
+        key = token_key(token, *scope)
+        hit, verdict = cache.fresh(key, self.clock())
+        if hit:
+            return verdict  # type: ignore[return-value]
+        known = cache.known(key)
         try:
-            status = await self._review(token, path, verb)
-        except (ApiError, OSError, TimeoutError) as err:
-            log.warning("metrics auth: the API server could not review a token: %r", err)
-            return UNAVAILABLE  # not cached
-        self._cache[key] = (now + self.ttl, status)
-        self._cache.move_to_end(key)
-        while len(self._cache) > self.max_entries:
-            self._cache.popitem(last=False)
-        return status
+            self.gate.admit(source, known, self.clock())
+        except Busy as busy:
+            self.on_refused(busy.limit)
+            raise
+        try:
+            verdict, authenticated = await review()
+        finally:
+            self.gate.done(source, known)
+        cache.put(key, verdict, authenticated, self.clock())
+        return verdict
 
-    async def _review(self, token: str, path: str, verb: str) -> int:
-        self.reviews += 1
+    async def token_review(self, token: str, audiences: list[str] | None = None) -> dict:
+        """The TokenReview's status (audiences: the API server's own when None)."""
+        spec: dict = {"token": token}
+        if audiences:
+            spec["audiences"] = audiences
+        self.on_review(TOKEN_REVIEW)
         review = await self.kube.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", timeout=10, body={
-            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}})
-        status = review.get("status") or {}
-        if not status.get("authenticated"):
-            return UNAUTHORIZED
-        user = status.get("user") or {}
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec})
+        return review.get("status") or {}
+
+    async def allowed(self, user: dict, path: str, verb: str) -> bool:
+        """Whether the SubjectAccessReview lets `user` (a TokenReview's) `verb` the non-resource URL."""
+        self.on_review(ACCESS_REVIEW)
         sar = await self.kube.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", timeout=10, body={
             "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
             "spec": {"user": user.get("username"), "uid": user.get("uid"), "groups": user.get("groups") or [],
                      "extra": user.get("extra") or {},
                      "nonResourceAttributes": {"path": path, "verb": verb}}})
-        return OK if (sar.get("status") or {}).get("allowed") else FORBIDDEN
+        return bool((sar.get("status") or {}).get("allowed"))
+
+
+class AccessReviewer:
+    def __init__(self, reviews: Reviews, ttl: float = 10.0, max_entries: int = 4096):
+        self.reviews = reviews
+        self.cache: Verdicts[int] = Verdicts(ttl, max_entries)
+
+    async def check(self, token: str | None, path: str, source: str, verb: str = "get") -> int:
+        """200 when the token's user may `verb` the non-resource URL `path`; 401 for no token or one the
+        API server does not accept, 403 when RBAC says no, 503 when the API server could not answer.
+        Raises `Busy` when the gate refuses a review."""
+        if not token:
+            return UNAUTHORIZED
+
+        async def review() -> tuple[int, bool]:
+            status = await self.reviews.token_review(token)
+            if not status.get("authenticated"):
+                return UNAUTHORIZED, False
+            return (OK if await self.reviews.allowed(status.get("user") or {}, path, verb) else FORBIDDEN), True
+        try:
+            return await self.reviews.verdict(self.cache, token, source, review, path, verb)
+        except (ApiError, *UNREACHABLE) as err:
+            log.warning("metrics auth: the API server could not review a token: %r", err)
+            return UNAVAILABLE  # not cached
 
 
 async def may_list_and_watch(kube: Kube, resource: Resource, namespace: str | None = None) -> bool:

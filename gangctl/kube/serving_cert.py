@@ -5,11 +5,18 @@ start it reads the Secret (`ca.crt`, `ca.key`, `tls.crt`, `tls.key`); if there i
 (10 years) and a serving certificate for the endpoint's host names (1 year) and creates it (two
 replicas racing: the loser reads the winner's). A serving certificate that does not name the host,
 or expires within 30 days, is re-issued from the same CA, so the `ca.crt` already given to running
-trainer pods stays valid. Certificates are made with `cryptography` (pyca), not by hand.
+trainer pods stays valid. The controller calls `ensure` again every few minutes and serves what it
+returns (gangctl.runtime.progress_server), so a re-issued certificate is in use without a restart.
+
+A Secret that exists but cannot serve (a key missing, not PEM, a certificate and key that do not
+match, a certificate not signed by its CA, or one due for re-issue without `ca.key`) raises
+`MalformedSecret` naming the key: it is not gangctl's to overwrite, so the endpoint stays off until
+it is fixed. Certificates are made with `cryptography` (pyca), not by hand.
 """
 from __future__ import annotations
 
 import base64
+import binascii
 import ipaddress
 import logging
 from dataclasses import dataclass
@@ -25,6 +32,11 @@ from gangctl.kube.client import ApiError, Kube
 
 log = logging.getLogger(__name__)
 CA_YEARS, SERVING_DAYS, RENEW_DAYS = 10, 365, 30
+REQUIRED = ("ca.crt", "tls.crt", "tls.key")
+
+
+class MalformedSecret(ValueError):
+    """The Secret exists but its certificate cannot be served; the message names the Secret and key."""
 
 
 @dataclass(frozen=True)
@@ -95,8 +107,40 @@ def serves(cert_pem: str, hosts: list[str], now: datetime) -> bool:
     return all(_san(h) in names for h in hosts)
 
 
-def _data(secret: dict) -> dict[str, str]:
-    return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+def read_secret(secret: dict, where: str) -> dict[str, str]:
+    """The Secret's PEM texts (`ca.crt`, `tls.crt`, `tls.key`, and `ca.key` when there), checked to fit
+    together; `MalformedSecret` naming the first key that does not."""
+    raw = secret.get("data") or {}
+    data: dict[str, str] = {}
+    for key in (*REQUIRED, "ca.key"):
+        if key not in raw:
+            if key in REQUIRED:
+                raise MalformedSecret(f"secret {where}: data.{key} is missing")
+            continue
+        try:
+            data[key] = base64.b64decode(raw[key], validate=True).decode()
+        except (binascii.Error, ValueError, TypeError):
+            raise MalformedSecret(f"secret {where}: data.{key} is not base64-encoded text") from None
+    certs, keys = {}, {}
+    for key in ("ca.crt", "tls.crt"):
+        try:
+            certs[key] = x509.load_pem_x509_certificate(data[key].encode())
+        except ValueError:
+            raise MalformedSecret(f"secret {where}: data.{key} is not a PEM certificate") from None
+    for key in ("ca.key", "tls.key"):
+        if key in data:
+            try:
+                keys[key] = serialization.load_pem_private_key(data[key].encode(), password=None)
+            except (ValueError, TypeError):
+                raise MalformedSecret(f"secret {where}: data.{key} is not an unencrypted PEM private key") from None
+    for key, cert in (("tls.key", "tls.crt"), ("ca.key", "ca.crt")):
+        if key in keys and keys[key].public_key() != certs[cert].public_key():
+            raise MalformedSecret(f"secret {where}: data.{key} is not the key of data.{cert}")
+    try:
+        certs["tls.crt"].verify_directly_issued_by(certs["ca.crt"])
+    except Exception:  # noqa: BLE001 - ValueError, TypeError or InvalidSignature: all mean "not signed by it"
+        raise MalformedSecret(f"secret {where}: data.tls.crt is not signed by data.ca.crt") from None
+    return data
 
 
 def _encode(data: dict[str, str]) -> dict[str, str]:
@@ -127,11 +171,14 @@ async def ensure(kube: Kube, namespace: str, name: str, hosts: list[str]) -> Ser
             log.info("progress endpoint: made CA and certificate for %s in secret %s/%s", ", ".join(hosts),
                      namespace, name)
             return ServingCert(cert, key, ca_pem)
-        data = _data(secret)
+        data = read_secret(secret, f"{namespace}/{name}")
         if serves(data["tls.crt"], hosts, now):
             return ServingCert(data["tls.crt"], data["tls.key"], data["ca.crt"])
+        if "ca.key" not in data:
+            raise MalformedSecret(f"secret {namespace}/{name}: data.tls.crt must be re-issued (it expires within "
+                                  f"{RENEW_DAYS} days or does not name {', '.join(hosts)}) and there is no data.ca.key")
         data["tls.crt"], data["tls.key"] = new_serving_cert(data["ca.crt"], data["ca.key"], hosts, now)
-        secret["data"] = _encode(data)
+        secret["data"] = {**secret["data"], **_encode({k: data[k] for k in ("tls.crt", "tls.key")})}
         try:
             await kube.request("PUT", SECRETS.path(namespace, name), body=secret)
         except ApiError as err:

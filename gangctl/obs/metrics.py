@@ -57,11 +57,23 @@ class Metrics:
         self.trainer_status_reports = Counter("gangctl_trainer_status_reports_total",
                                               "Progress reports (status.trainerStatus) from trainer pods, by "
                                               "HTTP answer", ["code"], registry=registry)
+        self.access_reviews = Counter("gangctl_access_reviews_total",
+                                      "TokenReviews and SubjectAccessReviews sent to check bearer tokens (/metrics "
+                                      "and the progress endpoint), by kind", ["kind"], registry=registry)
+        self.access_reviews_refused = Counter("gangctl_access_reviews_refused_total",
+                                              "Requests answered 429 without a review: a token not seen before "
+                                              "when its source's budget (limit=source) or the process's "
+                                              "(limit=total) was spent, or a known token's re-review past its own "
+                                              "budget (limit=known)", ["limit"], registry=registry)
         self.quota_policy_valid.set(1)
         for phase in PHASES:
             self.trainjobs.labels(phase).set(0)
         for cause in ("user", "infrastructure", "ignored"):
             self.restarts.labels(cause)
+        for kind in ("TokenReview", "SubjectAccessReview"):
+            self.access_reviews.labels(kind)
+        for limit in ("source", "total", "known"):
+            self.access_reviews_refused.labels(limit)
 
     def set_phases(self, counts: dict[str, int]) -> None:
         for phase in PHASES:

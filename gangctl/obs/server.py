@@ -2,7 +2,9 @@
 
 With `authorize` (the controller's `--metrics-auth`: gangctl.kube.access_review), /metrics answers
 only requests whose bearer token the API server accepts and allows `get` on `/metrics`; 401 or 403
-otherwise. /healthz and /readyz stay open for the kubelet's probes.
+otherwise, and 429 with Retry-After when the token would need a review that the review gate
+(gangctl.policy.review_gate) does not admit now. /healthz and /readyz stay open for the kubelet's
+probes; /readyz lists what keeps the replica from being ready, one line each.
 """
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from gangctl.obs import ports
+from gangctl.policy.review_gate import Busy
 
-# (bearer token or None, URL path) -> HTTP status: 200 allowed, 401, 403, or 503 when it could not be checked
-Authorize = Callable[[str | None, str], Awaitable[int]]
+# (bearer token or None, URL path, source address) -> HTTP status: 200 allowed, 401, 403, or 503 when
+# it could not be checked; raises Busy when a review is not admitted now
+Authorize = Callable[[str | None, str, str], Awaitable[int]]
 
 _REFUSALS = {401: "Unauthorized", 403: "Forbidden", 503: "authorization unavailable"}
 
@@ -29,12 +33,22 @@ def bearer_token(header: str | None) -> str | None:
     return token.strip() or None
 
 
+def retry_after_header(seconds: float) -> str:
+    """A Retry-After header's value: whole seconds, at least 1."""
+    return str(max(1, round(seconds)))
+
+
 def make_app(registry: CollectorRegistry, problems: Callable[[], list[str]],
              authorize: Authorize | None = None) -> web.Application:
     """`problems()`: why this replica is not ready (its caches cannot be trusted); empty when ready."""
     async def metrics(request: web.Request) -> web.Response:
         if authorize is not None:
-            status = await authorize(bearer_token(request.headers.get("Authorization")), request.path)
+            try:
+                status = await authorize(bearer_token(request.headers.get("Authorization")), request.path,
+                                         request.remote or "")
+            except Busy as busy:
+                return web.Response(status=429, text="too many token reviews; retry later",
+                                    headers={"Retry-After": retry_after_header(busy.seconds)})
             if status != 200:
                 headers = {"WWW-Authenticate": 'Bearer realm="gangctl"'} if status == 401 else None
                 return web.Response(status=status, text=_REFUSALS.get(status, "refused"), headers=headers)

@@ -20,7 +20,7 @@ from sys import intern
 
 _META = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
          "deletionGracePeriodSeconds", "labels", "annotations", "finalizers")
-_OWNER = ("apiVersion", "kind", "name", "uid", "controller")
+_OWNER = ("apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion")
 _CONDITION = ("type", "status", "reason", "message", "lastTransitionTime")
 _TERMINATED = ("exitCode", "reason", "message", "finishedAt", "startedAt")
 

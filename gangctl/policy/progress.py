@@ -9,14 +9,14 @@ The contract a script sees, in every container of every trainer pod:
 
 and a POST of `{"trainerStatus": {...}}` with `Authorization: Bearer <token>` sets the TrainJob's
 `status.trainerStatus`. The token is the pod's own (bound to the pod), so a pod can report only for
-the TrainJob it belongs to.
+the TrainJob whose child Job made it (`refusal`).
 """
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 from gangctl.api.resources import TRAINER_GROUP
 from gangctl.plugins.names import TRAINJOB_NAME
@@ -183,11 +183,49 @@ def sender(review_status: dict) -> Sender | None:
     return Sender(username, namespace, pod, uid)
 
 
-def may_report(who: Sender, pod: dict | None, namespace: str, trainjob: str) -> bool:
-    """A report for TrainJob `namespace/trainjob` is accepted only from a live pod of that TrainJob:
-    the very pod the token was bound to (same uid), in the TrainJob's namespace."""
-    if pod is None or who.namespace != namespace:
-        return False
-    meta = pod.get("metadata") or {}
-    return (meta.get("uid") == who.pod_uid and meta.get("namespace") == namespace
-            and (meta.get("labels") or {}).get(TRAINJOB_NAME) == trainjob)
+TERMINAL_PHASES = ("Succeeded", "Failed")
+MAX_OWNER_HOPS = 3  # pod -> Job -> TrainJob (a JobSet between them would be one more)
+
+
+def controller_of(obj: dict) -> dict | None:
+    """The ownerReference marked controller and blocking its owner's deletion (the object that made
+    `obj`: the Job controller and gangctl set both), if any. Where the API server runs the
+    OwnerReferencesPermissionEnforcement admission plugin, only a user allowed to update the owner's
+    finalizers can set blockOwnerDeletion, so a hand-made pod cannot claim a Job it did not come from."""
+    return next((r for r in (obj.get("metadata") or {}).get("ownerReferences") or []
+                 if r.get("controller") and r.get("blockOwnerDeletion")), None)
+
+
+def refusal(who: Sender, pod: dict | None, trainjob: dict | None,
+            owner: Callable[[str, str, str], dict | None], namespace: str, name: str) -> str | None:
+    """Why the pod `who` names may not report for TrainJob `namespace/name`; None when it may.
+
+    Only from a live pod (not Succeeded or Failed, not being deleted), the very pod the token was bound
+    to (same uid), whose chain of controller ownerReferences (pod -> Job -> TrainJob), each matched by
+    uid, leads to this TrainJob's uid: labels prove nothing, anyone allowed to create pods can set them.
+    `pod` and `trainjob` come from the controller's caches; `owner(namespace, kind, name)` looks an
+    intermediate owner (a Job) up there too."""
+    where = f"pod {who.namespace}/{who.pod}"
+    meta = (pod or {}).get("metadata") or {}
+    if who.namespace != namespace:
+        return f"{where} is not in the TrainJob's namespace {namespace}"
+    if pod is None or meta.get("uid") != who.pod_uid:
+        return f"{where} is not a pod gangctl knows (gone, or not made for a TrainJob)"
+    if meta.get("deletionTimestamp"):
+        return f"{where} is being deleted"
+    if (phase := (pod.get("status") or {}).get("phase")) in TERMINAL_PHASES:
+        return f"{where} has finished ({phase})"
+    uid = ((trainjob or {}).get("metadata") or {}).get("uid")
+    obj: dict | None = pod
+    for _ in range(MAX_OWNER_HOPS):
+        ref = controller_of(obj) if obj is not None else None
+        if ref is None:
+            break
+        if ref.get("kind") == "TrainJob" and str(ref.get("apiVersion", "")).startswith(TRAINER_GROUP + "/"):
+            if uid and ref.get("uid") == uid and ref.get("name") == name:
+                return None
+            break
+        obj = owner(namespace, ref.get("kind", ""), ref.get("name", ""))
+        if obj is not None and (obj.get("metadata") or {}).get("uid") != ref.get("uid"):
+            obj = None  # an object of that name, but not the one that made this pod
+    return f"{where} was not made for TrainJob {namespace}/{name} (its owner references do not lead to it)"

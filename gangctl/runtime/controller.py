@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, JOBS, NODES, PERSISTENT_VOLUME_CLAIMS, PODS,
                                    PRIORITY_CLASSES, PYTORCHJOBS, SERVICES, TRAINING_RUNTIMES, TRAINJOBS)
 from gangctl.config import ControllerSettings
-from gangctl.kube.access_review import AccessReviewer, may_list_and_watch
+from gangctl.kube.access_review import AccessReviewer, Reviews, may_list_and_watch
 from gangctl.kube.client import UNREACHABLE, ApiError, Kube, until_answered
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer, object_key
@@ -351,8 +351,9 @@ async def run_controller(settings: ControllerSettings) -> int:
     released so a standby takes over within its retry period.
     """
     kube = await Kube.connect(settings.kubeconfig)
-    # The access reviews and progress reports go through a session of their own: not behind the
-    # write fence (a standby answers its callers too) nor behind the controller's rate limit.
+    # The token reviews and progress reports go through a session of their own: not behind the write
+    # fence (a standby answers its callers too) nor behind the controller's rate limit. The reviews are
+    # capped and cached (gangctl.policy.review_gate), so callers with invented tokens cannot crowd it.
     control = await Kube.connect(settings.kubeconfig)
     # The Lease has a session and connection pool of its own again: no burst of reconciles, reviews
     # or reports can queue a renewal behind it (and deploy/'s FlowSchema gives it its own APF level).
@@ -365,21 +366,29 @@ async def run_controller(settings: ControllerSettings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     tasks: list[asyncio.Task] = []
+    background: list[asyncio.Task] = []   # loops that never end the controller (they catch their errors)
     runner = None
-    runners = []
+    closing = []
     try:
         backends = await until_answered(lambda: served_backends(kube, settings.namespace), "discovery")
         log.info("gang backends served by this cluster: %s", ", ".join(sorted(backends)) or "none")
         controller = Controller(kube, settings, backends=backends,
                                 pytorchjobs=await until_answered(lambda: serves_pytorchjobs(kube), "discovery"))
-        authorize = AccessReviewer(control).check if settings.metrics_auth else None
-        runner = await serve(make_app(controller.metrics.registry, controller.problems, authorize),
+        reviews = Reviews(control, on_review=lambda kind: controller.metrics.access_reviews.labels(kind).inc(),
+                          on_refused=lambda limit: controller.metrics.access_reviews_refused.labels(limit).inc())
+        authorize = AccessReviewer(reviews).check if settings.metrics_auth else None
+        endpoint = await progress_endpoint(control, reviews, controller, settings)
+        if endpoint is not None:
+            await endpoint.refresh()
+            closing.append(endpoint.close)
+            background.append(asyncio.create_task(endpoint.run(), name="progress-endpoint"))
+
+        def problems() -> list[str]:
+            return [*controller.problems(), *([p] if endpoint and (p := endpoint.problem()) else [])]
+        runner = await serve(make_app(controller.metrics.registry, problems, authorize),
                              settings.metrics_host, settings.metrics_port)
         log.info("serving /metrics%s /healthz /readyz on http://%s:%d", " (token-reviewed)" if authorize else "",
                  settings.metrics_host, settings.metrics_port)
-        progress_runner = await serve_progress(control, controller, settings)
-        if progress_runner is not None:
-            runners.append(progress_runner)
         elector = elector_task = None
         if settings.leader_elect:
             elector = LeaderElector(lease_kube, settings.leader_elect_namespace, settings.leader_elect_lease_name, me,
@@ -409,13 +418,13 @@ async def run_controller(settings: ControllerSettings) -> int:
             await elector.release()
         return 0
     finally:
-        for task in tasks:
+        for task in tasks + background:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, *background, return_exceptions=True)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-        for extra in runners:
-            await extra.cleanup()
+        for close in closing:
+            await close()
         if runner is not None:
             await runner.cleanup()
         await lease_kube.close()
@@ -423,9 +432,10 @@ async def run_controller(settings: ControllerSettings) -> int:
         await kube.close()
 
 
-async def serve_progress(control: Kube, controller: Controller, settings: ControllerSettings):
-    """Serve the progress endpoint (gangctl.runtime.progress_server) when a URL is set or the local
-    cluster has its host Service; tell the reconciler, so new trainer pods are given it."""
+async def progress_endpoint(control: Kube, reviews: Reviews, controller: Controller,
+                            settings: ControllerSettings) -> progress_server.ProgressEndpoint | None:
+    """The progress endpoint (gangctl.runtime.progress_server) when a URL is set or the local cluster
+    has its host Service; once it serves, the reconciler gives new trainer pods its URL and CA."""
     base_url, host, port = settings.trainer_status_url, settings.trainer_status_host, settings.trainer_status_port
     if not base_url:
         local = await until_answered(lambda: local_progress_service(control), "progress endpoint discovery")
@@ -433,23 +443,16 @@ async def serve_progress(control: Kube, controller: Controller, settings: Contro
             log.info("progress endpoint off (no --trainer-status-url): status.trainerStatus is not served")
             return None
         base_url, port = local
-    namespace, _, secret = settings.trainer_status_secret.partition("/")
     server = progress_server.ProgressServer(
-        control, controller.caches.pods.get, rate=settings.trainer_status_rate,
+        control, reviews, controller.caches, rate=settings.trainer_status_rate,
         on_answer=lambda code: controller.metrics.trainer_status_reports.labels(str(code)).inc())
-    try:
-        cert = await until_answered(lambda: serving_cert.ensure(control, namespace, secret,
-                                                                 progress.url_hosts(base_url)), "serving certificate")
-        runner = await progress_server.serve(server, cert, host, port)
-    except (ApiError, OSError) as err:
-        # Progress is optional: TrainJobs are served without it (new pods are not given the URL).
-        log.error("progress endpoint not served (%s): status.trainerStatus stays empty; check the Secret "
-                  "%s's RBAC (get/update by name, create) or the address %s:%d", err, settings.trainer_status_secret,
-                  host, port)
-        return None
-    controller.reconciler.progress = progress.Endpoint(base_url, cert.ca_pem)
-    log.info("progress endpoint on https://%s:%d; trainer pods report to %s", host, port, base_url)
-    return runner
+
+    def served(cert: serving_cert.ServingCert) -> None:
+        controller.reconciler.progress = progress.Endpoint(base_url, cert.ca_pem)
+    log.info("progress endpoint: trainer pods report to %s", base_url)
+    return progress_server.ProgressEndpoint(server, control, settings.trainer_status_secret,
+                                            progress.url_hosts(base_url), host, port, served,
+                                            check_seconds=settings.trainer_status_check_seconds)
 
 
 async def local_progress_service(kube: Kube) -> tuple[str, int] | None:

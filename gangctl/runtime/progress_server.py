@@ -6,77 +6,69 @@ KEP-2779 contract; the pure rules are in gangctl.policy.progress).
     {"trainerStatus": {"progressPercentage": 45, "estimatedRemainingSeconds": 600,
                        "metrics": [{"name": "loss", "value": "0.23"}], "lastUpdatedTime": "..."}}
 
-HTTPS only (gangctl.kube.serving_cert). A request is accepted when the API server's TokenReview (sent
-with the trainer audience) says the token is bound to a pod, and that pod — looked up in the
-controller's pod cache by name, matched by uid — belongs to the TrainJob in the URL. Answers: 200 with
-the status written, 400 naming the bad field, 401, 403, 404 (no such TrainJob), 429 with Retry-After
-(per ServiceAccount: a token bucket of `rate` reports per second, `burst` deep), 503 when the API
-server could not be asked. Verdicts are cached per token for `ttl` seconds, so a pod reporting every
-few seconds costs one TokenReview a minute. Every replica serves it (a report is not a controller
-decision); the write is a server-side apply of `status.trainerStatus` alone, under a field manager of
-its own that the reconciler never sends back.
+HTTPS only. A request is accepted when the API server's TokenReview (sent with the trainer audience)
+says the token is bound to a pod, and that pod (looked up in the controller's caches, matched by uid)
+is live and was made by a Job that this TrainJob (matched by uid) made (`progress.refusal`). Answers:
+200 with the status written, 400 naming the bad field (or a body that is not JSON, or nested too
+deeply), 401, 403 saying why, 404 (no such TrainJob), 413 (a body over 256 KiB), 429 with Retry-After
+(per ServiceAccount: a token bucket of `rate` reports per second, `burst` deep; or a token review the
+review gate does not admit now, gangctl.policy.review_gate), 503 when the API server could not be
+asked. Verdicts are cached per token for `ttl` seconds, so a pod reporting every few seconds costs one
+TokenReview a minute. Every replica serves it (a report is not a controller decision); the write is a
+server-side apply of `status.trainerStatus` alone, under a field manager of its own that the
+reconciler never sends back.
+
+`ProgressEndpoint` serves it with the certificate of gangctl.kube.serving_cert and checks the Secret
+again every `check_seconds`: a certificate re-issued before expiry (here or by another replica) is
+loaded into the same TLS context, for the next handshakes, without a restart. A Secret that cannot
+serve leaves the endpoint off with its reason in `problem()` (the controller's /readyz), and the
+controller runs on.
 """
 from __future__ import annotations
 
-import hashlib
+import asyncio
 import json
 import logging
 import os
 import ssl
 import tempfile
 import time
-from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Callable
 
 from aiohttp import web
 
 from gangctl.api.resources import TRAINJOBS
+from gangctl.kube import serving_cert
+from gangctl.kube.access_review import Reviews
 from gangctl.kube.client import UNREACHABLE, ApiError, Kube
-from gangctl.kube.serving_cert import ServingCert
-from gangctl.obs.server import bearer_token
+from gangctl.kube.serving_cert import MalformedSecret, ServingCert
+from gangctl.obs.server import bearer_token, retry_after_header
 from gangctl.policy import progress
-from gangctl.policy.ratelimit import TokenBucket
+from gangctl.policy.ratelimit import TokenBuckets
+from gangctl.policy.review_gate import Busy, Verdicts
+from gangctl.runtime.reconciler import Caches
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "gangctl-trainer-status"
 ROUTE = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
-
-
-class TokenBuckets:
-    """One `TokenBucket` per key (the oldest keys dropped past `max_keys`): `take(key)` says how long
-    to wait when the key's bucket is empty (0: go ahead)."""
-
-    def __init__(self, rate: float, burst: int, max_keys: int = 4096, clock: Callable[[], float] = time.monotonic):
-        self.rate, self.burst, self.max_keys, self.clock = rate, burst, max_keys, clock
-        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
-
-    def take(self, key: str) -> float:
-        bucket = self._buckets.pop(key, None) or TokenBucket(self.rate, self.burst)
-        self._buckets[key] = bucket
-        while len(self._buckets) > self.max_keys:
-            self._buckets.popitem(last=False)
-        return bucket.take(self.clock())
+MAX_BODY = 256 * 1024
 
 
 class ProgressServer:
-    def __init__(self, kube: Kube, pod: Callable[[str], dict | None], *, rate: float = 1.0, burst: int = 10,
+    def __init__(self, kube: Kube, reviews: Reviews, caches: Caches, *, rate: float = 1.0, burst: int = 10,
                  ttl: float = 60.0, on_answer: Callable[[int], None] = lambda code: None,
                  clock: Callable[[], float] = time.monotonic):
         self.kube = kube
-        self.pod = pod                   # "ns/name" -> the pod from the controller's cache
-        self.ttl = ttl
+        self.reviews = reviews
+        self.caches = caches
         self.clock = clock
         self.on_answer = on_answer
-        self.limits = TokenBuckets(rate, burst, clock=clock)
-        # A TokenReview per token at most every `ttl`; and at most 20 a second overall, so a flood of
-        # made-up tokens cannot turn into a flood of API requests.
-        self.reviews = TokenBuckets(20.0, 20, clock=clock)
-        self.reviews_sent = 0
-        self._senders: OrderedDict[str, tuple[float, progress.Sender | None]] = OrderedDict()
+        self.limits = TokenBuckets(rate, burst)
+        self.senders: Verdicts[progress.Sender | None] = Verdicts(ttl)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=256 * 1024)
+        app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post(ROUTE, self.handle)
         return app
 
@@ -91,24 +83,28 @@ class ProgressServer:
         if not token:
             return _error(401, f"no bearer token: send the pod's token, the file ${progress.ENV_TOKEN} names")
         try:
-            who = await self._sender(token)
-        except _Busy as busy:
+            who = await self.reviews.verdict(self.senders, token, request.remote or "", lambda: self._review(token))
+        except Busy as busy:
             return _error(429, "too many new tokens at once; retry", retry_after=busy.seconds)
-        except (ApiError, OSError, TimeoutError) as err:
+        except (ApiError, *UNREACHABLE) as err:
             log.warning("progress: the API server could not review a token: %r", err)
             return _error(503, "the API server could not review the token; retry later", retry_after=5)
         if who is None:
             return _error(401, f"token not accepted: it must be a pod's token for audience {progress.AUDIENCE} "
                                f"(the file ${progress.ENV_TOKEN} names)")
-        pod = self.pod(f"{who.namespace}/{who.pod}")
-        if not progress.may_report(who, pod, namespace, name):
-            return _error(403, f"pod {who.namespace}/{who.pod} is not a running pod of TrainJob {namespace}/{name}")
-        if (wait := self.limits.take(who.subject)) > 0:
+        why = progress.refusal(who, self.caches.pods.get(f"{who.namespace}/{who.pod}"),
+                               self.caches.trainjobs.get(f"{namespace}/{name}"), self._owner, namespace, name)
+        if why is not None:
+            return _error(403, f"{why}: it may not report for TrainJob {namespace}/{name}")
+        if (wait := self.limits.take(who.subject, self.clock())) > 0:
             return _error(429, f"more than {self.limits.rate:g} reports a second from {who.subject}",
                           retry_after=wait)
         try:
-            body = json.loads(await request.read() or b"null")
-            status = progress.parse_report(body, datetime.now(timezone.utc))
+            status = progress.parse_report(json.loads(await request.read() or b"null"), datetime.now(timezone.utc))
+        except web.HTTPRequestEntityTooLarge:
+            return _error(413, f"the body is over {MAX_BODY // 1024} KiB")
+        except RecursionError:
+            return _error(400, "the body is nested too deeply")
         except (ValueError, UnicodeDecodeError) as err:
             return _error(400, str(err) if isinstance(err, progress.ReportError) else f"the body is not JSON: {err}")
         try:
@@ -116,54 +112,38 @@ class ProgressServer:
                 "apiVersion": TRAINJOBS.api_version, "kind": TRAINJOBS.kind,
                 "metadata": {"name": name, "namespace": namespace}, "status": {"trainerStatus": status}},
                 FIELD_MANAGER)
-        except UNREACHABLE as err:
-            log.warning("progress: writing %s/%s got no answer: %r", namespace, name, err)
-            return _error(503, "the API server did not answer; retry later", retry_after=5)
-        except ApiError as err:
-            if err.not_found:
+        except (ApiError, *UNREACHABLE) as err:
+            if isinstance(err, ApiError) and err.not_found:
                 return _error(404, f"TrainJob {namespace}/{name} not found")
-            if err.status in (400, 422):
+            if isinstance(err, ApiError) and err.status in (400, 422):
                 return _error(400, err.message)
             log.warning("progress: writing %s/%s failed: %r", namespace, name, err)
             return _error(503, "the API server did not take the status; retry later", retry_after=5)
         return web.json_response({"trainerStatus": (written.get("status") or {}).get("trainerStatus")})
 
-    async def _sender(self, token: str) -> progress.Sender | None:
-        key = hashlib.sha256(token.encode()).hexdigest()
-        now = self.clock()
-        hit = self._senders.get(key)
-        if hit and hit[0] > now:
-            return hit[1]
-        if (wait := self.reviews.take("")) > 0:
-            raise _Busy(wait)
-        self.reviews_sent += 1
-        review = await self.kube.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", timeout=10, body={
-            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-            "spec": {"token": token, "audiences": [progress.AUDIENCE]}})
-        who = progress.sender(review.get("status") or {})
-        self._senders[key] = (now + self.ttl, who)
-        self._senders.move_to_end(key)
-        while len(self._senders) > 4096:
-            self._senders.popitem(last=False)
-        return who
+    async def _review(self, token: str) -> tuple[progress.Sender | None, bool]:
+        status = await self.reviews.token_review(token, [progress.AUDIENCE])
+        return progress.sender(status), bool(status.get("authenticated"))
 
-
-class _Busy(Exception):
-    def __init__(self, seconds: float):
-        super().__init__(seconds)
-        self.seconds = seconds
+    def _owner(self, namespace: str, kind: str, name: str) -> dict | None:
+        """An owner of a trainer pod, from the caches (gangctl makes pods through Jobs only)."""
+        return self.caches.jobs.get(f"{namespace}/{name}") if kind == "Job" else None
 
 
 def _error(status: int, message: str, retry_after: float | None = None) -> web.Response:
-    headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after is not None else None
+    headers = {"Retry-After": retry_after_header(retry_after)} if retry_after is not None else None
     if status == 401:
         headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="gangctl"'}
     return web.json_response({"code": status, "message": message}, status=status, headers=headers)
 
 
-def tls_context(cert: ServingCert) -> ssl.SSLContext:
-    """A server context from PEM strings (the ssl module reads files: a private temporary folder)."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+def server_context() -> ssl.SSLContext:
+    return ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+
+
+def load_cert(context: ssl.SSLContext, cert: ServingCert) -> None:
+    """Put `cert` into `context` (handshakes from now on present it). The ssl module reads files only:
+    a private temporary folder."""
     with tempfile.TemporaryDirectory(prefix="gangctl-tls-") as folder:
         os.chmod(folder, 0o700)
         cert_file, key_file = os.path.join(folder, "tls.crt"), os.path.join(folder, "tls.key")
@@ -171,12 +151,88 @@ def tls_context(cert: ServingCert) -> ssl.SSLContext:
             with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
                 f.write(text)
         context.load_cert_chain(cert_file, key_file)
-    return context
 
 
-async def serve(server: ProgressServer, cert: ServingCert, host: str, port: int) -> web.AppRunner:
+class ProgressEndpoint:
+    """The progress endpoint served on host:port with the certificate in Secret `namespace/secret`
+    (made or re-issued for `hosts` by serving_cert.ensure). `refresh()` checks the Secret once (and
+    starts serving on the first success); `run()` refreshes every `check_seconds`. `on_served(cert)`
+    after each success (the reconciler gives new pods the endpoint and its CA). Never raises."""
+
+    def __init__(self, server: ProgressServer, kube: Kube, secret: str, hosts: list[str], host: str, port: int,
+                 on_served: Callable[[ServingCert], None], check_seconds: float = 300.0):
+        self.server, self.kube = server, kube
+        self.namespace, _, self.secret = secret.partition("/")
+        self.hosts, self.host, self.port = hosts, host, port
+        self.on_served = on_served
+        self.check_seconds = check_seconds
+        self.context = server_context()
+        self.cert: ServingCert | None = None
+        self.runner: web.AppRunner | None = None
+        self._problem: str | None = None
+
+    def problem(self) -> str | None:
+        """Why trainer pods cannot report to this replica now (None: they can)."""
+        return self._problem
+
+    async def refresh(self) -> None:
+        try:
+            await self._refresh()
+        except Exception:  # noqa: BLE001 - an optional endpoint never takes the controller down
+            log.exception("progress endpoint: checking the certificate failed")
+            self._fail("checking the certificate failed (a bug: see the log)")
+
+    async def _refresh(self) -> None:
+        where = f"{self.namespace}/{self.secret}"
+        try:
+            cert = await serving_cert.ensure(self.kube, self.namespace, self.secret, self.hosts)
+        except MalformedSecret as err:
+            return self._fail(f"{err}; fix it, or delete it and gangctl makes a new one", needs_someone=True)
+        except (ApiError, RuntimeError, *UNREACHABLE) as err:
+            return self._fail(f"cannot read or make secret {where} ({err}); check the RBAC for it "
+                              "(get and update by name, create)")
+        try:
+            if cert != self.cert:
+                load_cert(self.context, cert)
+                if self.cert is not None:
+                    log.info("progress endpoint: serving the certificate now in secret %s", where)
+                self.cert = cert
+            if self.runner is None:
+                self.runner = await serve(self.server, self.context, self.host, self.port)
+                log.info("progress endpoint on https://%s:%d", self.host, self.port)
+        except OSError as err:  # ssl.SSLError is one
+            return self._fail(f"cannot serve on {self.host}:{self.port} with the certificate of secret {where} "
+                              f"({err})")
+        self._problem = None
+        self.on_served(cert)
+
+    def _fail(self, reason: str, needs_someone: bool = False) -> None:
+        """A failed check. While a certificate is served, a passing API error is only a warning; a
+        Secret someone must fix, or an endpoint not served at all, is a problem (/readyz)."""
+        serving = self.runner is not None
+        if serving and not needs_someone:
+            log.warning("progress endpoint: %s; serving the certificate loaded before", reason)
+            return
+        self._problem = f"progress endpoint {'serving its last certificate' if serving else 'off'}: {reason}"
+        log.error("%s (checked again every %.0fs)", self._problem, self.check_seconds)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.check_seconds)
+            await self.refresh()
+
+    async def close(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+async def serve(server: ProgressServer, context: ssl.SSLContext, host: str, port: int) -> web.AppRunner:
     """HTTPS on host:port; SO_REUSEPORT, so several replicas on one host (tests, a restart) all serve."""
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port, ssl_context=tls_context(cert), reuse_port=True).start()
+    try:
+        await web.TCPSite(runner, host, port, ssl_context=context, reuse_port=True).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     return runner

@@ -49,7 +49,8 @@ def base() -> list[dict]:
 def variants(base) -> dict[str, list[dict]]:
     return {"deploy": base, "local": kustomize(DEPLOY / "overlays/local"),
             "monitoring": kustomize(DEPLOY / "overlays/monitoring"),
-            "lost-pod-reaper": kustomize(DEPLOY / "overlays/lost-pod-reaper")}
+            "lost-pod-reaper": kustomize(DEPLOY / "overlays/lost-pod-reaper"),
+            "network-policy": kustomize(DEPLOY / "overlays/network-policy")}
 
 
 def find(docs: list[dict], kind: str, name: str | None = None) -> list[dict]:
@@ -636,6 +637,30 @@ def test_alerts_and_dashboard_use_exported_metrics(variants):
     assert one(docs, "ClusterRole", reader["roleRef"]["name"])["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
 
 
+# --- the NetworkPolicy overlay -----------------------------------------------------------------------
+
+def test_network_policy_admits_only_prometheus_to_metrics_and_only_pods_to_the_progress_endpoint(variants):
+    docs = variants["network-policy"]
+    assert not find(variants["deploy"], "NetworkPolicy"), "optional: not in deploy/"
+    policy = one(docs, "NetworkPolicy", "gangctl-controller")
+    dep = one(docs, "Deployment", "gangctl-controller")
+    assert policy["metadata"]["namespace"] == dep["metadata"]["namespace"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"], "egress stays open: the controller calls the API server"
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    rules = {_port(container, p["port"]): r["from"] for r in policy["spec"]["ingress"] for p in r["ports"]}
+    assert rules.keys() == {p["containerPort"] for p in container["ports"]} == {8080, 8443}
+    # the probes' port: the kubelet probes from the pod's own node, which NetworkPolicy always admits
+    assert _port(container, container["readinessProbe"]["httpGet"]["port"]) == 8080
+    (prometheus,) = rules[8080]
+    assert prometheus["podSelector"]["matchLabels"] and prometheus["namespaceSelector"]["matchLabels"], \
+        "only Prometheus's pods, not every pod of a namespace"
+    assert "ipBlock" not in prometheus
+    assert rules[8443] == [{"namespaceSelector": {}}], "pods of any namespace; no ipBlock: nothing from outside"
+    strip = lambda docs: [d for d in docs if d["kind"] != "NetworkPolicy"]  # noqa: E731
+    assert strip(docs) == variants["deploy"], "the rest is the same install"
+
+
 # --- Helm -------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -677,7 +702,8 @@ def normalise(docs: list[dict]) -> dict[tuple, dict]:
 
 @pytest.mark.parametrize("variant,sets", [("deploy", ()), ("monitoring", ("monitoring.enabled=true",)),
                                           ("local", ("processNodes.enabled=true",)),
-                                          ("lost-pod-reaper", ("lostPodReaper.enabled=true",))])
+                                          ("lost-pod-reaper", ("lostPodReaper.enabled=true",)),
+                                          ("network-policy", ("networkPolicy.enabled=true",))])
 def test_helm_chart_renders_the_kustomize_objects(helm, variants, variant, sets):
     result = helm_template(helm, *sets)
     assert result.returncode == 0, result.stderr

@@ -3,18 +3,22 @@ reports are taken, who may send them, the rate limit and the endpoint's certific
 itself, with real tokens from real pods, is tests/integration/test_trainer_status.py."""
 from __future__ import annotations
 
+import base64
 import copy
+import socket
+import ssl
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from gangctl.api.resources import CONFIGMAPS, JOBS
 from gangctl.kube import serving_cert
-from gangctl.plugins.names import TRAINJOB_NAME
+from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
 from gangctl.policy import progress
 from gangctl.policy.decide import Apply, Create, decide
-from gangctl.runtime.progress_server import TokenBuckets
+from gangctl.runtime import progress_server
 from tests.unit.test_decide import NOW, child, snap, trainjob
 
 ENDPOINT = progress.Endpoint("https://gangctl-controller.gangctl-system.svc:8443", "-----CA-----")
@@ -122,15 +126,42 @@ def review(*, audiences=("trainer.kubeflow.org",), username="system:serviceaccou
             "user": {"username": username, "extra": extra}}
 
 
-def a_pod(*, uid="pod-1", namespace="team-a", trainjob="llm") -> dict:
-    return {"metadata": {"name": "llm-node-0-0-abcde", "namespace": namespace, "uid": uid,
-                         "labels": {TRAINJOB_NAME: trainjob}}}
+TRAINJOB = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "llm", "namespace": "team-a", "uid": "tj-1"}}
 
 
-def test_a_pod_of_the_trainjob_may_report():
+def owned_by(obj: dict, uid: str, *, kind: str, name: str, api_version: str = "batch/v1") -> dict:
+    out = copy.deepcopy(obj)
+    out["metadata"]["ownerReferences"] = [{"apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
+                                           "controller": True, "blockOwnerDeletion": True}]
+    return out
+
+
+JOB = owned_by({"metadata": {"name": "llm-node-0", "namespace": "team-a", "uid": "job-1"}}, "tj-1", kind="TrainJob",
+               name="llm", api_version="trainer.kubeflow.org/v1alpha1")
+
+
+def a_pod(*, uid="pod-1", namespace="team-a", trainjob="llm", job_uid="job-1", phase="Running") -> dict:
+    """A trainer pod as the Job controller makes it (its labels copied from gangctl's template)."""
+    pod = {"metadata": {"name": "llm-node-0-0-abcde", "namespace": namespace, "uid": uid,
+                        "labels": {MANAGED_BY: MANAGER, TRAINJOB_NAME: trainjob}}, "status": {"phase": phase}}
+    return owned_by(pod, job_uid, kind="Job", name="llm-node-0")
+
+
+def jobs(*known: dict):
+    by_name = {(j["metadata"]["namespace"], j["metadata"]["name"]): j for j in known}
+    return lambda namespace, kind, name: by_name.get((namespace, name)) if kind == "Job" else None
+
+
+def refusal(pod, *, trainjob=TRAINJOB, owners=(JOB,), namespace="team-a", name="llm", token=None):
+    return progress.refusal(progress.sender(token or review()), pod, trainjob, jobs(*owners), namespace, name)
+
+
+def test_a_live_pod_made_by_the_trainjobs_job_may_report():
     who = progress.sender(review())
     assert who == progress.Sender("system:serviceaccount:team-a:default", "team-a", "llm-node-0-0-abcde", "pod-1")
-    assert progress.may_report(who, a_pod(), "team-a", "llm")
+    assert refusal(a_pod()) is None
+    assert refusal(a_pod(phase="Pending")) is None, "a pod whose container runs before the kubelet says Running"
 
 
 @pytest.mark.parametrize("status", [
@@ -140,24 +171,54 @@ def test_a_token_not_bound_to_a_pod_for_the_trainer_audience_is_nobody(status):
     assert progress.sender(status) is None
 
 
-@pytest.mark.parametrize("pod, namespace, name", [
-    (None, "team-a", "llm"),                       # the pod is gone
-    (a_pod(uid="pod-2"), "team-a", "llm"),         # same name, another pod (the token's pod is gone)
-    (a_pod(trainjob="other"), "team-a", "llm"),    # a pod of another TrainJob
-    (a_pod(), "team-b", "llm"),                    # a TrainJob of the same name in another namespace
+def hand_made() -> dict:
+    """A pod someone allowed to create pods made with the TrainJob's labels: no owner."""
+    pod = a_pod()
+    del pod["metadata"]["ownerReferences"]
+    return pod
+
+
+def not_blocking() -> dict:
+    """A pod that names the Job as its controller without blockOwnerDeletion, which the Job controller
+    always sets (and hardened API servers let only those allowed to update the Job's finalizers set)."""
+    pod = a_pod()
+    pod["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = False
+    return pod
+
+
+def deleting() -> dict:
+    pod = a_pod()
+    pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return pod
+
+
+@pytest.mark.parametrize("pod, kwargs, why", [
+    (None, {}, "not a pod gangctl knows"),                                   # the pod is gone (or not cached)
+    (a_pod(uid="pod-2"), {}, "not a pod gangctl knows"),                     # same name, another pod
+    (a_pod(), {"namespace": "team-b"}, "namespace team-b"),                  # same name in another namespace
+    (a_pod(phase="Succeeded"), {}, "finished (Succeeded)"),
+    (a_pod(phase="Failed"), {}, "finished (Failed)"),
+    (deleting(), {}, "being deleted"),
+    (hand_made(), {}, "not made for TrainJob team-a/llm"),                   # labels prove nothing
+    (not_blocking(), {}, "not made for"),
+    (a_pod(), {"owners": ()}, "not made for"),                               # its Job is not gangctl's (not cached)
+    (a_pod(job_uid="job-2"), {}, "not made for"),                            # a Job of that name, not its maker
+    (a_pod(), {"owners": (owned_by(JOB, "tj-0", kind="TrainJob", name="llm",
+                                    api_version="trainer.kubeflow.org/v1alpha1"),)}, "not made for"),  # an earlier llm
+    (a_pod(), {"owners": (owned_by(JOB, "tj-1", kind="TrainJob", name="llm", api_version="example.com/v1"),)},
+     "not made for"),                                                        # a look-alike kind of another group
+    (a_pod(), {"trainjob": None}, "not made for"),                           # no such TrainJob (not told apart)
+    (a_pod(trainjob="other"), {"name": "other", "trainjob": {"metadata": {"name": "other", "uid": "tj-9"}}},
+     "not made for"),                                                         # relabelled pod of another TrainJob
 ])
-def test_no_pod_reports_for_a_trainjob_it_is_not_part_of(pod, namespace, name):
-    assert not progress.may_report(progress.sender(review()), pod, namespace, name)
+def test_only_a_live_pod_whose_owners_lead_to_the_trainjob_may_report(pod, kwargs, why):
+    assert why in (refusal(pod, **kwargs) or "")
 
 
-def test_token_buckets_allow_a_burst_then_the_rate_per_key():
-    now = [0.0]
-    limits = TokenBuckets(rate=1.0, burst=3, clock=lambda: now[0])
-    assert [limits.take("a") for _ in range(3)] == [0, 0, 0]
-    assert limits.take("a") == pytest.approx(1.0)
-    assert limits.take("b") == 0, "keys do not share a bucket"
-    now[0] = 2.5
-    assert limits.take("a") == 0
+def test_an_owner_chain_that_loops_ends():
+    loop = owned_by({"metadata": {"name": "llm-node-0", "namespace": "team-a", "uid": "job-1"}}, "job-1",
+                    kind="Job", name="llm-node-0")
+    assert "not made for" in refusal(a_pod(), owners=(loop,))
 
 
 # --- the endpoint's certificate ---------------------------------------------------------------------
@@ -172,3 +233,84 @@ def test_the_serving_certificate_names_the_service_and_is_signed_by_the_ca():
     assert serving_cert.serves(cert_pem, hosts, now)
     assert not serving_cert.serves(cert_pem, ["host-controller.gangctl-local.svc"], now), "another name: re-issue"
     assert not serving_cert.serves(cert_pem, hosts, now + timedelta(days=340)), "within 30 days of expiry: re-issue"
+
+
+def pem_secret(**override: str | None) -> dict:
+    """A Secret as gangctl makes it, with some keys replaced (None: removed); values given as text."""
+    now = datetime.now(timezone.utc)
+    ca_pem, ca_key = serving_cert.new_ca("test-ca", now)
+    cert_pem, key_pem = serving_cert.new_serving_cert(ca_pem, ca_key, ["127.0.0.1"], now)
+    data = {"ca.crt": ca_pem, "ca.key": ca_key, "tls.crt": cert_pem, "tls.key": key_pem}
+    for key, value in override.items():
+        if value is None:
+            data.pop(key.replace("_", "."))
+        else:
+            data[key.replace("_", ".")] = value
+    return {"data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+
+
+OTHER_CA, OTHER_KEY = serving_cert.new_ca("someone-else", datetime.now(timezone.utc))
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"tls_crt": None}, "data.tls.crt is missing"),
+    ({"ca_crt": None}, "data.ca.crt is missing"),
+    ({"tls_crt": "not a certificate"}, "data.tls.crt is not a PEM certificate"),
+    ({"tls_key": "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}, "data.tls.key is not an unencrypted"),
+    ({"tls_key": OTHER_KEY}, "data.tls.key is not the key of data.tls.crt"),
+    ({"ca_key": OTHER_KEY}, "data.ca.key is not the key of data.ca.crt"),
+    ({"ca_crt": OTHER_CA, "ca_key": OTHER_KEY}, "data.tls.crt is not signed by data.ca.crt"),
+])
+def test_a_malformed_secret_is_named_key_by_key(override, message):
+    with pytest.raises(serving_cert.MalformedSecret, match=message.replace(".", r"\.")) as err:
+        serving_cert.read_secret(pem_secret(**override), "gangctl-system/tls")
+    assert "gangctl-system/tls" in str(err.value)
+
+
+def test_a_value_that_is_not_base64_is_named():
+    secret = pem_secret()
+    secret["data"]["tls.key"] = "%%% not base64 %%%"
+    with pytest.raises(serving_cert.MalformedSecret, match=r"data\.tls\.key is not base64"):
+        serving_cert.read_secret(secret, "ns/tls")
+    secret["data"]["tls.key"] = base64.b64encode(b"\xff\xfe").decode()
+    with pytest.raises(serving_cert.MalformedSecret, match=r"data\.tls\.key is not base64-encoded text"):
+        serving_cert.read_secret(secret, "ns/tls")
+
+
+def test_a_secret_without_the_ca_key_serves_as_it_is():
+    data = serving_cert.read_secret(pem_secret(ca_key=None), "ns/tls")
+    assert set(data) == {"ca.crt", "tls.crt", "tls.key"}
+
+
+def handshake(port: int, ca_pem: str) -> bytes:
+    """The certificate a TLS client verifying with `ca_pem` is shown on 127.0.0.1:`port` (DER)."""
+    context = ssl.create_default_context(cadata=ca_pem)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            return tls.getpeercert(binary_form=True)
+
+
+async def test_a_certificate_loaded_into_the_serving_context_is_shown_from_the_next_handshake():
+    """The reload the endpoint relies on: `load_cert` on the context a listening server already has
+    (no restart); the connection made before it keeps the certificate it was shown."""
+    import asyncio
+
+    now = datetime.now(timezone.utc)
+    ca_pem, ca_key = serving_cert.new_ca("test-ca", now)
+    first = serving_cert.ServingCert(*serving_cert.new_serving_cert(ca_pem, ca_key, ["127.0.0.1"], now), ca_pem)
+    second = serving_cert.ServingCert(*serving_cert.new_serving_cert(ca_pem, ca_key, ["127.0.0.1"], now), ca_pem)
+    context = progress_server.server_context()
+    progress_server.load_cert(context, first)
+
+    async def echo(reader, writer):
+        writer.close()
+    server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    der = lambda pem: x509.load_pem_x509_certificate(pem.encode()).public_bytes(serialization.Encoding.DER)  # noqa: E731
+    try:
+        assert await asyncio.to_thread(handshake, port, ca_pem) == der(first.cert_pem)
+        progress_server.load_cert(context, second)
+        assert await asyncio.to_thread(handshake, port, ca_pem) == der(second.cert_pem)
+    finally:
+        server.close()
+        await server.wait_closed()
