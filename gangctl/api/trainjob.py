@@ -531,7 +531,11 @@ class TrainJob(K8sModel):
     @model_validator(mode="after")
     def _name_fits_child_names(self) -> TrainJob:
         name = self.metadata.name
-        if name is not None and (len(name) > MAX_NAME_LENGTH or not re.fullmatch(DNS1035_LABEL, name)):
+        # The API refuses new names over MAX_NAME_LENGTH (NAME_RULE). A stored TrainJob may be longer
+        # (made before the limit was 50, or on CRDs without the rule): it runs when its children's names
+        # fit at its own size, and fails NameTooLong naming the child otherwise (policy.name_budget),
+        # so an upgrade never fails a running job whose names fit.
+        if name is not None and (len(name) > DNS_LABEL_MAX or not re.fullmatch(DNS1035_LABEL, name)):
             raise ValueError(f"{NAME_MESSAGE} (got {name!r})")
         return self
 

@@ -247,7 +247,7 @@ def test_sdk_posted_trainjob_parses_and_round_trips():
         (lambda o: o["spec"]["trainer"].update(numNodes="four"), "spec.trainer.numNodes: must be an integer"),
         (lambda o: o["spec"].update(activeDeadlineSeconds=0), "spec.activeDeadlineSeconds: must be ≥ 1"),
         (lambda o: o["status"]["conditions"][0].update(status="Yes"), "status.conditions[0].status: must be one of"),
-        (lambda o: o["metadata"].update(name="a" * 51), "metadata.name must be a DNS-1035 label"),
+        (lambda o: o["metadata"].update(name="a" * 64), "metadata.name must be a DNS-1035 label"),
         (lambda o: o["metadata"].update(name="1abc"), "at most 50 characters"),
         (lambda o: o["metadata"].update(name="Abc"), "'<trainjob>-node-0-<index>'"),
         (lambda o: o.pop("spec"), "spec: required"),

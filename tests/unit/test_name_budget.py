@@ -39,8 +39,17 @@ def test_the_longest_accepted_name_at_the_largest_numnodes_makes_children_within
     assert all(len(n) <= MAX_NAME for n in names), names
     assert master_addr(LONGEST).split(".")[0] == pod_hostname(LONGEST, 0)
     assert name_budget.too_long(job) is None
-    with pytest.raises(ValueError, match="metadata.name must be a DNS-1035 label .* at most 50 characters"):
-        parse_trainjob(named(LONGEST + "a"))
+
+
+def test_a_stored_name_over_the_api_limit_runs_while_its_children_fit_and_fails_naming_the_child_otherwise():
+    stored = LONGEST + "a"   # 51: the limit before it was 50, or a CRD without the rule
+    parse_trainjob(named(stored))  # an upgrade does not fail it for its name alone
+    assert name_budget.too_long(resolve(named(stored, 4), RUNTIME)) is None
+    with pytest.raises(ResolveError, match="the node Job's pod hostname .* would have 64 characters") as refused:
+        resolve(named(stored, MAX_NODES, elastic={"minNodes": 1, "maxNodes": MAX_NODES}), RUNTIME)
+    assert refused.value.reason == name_budget.NAME_TOO_LONG
+    with pytest.raises(ValueError, match="metadata.name must be a DNS-1035 label"):
+        parse_trainjob(named("a" * 64))
 
 
 def test_every_replicated_job_name_the_api_accepts_fits_with_a_short_trainjob_name():
