@@ -13,6 +13,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,9 +55,16 @@ def cache(settings: ClusterSettings) -> Path:
 def podman(settings: ClusterSettings) -> list[str]:
     """podman with the cache's own storage (vfs: works on any filesystem, no kernel overlay needed) and
     runc with cgroupfs (crun refuses cgroup v1 hybrid hosts; no systemd needed)."""
-    store = cache(settings) / "storage"
-    return ["podman", "--storage-driver", "vfs", "--root", str(store / "root"), "--runroot", str(store / "run"),
+    store = cache(settings) / "podman"   # (not "storage": podman refuses a store made with another runroot)
+    return ["podman", "--storage-driver", "vfs", "--root", str(store / "root"), "--runroot", str(runroot(store)),
             "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
+
+
+def runroot(store: Path) -> Path:
+    """podman's transient state (locks, mounts): refused when its path is over 50 characters, so under
+    /run (or the temp folder) with a name derived from the store, never beside a long cache path."""
+    top = Path("/run") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir())
+    return top / f"gangctl-podman-{hashlib.sha256(str(store).encode()).hexdigest()[:8]}"
 
 
 def ulimits() -> list[str]:
@@ -194,7 +202,11 @@ def run_command(settings: ClusterSettings, image: str, container: str, kubeconfi
 
 
 def main() -> int:
-    """`python -m gangctl.cluster.image`: build (or reuse) the controller image; print its name."""
+    """`python -m gangctl.cluster.image`: build (or reuse) the controller image; print its name.
+    `--podman`: print the podman command line that uses the image's storage (to run or save it)."""
+    if sys.argv[1:] == ["--podman"]:
+        print(" ".join(podman(ClusterSettings())))
+        return 0
     started = time.monotonic()
     try:
         image = ensure_image(ClusterSettings(), lambda m: print(m, file=sys.stderr, flush=True))
