@@ -39,8 +39,11 @@ def retry_after_header(seconds: float) -> str:
 
 
 def make_app(registry: CollectorRegistry, problems: Callable[[], list[str]],
-             authorize: Authorize | None = None) -> web.Application:
-    """`problems()`: why this replica is not ready (its caches cannot be trusted); empty when ready."""
+             authorize: Authorize | None = None,
+             degraded: Callable[[], list[str]] = lambda: []) -> web.Application:
+    """`problems()`: why this replica is not ready (its caches cannot be trusted); empty when ready.
+    `degraded()`: what an optional feature cannot do now (the progress endpoint without its certificate):
+    named by /readyz, which still answers 200, so an optional feature never holds a rollout or a drain."""
     async def metrics(request: web.Request) -> web.Response:
         if authorize is not None:
             try:
@@ -60,7 +63,8 @@ def make_app(registry: CollectorRegistry, problems: Callable[[], list[str]],
     async def readyz(_: web.Request) -> web.Response:
         found = problems()
         if not found:
-            return web.Response(text="ok")
+            notes = degraded()
+            return web.Response(text="ok" + "".join(f"\ndegraded: {n}" for n in notes) + "\n" * bool(notes))
         return web.Response(status=503, text="not ready:\n" + "\n".join(found) + "\n")
 
     app = web.Application()

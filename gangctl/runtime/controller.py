@@ -383,9 +383,9 @@ async def run_controller(settings: ControllerSettings) -> int:
             closing.append(endpoint.close)
             background.append(asyncio.create_task(endpoint.run(), name="progress-endpoint"))
 
-        def problems() -> list[str]:
-            return [*controller.problems(), *([p] if endpoint and (p := endpoint.problem()) else [])]
-        runner = await serve(make_app(controller.metrics.registry, problems, authorize),
+        def degraded() -> list[str]:
+            return [p] if endpoint and (p := endpoint.problem()) else []
+        runner = await serve(make_app(controller.metrics.registry, controller.problems, authorize, degraded),
                              settings.metrics_host, settings.metrics_port)
         log.info("serving /metrics%s /healthz /readyz on http://%s:%d", " (token-reviewed)" if authorize else "",
                  settings.metrics_host, settings.metrics_port)
