@@ -174,15 +174,6 @@ async def test_the_same_jobs_never_exceed_the_policy(kai_controller, kube):
     await assert_same_jobs_within_policy(kube)
 
 
-def test_status_and_down_leave_nothing_behind(kai_cluster):
-    info = json.loads(gangctl("cluster", "status", "-o", "json", cluster=kai_cluster).stdout)
-    assert info["scheduler"] == "kai" and info["running"]
-    assert {c["name"] for c in info["components"]} >= {"kai-scheduler", "kai-binder", "kai-podgroupcontroller",
-                                                       "kai-queuecontroller"}
-    assert all(c["running"] for c in info["components"])
-    assert stop(kai_cluster[0]) == [], "a KAI process still runs after cluster down"
-
-
 def test_no_process_listens_beyond_loopback_or_on_gangctls_ports(kai_cluster):
     """The podgroupcontroller ignores its --metrics-bind-address (controller-runtime's default :8080,
     moved to loopback by integrations/kai/build.json). KAI's scheduler binds its plugin server on every
@@ -191,3 +182,12 @@ def test_no_process_listens_beyond_loopback_or_on_gangctls_ports(kai_cluster):
     assert list(exposed) in ([], ["kai-scheduler"]), exposed
     assert all(not a.startswith(("127.", "[::1]:")) for a in exposed.get("kai-scheduler", [])), exposed
     assert len(exposed.get("kai-scheduler", [])) <= 1, exposed
+
+
+def test_status_and_down_leave_nothing_behind(kai_cluster):
+    info = json.loads(gangctl("cluster", "status", "-o", "json", cluster=kai_cluster).stdout)
+    assert info["scheduler"] == "kai" and info["running"]
+    assert {c["name"] for c in info["components"]} >= {"kai-scheduler", "kai-binder", "kai-podgroupcontroller",
+                                                       "kai-queuecontroller"}
+    assert all(c["running"] for c in info["components"])
+    assert stop(kai_cluster[0]) == [], "a KAI process still runs after cluster down"

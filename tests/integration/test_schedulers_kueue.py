@@ -177,13 +177,13 @@ async def test_jobs_without_a_queue_name_are_not_kueues(kueue_cluster, kube):
     assert workload_of(jobs_workloads, created) is None
 
 
+def test_no_process_listens_beyond_loopback_or_on_gangctls_ports(kueue_cluster):
+    assert exposed_listeners(kueue_cluster[0]) == {}
+
+
 def test_status_and_down_leave_nothing_behind(kueue_cluster):
     status = gangctl("cluster", "status", "-o", "json", cluster=kueue_cluster)
     info = json.loads(status.stdout)
     assert info["scheduler"] == "kueue" and info["running"]
     assert any(c["name"] == "kueue" and c["running"] for c in info["components"])
     assert stop(kueue_cluster[0]) == [], "kueue still running after cluster down"
-
-
-def test_no_process_listens_beyond_loopback_or_on_gangctls_ports(kueue_cluster):
-    assert exposed_listeners(kueue_cluster[0]) == {}

@@ -148,12 +148,12 @@ async def test_the_same_jobs_never_exceed_the_policy(native_controller, kube):
     await eventually(no_podgroups, 30, "every finished job's PodGroup deleted")
 
 
+def test_no_process_listens_beyond_loopback_or_on_gangctls_ports(native_cluster):
+    assert exposed_listeners(native_cluster[0]) == {}
+
+
 def test_status_and_down_leave_nothing_behind(native_cluster):
     info = json.loads(cli(native_cluster, "cluster", "status", "-o", "json").stdout)
     assert info["scheduler"] == "native" and info["running"]
     assert {c["name"] for c in info["components"]} >= {"kube-scheduler-native"}
     assert stop(native_cluster[0]) == [], "the native kube-scheduler still runs after cluster down"
-
-
-def test_no_process_listens_beyond_loopback_or_on_gangctls_ports(native_cluster):
-    assert exposed_listeners(native_cluster[0]) == {}

@@ -177,12 +177,12 @@ async def test_the_same_jobs_never_exceed_the_policy(volcano_controller, kube):
     await assert_same_jobs_within_policy(kube)
 
 
+def test_no_process_listens_beyond_loopback_or_on_gangctls_ports(volcano_cluster):
+    assert exposed_listeners(volcano_cluster[0]) == {}
+
+
 def test_status_and_down_leave_nothing_behind(volcano_cluster):
     info = json.loads(gangctl("cluster", "status", "-o", "json", cluster=volcano_cluster).stdout)
     assert info["scheduler"] == "volcano" and info["running"]
     assert {c["name"] for c in info["components"]} >= {"vc-scheduler", "vc-controller-manager"}
     assert stop(volcano_cluster[0]) == [], "a Volcano process still runs after cluster down"
-
-
-def test_no_process_listens_beyond_loopback_or_on_gangctls_ports(volcano_cluster):
-    assert exposed_listeners(volcano_cluster[0]) == {}
