@@ -108,17 +108,6 @@ BENCHMARKS: dict[str, Benchmark] = {b.script.removesuffix(".py"): b for b in (
               "restarted with 60,000 pods cached (process start → ready, RSS). Goals: issue 12.",
               _CONTROLLER),
 )}
-# Not a script under benchmarks/: CI's own run, timed by `make cold-ci` (.ci/cold). Any change to the
-# code, the tests or what CI installs and builds can move it.
-BENCHMARKS["cold_ci"] = Benchmark(
-    "make cold-ci", "Cold CI: a fresh clone with empty caches",
-    "`.ci/cold` clones the commit into a temporary folder, empties `HOME` (no pip, Go module, Go build or "
-    "gangctl binary and image cache), then times `make build` (the venv from the locks, the control plane "
-    "from its Go modules) and `.ci/run` (lint, unit tests, then the integration tests, which also build "
-    "CoreDNS, KAI, Kueue, Volcano and the controller image in the background). Goal: under 60 minutes "
-    "(CI stops at 90).",
-    ("Makefile", ".ci", "tests", "gangctl", "integrations", "requirements-dev.lock", "requirements.lock",
-     "Containerfile", "deploy", "examples"))
 
 
 def load(directory: Path = RESULTS) -> list[dict]:
