@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit integration lint build image clean-cluster cold-ci
+.PHONY: demo test checks unit integration lint build image clean-cluster cold-ci
 
 # Every dependency at the version and hashes of requirements-dev.lock, then gangctl itself (built with
 # the locked setuptools, so nothing unhashed is downloaded).
@@ -31,8 +31,12 @@ unit: $(STAMP)  ## no cluster; stops at the first failure
 integration: build  ## on one real local cluster, started once
 	$(BIN)/python -m pytest tests/integration -q -ra --durations=10
 
-test: build lint  ## lint and unit tests first (a failure stops the run before any cluster starts), then integration
-	$(MAKE) --no-print-directory unit
+checks: lint unit  ## everything that needs no cluster
+
+# The checks run beside the control-plane build (a Go build under nice that leaves a core idle while it
+# downloads modules and links), and no cluster starts unless both succeed.
+test: $(STAMP)  ## lint and unit tests beside the build, then integration
+	$(MAKE) --no-print-directory -j2 build checks
 	$(MAKE) --no-print-directory integration
 
 cold-ci:  ## CI's own run from a fresh clone with empty caches, timed (run it on an idle machine)
