@@ -13,6 +13,7 @@ from gangctl.api.trainjob import parse_trainjob
 from gangctl.policy.admission import GPU, Verdict, Workload, decide, queue_key
 from gangctl.policy.quota import QuotaPolicy
 from gangctl.policy.resolve import resolve
+from gangctl.sim import objects
 from gangctl.sim.engine import simulate
 from gangctl.sim.metrics import JobOutcome
 from gangctl.sim.model import NodePool
@@ -65,9 +66,8 @@ def test_trainjobs_finish_on_kwok_after_the_compressed_duration_exactly():
 # --- the plan ------------------------------------------------------------------------------------
 
 def node(name: str, gpus: int | None, ready: bool = True) -> dict:
-    alloc = {"cpu": "96"} | ({GPU: str(gpus)} if gpus is not None else {})
-    return {"metadata": {"name": name, "labels": {}},
-            "status": {"allocatable": alloc, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    return objects.node(name, labels={}, ready="True" if ready else "False",
+                        allocatable={"cpu": "96"} | ({GPU: str(gpus)} if gpus is not None else {}))
 
 
 def test_pools_are_the_ready_gpu_nodes():
