@@ -3,8 +3,9 @@ PyTorchJobs, training runtimes and nodes.
 
 The simulator builds from these the pods the reconciler would observe (`gangctl.sim.controller`), and
 the unit tests build their fixtures from them, so each kind of object has one shape wherever it is
-made up. Every builder writes the kind's identity and then only the fields it is given: a caller
-states exactly what its object holds, and nothing it did not ask for can change what a decision sees.
+made up. Every builder writes the kind's identity (a pod's and a node's metadata, spec and status
+sections, as the API server always serves them) and then only the fields it is given: a caller states
+exactly what its object holds, and nothing it did not ask for can change what a decision sees.
 """
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from functools import lru_cache
 
 import yaml
 
+from gangctl.api import pytorchjob as v1
+from gangctl.api.trainjob import TRAINJOB_KIND
 from gangctl.config import REPO_ROOT
 from gangctl.plugins.names import COMPLETION_INDEX_ANNOTATION
-
-TRAINER_API = "trainer.kubeflow.org/v1alpha1"
-SHIPPED_RUNTIME = "torch-distributed"     # the ClusterTrainingRuntime gangctl ships in deploy/runtimes
+from gangctl.policy.convert import DEFAULT_RUNTIME, TRAINER_API
 
 
 # --- pods ----------------------------------------------------------------------------------------
@@ -65,11 +66,11 @@ def terminated(exit_code: int, *, container: str = "node", reason: str | None = 
 
 
 # --- jobs ----------------------------------------------------------------------------------------
-def trainjob(name: str = "llm", *, namespace: str = "team-a", uid: str = "u-1", runtime: str = SHIPPED_RUNTIME,
+def trainjob(name: str = "llm", *, namespace: str = "team-a", uid: str = "u-1", runtime: str = DEFAULT_RUNTIME,
              trainer: dict | None = None, metadata: dict | None = None, status: dict | None = None, **spec) -> dict:
     """A TrainJob on the runtime named `runtime`; `spec` its further spec fields, `metadata` further
     metadata fields (resourceVersion, generation, ...)."""
-    return {"apiVersion": TRAINER_API, "kind": "TrainJob",
+    return {"apiVersion": TRAINER_API, "kind": TRAINJOB_KIND,
             "metadata": {"name": name, "namespace": namespace, "uid": uid, **(metadata or {})},
             "spec": {"runtimeRef": {"name": runtime}, **_given(trainer=trainer), **spec}, **_given(status=status)}
 
@@ -90,7 +91,7 @@ def pytorchjob(name: str = "mnist", replicas: dict | None = None, *, namespace: 
                metadata: dict | None = None, **spec) -> dict:
     """A Training Operator v1 PyTorchJob with `replicas` as its pytorchReplicaSpecs (a single Master
     when not given)."""
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+    return {"apiVersion": v1.API_VERSION, "kind": v1.KIND,
             "metadata": {"name": name, "namespace": namespace, "uid": uid, **(metadata or {})},
             "spec": {"pytorchReplicaSpecs": replicas if replicas is not None else {"Master": replica(1)}, **spec}}
 
@@ -101,7 +102,7 @@ def _shipped(name: str) -> dict:
     return yaml.safe_load((REPO_ROOT / "deploy" / "runtimes" / f"{name}.yaml").read_text())
 
 
-def runtime(name: str = SHIPPED_RUNTIME, *, gang: dict | None = None, failure_policy: dict | None = None,
+def runtime(name: str = DEFAULT_RUNTIME, *, gang: dict | None = None, failure_policy: dict | None = None,
             elastic: dict | None = None) -> dict:
     """A copy of the shipped runtime `name` (deploy/runtimes), with `gang` as its podGroupPolicy,
     `failure_policy` as its failurePolicy and `elastic` as torch's elasticPolicy when given."""
@@ -130,3 +131,4 @@ def node(name: str = "n1", *, ready: str | None = "True", since: str | None = No
 def _given(**fields) -> dict:
     """The fields that have a value: a builder writes no field it was not given."""
     return {key: value for key, value in fields.items() if value is not None}
+

@@ -16,7 +16,7 @@ def node(name: str, gpus: int, *, ready: bool = True, taints: list | None = None
 
 
 def pod(node_name: str | None, gpus: int, phase: str = "Running") -> dict:
-    return objects.pod(node=node_name, containers=[{"resources": {"limits": {GPU: str(gpus)}}}], phase=phase)
+    return objects.pod(nodeName=node_name, containers=[{"resources": {"limits": {GPU: str(gpus)}}}], phase=phase)
 
 
 def waiting(bound: int = 0, min_member: int = 4) -> dict:
