@@ -135,7 +135,7 @@ def trainjob(bound: float | None, done: float | None, kind: str = "Complete") ->
         status["gang"] = {"createdAt": stamp(bound - 1), "boundAt": stamp(bound)}
     if done is not None:
         status["conditions"].append({"type": kind, "status": "True", "lastTransitionTime": stamp(done, precise=False)})
-    return {"status": status}
+    return objects.trainjob(status=status)
 
 
 def test_outcomes_from_trainjob_status():
