@@ -75,7 +75,7 @@ def trainjob(name: str = "llm", *, namespace: str = "team-a", uid: str = "u-1", 
             "spec": {"runtimeRef": {"name": runtime}, **_given(trainer=trainer), **spec}, **_given(status=status)}
 
 
-def replica(replicas: int | None = None, *, image: str = "docker.io/pytorch/pytorch:2.5.1",
+def replica(replicas: int | None = None, *, image: str = "pytorch/pytorch:2.5.1",
             command: list[str] | None = None, requests: dict | None = None, **extra) -> dict:
     """A PyTorchJob replica spec: one `pytorch` container (`extra`: restartPolicy and the like)."""
     container = {"name": "pytorch", "image": image,

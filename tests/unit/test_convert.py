@@ -25,8 +25,9 @@ def _valid(conv) -> None:
 
 
 def test_plain_never_job_uses_the_shipped_runtime():
-    m = pytorchjob("plain", {"Master": replica(1, restartPolicy="Never", command=["torchrun", "train.py"]),
-                             "Worker": replica(2, restartPolicy="Never", command=["torchrun", "train.py"])})
+    image = "docker.io/pytorch/pytorch:2.5.1"
+    m = pytorchjob("plain", {"Master": replica(1, image=image, restartPolicy="Never", command=["torchrun", "train.py"]),
+                             "Worker": replica(2, image=image, restartPolicy="Never", command=["torchrun", "train.py"])})
     conv = convert(m)
     assert conv.runtime is None
     spec = conv.trainjob["spec"]
