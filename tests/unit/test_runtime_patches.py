@@ -211,9 +211,7 @@ def test_an_initializer_job_without_the_shared_volume_mount_is_refused():
      r"containers\[0\]: runtimePatches: containers named node, dataset-initializer or model-initializer take env"),
 ])
 def test_patches_trainer_refuses_are_refused_before_resolve(patches, message):
-    obj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-           "metadata": {"name": "llm", "namespace": "team-a"},
-           "spec": {"runtimeRef": {"name": "torch-distributed"}, "runtimePatches": patches}}
+    obj = objects.trainjob(runtimePatches=patches)
     with pytest.raises(ValueError, match=message):
         parse_trainjob(obj)
 

@@ -6,7 +6,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-import yaml
 from rich.console import Console
 
 from gangctl.api.trainjob import parse_trainjob
@@ -29,7 +28,7 @@ from gangctl.validate.measure import (RealOutcome, compare, in_arrival_order, ol
 from gangctl.validate.plan import gpu_pools, namespaces_of, open_policy, plan
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNTIME = yaml.safe_load((ROOT / "deploy/runtimes/torch-distributed.yaml").read_text())
+RUNTIME = objects.runtime()
 COMPLETE = "pod-complete.stage.kwok.x-k8s.io/"
 
 
