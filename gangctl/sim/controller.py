@@ -25,18 +25,15 @@ import copy
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from functools import lru_cache
 from typing import Callable
 
-import yaml
-
 from gangctl.api.quantity import parse_quantity
-from gangctl.config import REPO_ROOT
 from gangctl.plugins.names import TRAINJOB_NAME
 from gangctl.policy import status as st
 from gangctl.policy.decide import Apply, Plan, Snapshot, decide
 from gangctl.policy.failure import Restarts
 from gangctl.policy.gang import Gang
+from gangctl.sim import objects
 from gangctl.sim.replay import RUNTIME, trainjob_manifest
 from gangctl.sim.scenario import ElasticSpec
 from gangctl.sim.traces import TraceJob
@@ -51,11 +48,6 @@ def at(seconds: float) -> datetime:
     return EPOCH + timedelta(seconds=seconds)
 
 
-@lru_cache(maxsize=1)
-def shipped_runtime() -> dict:
-    return yaml.safe_load((REPO_ROOT / "deploy" / "runtimes" / f"{RUNTIME}.yaml").read_text())
-
-
 def elastic_floor(spec: TraceJob, elastic: ElasticSpec) -> int | None:
     """minNodes of a job when the scenario makes multi-node jobs elastic (None: a rigid gang). This is
     the workload's choice (what the user writes in the runtime), not a decision of the controller."""
@@ -67,11 +59,8 @@ def elastic_floor(spec: TraceJob, elastic: ElasticSpec) -> int | None:
 def runtime_for(floor: int | None, num_nodes: int, restart_budget: int) -> dict:
     """The shipped runtime as a scenario job runs on it: gangctl's elasticPolicy extension when
     elastic, and the scenario's restart budget."""
-    runtime = copy.deepcopy(shipped_runtime())
-    if floor is not None:
-        runtime["spec"]["mlPolicy"].setdefault("torch", {})["elasticPolicy"] = {"minNodes": floor, "maxNodes": num_nodes}
-    runtime["spec"]["template"]["spec"]["failurePolicy"] = {"maxRestarts": restart_budget}
-    return runtime
+    return objects.runtime(RUNTIME, failure_policy={"maxRestarts": restart_budget},
+                           elastic=None if floor is None else {"minNodes": floor, "maxNodes": num_nodes})
 
 
 @dataclass(frozen=True)
@@ -102,16 +91,9 @@ class Observed:
 def worker(job: dict, index: int, *, phase: str = "Running", disrupted: bool = False,
            exit_code: int | None = None) -> dict:
     """Pod `index` of `job`, bound to a node, as the Job controller and the kubelet show it."""
-    meta = job["metadata"]
-    status: dict = {"phase": phase, "conditions": [{"type": "DisruptionTarget", "status": "True",
-                                                    "reason": "DeletionByPodGC"}] if disrupted else []}
-    if exit_code is not None:
-        status["containerStatuses"] = [{"name": "node", "state": {"terminated": {"exitCode": exit_code}}}]
-    return {"metadata": {"name": f"{meta['name']}-{index}", "namespace": meta["namespace"],
-                         "labels": {TRAINJOB_NAME: meta["labels"][TRAINJOB_NAME]},
-                         "ownerReferences": [{"uid": meta["uid"]}],
-                         "annotations": {"batch.kubernetes.io/job-completion-index": str(index)}},
-            "spec": {"nodeName": f"node-{index}"}, "status": status}
+    return objects.job_pod(job, index, labels={TRAINJOB_NAME: job["metadata"]["labels"][TRAINJOB_NAME]},
+                           node=f"node-{index}", phase=phase,
+                           disrupted="DeletionByPodGC" if disrupted else None, exit_code=exit_code)
 
 
 def _restarts(user: int, infrastructure: int) -> dict:

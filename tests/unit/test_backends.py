@@ -1,11 +1,6 @@
 """Volcano, Kueue, KAI and native backend builders: what a resolved TrainJob becomes for each (pure, no cluster)."""
 from __future__ import annotations
 
-import copy
-from pathlib import Path
-
-import yaml
-
 from gangctl.plugins import base
 from gangctl.plugins.coscheduling import Coscheduling
 from gangctl.plugins.kai import Kai
@@ -16,27 +11,15 @@ from gangctl.plugins.volcano import Volcano, podgroup_phase
 from gangctl.plugins.workload import node_job, owner_reference
 from gangctl.policy.gang import size_gang
 from gangctl.policy.resolve import resolve
+from gangctl.sim.objects import runtime, trainjob
 
-RUNTIME = yaml.safe_load((Path(__file__).parents[2] / "deploy/runtimes/torch-distributed.yaml").read_text())
-
-
-def runtime(policy: dict) -> dict:
-    rt = copy.deepcopy(RUNTIME)
-    rt["spec"]["podGroupPolicy"] = policy
-    return rt
-
-
-def trainjob(**trainer) -> dict:
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": "llm", "namespace": "ml-a", "uid": "u-9"},
-            "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer}}
-
-
-TJ = trainjob(numNodes=4, resourcesPerNode={"limits": {"nvidia.com/gpu": "8", "cpu": "16"}})
+RUNTIME = runtime()
+TJ = trainjob(namespace="ml-a", uid="u-9",
+              trainer={"numNodes": 4, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "8", "cpu": "16"}}})
 
 
 def test_volcano_podgroup_queue_priority_and_members():
-    job = resolve(TJ, runtime({"volcano": {"queue": "ml-a"}}))
+    job = resolve(TJ, runtime(gang={"volcano": {"queue": "ml-a"}}))
     job.pod_template.setdefault("spec", {})["priorityClassName"] = "high"
     gang = size_gang(job.num_nodes, job.requests)
     group = Volcano().group(job, gang, owner_reference(TJ))
@@ -49,7 +32,7 @@ def test_volcano_podgroup_queue_priority_and_members():
 
 
 def test_kai_podgroup_queue_priority_preemptibility_and_pods():
-    job = resolve(TJ, runtime({"kai": {"queue": "ml-a"}}))
+    job = resolve(TJ, runtime(gang={"kai": {"queue": "ml-a"}}))
     job.pod_template.setdefault("spec", {})["priorityClassName"] = "high"
     group = Kai().group(job, size_gang(job.num_nodes, job.requests), owner_reference(TJ))
     assert group["apiVersion"] == "scheduling.run.ai/v2alpha2" and group["kind"] == "PodGroup"
@@ -59,7 +42,7 @@ def test_kai_podgroup_queue_priority_preemptibility_and_pods():
     pod = node_job(job, owner_reference(TJ), Kai(), "scheduler-plugins-scheduler")["spec"]["template"]
     assert pod["spec"]["schedulerName"] == "kai-scheduler"
     assert pod["metadata"]["annotations"]["pod-group-name"] == "llm"
-    plain = resolve(TJ, runtime({"kai": {"preemptibility": "non-preemptible"}}))
+    plain = resolve(TJ, runtime(gang={"kai": {"preemptibility": "non-preemptible"}}))
     spec = Kai().group(plain, size_gang(plain.num_nodes, plain.requests), owner_reference(TJ))["spec"]
     assert spec["queue"] == "default-queue" and spec["preemptibility"] == "non-preemptible"
 
@@ -78,13 +61,13 @@ def test_kai_says_why_a_gang_waits_in_its_own_words():
 
 
 def test_volcano_defaults_to_the_default_queue_and_no_priority():
-    job = resolve(TJ, runtime({"volcano": {}}))
+    job = resolve(TJ, runtime(gang={"volcano": {}}))
     group = Volcano().group(job, size_gang(job.num_nodes, job.requests), owner_reference(TJ))
     assert group["spec"]["queue"] == "default" and "priorityClassName" not in group["spec"]
 
 
 def test_volcano_pods_join_by_annotation_and_use_the_volcano_scheduler():
-    job = resolve(TJ, runtime({"volcano": {"queue": "q"}}))
+    job = resolve(TJ, runtime(gang={"volcano": {"queue": "q"}}))
     pod = node_job(job, owner_reference(TJ), Volcano(), "scheduler-plugins-scheduler")["spec"]["template"]
     assert pod["spec"]["schedulerName"] == "volcano"
     assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "llm"
@@ -93,7 +76,7 @@ def test_volcano_pods_join_by_annotation_and_use_the_volcano_scheduler():
 
 
 def test_volcano_elastic_floor_is_min_member():
-    job = resolve(TJ, runtime({"volcano": {}}))
+    job = resolve(TJ, runtime(gang={"volcano": {}}))
     gang = size_gang(4, job.requests, min_nodes=2)
     spec = Volcano().group(job, gang, owner_reference(TJ))["spec"]
     assert spec["minMember"] == 2 and spec["minTaskMember"] == {"node": 2}
@@ -101,7 +84,7 @@ def test_volcano_elastic_floor_is_min_member():
 
 
 def test_kueue_labels_the_job_not_the_pods_and_makes_no_group():
-    job = resolve(TJ, runtime({"kueue": {"queueName": "research"}}))
+    job = resolve(TJ, runtime(gang={"kueue": {"queueName": "research"}}))
     gang = size_gang(job.num_nodes, job.requests)
     k = Kueue()
     assert k.group(job, gang, owner_reference(TJ)) is None
@@ -114,7 +97,7 @@ def test_kueue_labels_the_job_not_the_pods_and_makes_no_group():
 
 
 def test_kueue_defaults_priority_and_partial_admission():
-    job = resolve(TJ, runtime({"kueue": {}}))
+    job = resolve(TJ, runtime(gang={"kueue": {}}))
     job.gang_settings["priorityClassName"] = "high"
     gang = size_gang(4, job.requests, min_nodes=2)
     assert Kueue().job_labels(job, gang) == {"kueue.x-k8s.io/queue-name": "default",
@@ -149,7 +132,7 @@ def test_observed_state_helpers():
 
 
 def test_the_child_job_carries_the_backends_labels_and_kueue_creates_it_suspended():
-    job = resolve(TJ, runtime({"kueue": {"queueName": "research", "priorityClassName": "high"}}))
+    job = resolve(TJ, runtime(gang={"kueue": {"queueName": "research", "priorityClassName": "high"}}))
     gang = size_gang(job.num_nodes, job.requests)
     child = node_job(job, owner_reference(TJ), Kueue(), "s", gang=gang)
     assert child["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "research"
@@ -187,7 +170,7 @@ def test_why_a_gang_waits_in_each_backends_words():
 def test_native_podgroup_is_a_gang_of_the_floor():
     from gangctl.plugins.native import Native
 
-    job = resolve(TJ, runtime({"native": {}}))
+    job = resolve(TJ, runtime(gang={"native": {}}))
     gang = size_gang(job.num_nodes, job.requests, min_nodes=3)
     group = Native().group(job, gang, owner_reference(TJ))
     assert group["apiVersion"] == "scheduling.k8s.io/v1alpha2" and group["kind"] == "PodGroup"
@@ -199,11 +182,11 @@ def test_native_podgroup_is_a_gang_of_the_floor():
 def test_native_pods_name_their_group_and_the_gang_scheduler():
     from gangctl.plugins.native import Native
 
-    job = resolve(TJ, runtime({"native": {}}))
+    job = resolve(TJ, runtime(gang={"native": {}}))
     pod = node_job(job, owner_reference(TJ), Native(), "default-scheduler")["spec"]["template"]
     assert pod["spec"]["schedulingGroup"] == {"podGroupName": "llm"}
     assert pod["spec"]["schedulerName"] == "default-scheduler", "the cluster's scheduler, gates on"
-    job = resolve(TJ, runtime({"native": {"schedulerName": "gang-scheduler"}}))
+    job = resolve(TJ, runtime(gang={"native": {"schedulerName": "gang-scheduler"}}))
     pod = node_job(job, owner_reference(TJ), Native(), "default-scheduler")["spec"]["template"]
     assert pod["spec"]["schedulerName"] == "gang-scheduler"
     assert base.gated_by_gangctl(Native()) and not base.needs_nudge(Native()) and BACKENDS["native"].name == "native"

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 import yaml
@@ -11,18 +10,14 @@ from gangctl.plugins.coscheduling import Coscheduling
 from gangctl.plugins.workload import headless_service, node_job, owner_reference
 from gangctl.policy.gang import size_gang
 from gangctl.policy.resolve import ResolveError, resolve
+from gangctl.sim.objects import runtime, trainjob
 
-RUNTIME = yaml.safe_load((Path(__file__).parents[2] / "deploy/runtimes/torch-distributed.yaml").read_text())
-
-
-def trainjob(**trainer) -> dict:
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": "mnist", "namespace": "team-a", "uid": "u-1"},
-            "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer}}
+RUNTIME = runtime()
 
 
 def test_trainer_overrides_runtime_and_sizes_the_gang():
-    tj = trainjob(numNodes=4, image="example/train:1", resourcesPerNode={"limits": {"nvidia.com/gpu": "8", "cpu": "32"}})
+    tj = trainjob("mnist", trainer={"numNodes": 4, "image": "example/train:1",
+                                   "resourcesPerNode": {"limits": {"nvidia.com/gpu": "8", "cpu": "32"}}})
     job = resolve(tj, RUNTIME)
     assert job.num_nodes == 4 and job.num_proc_per_node == "8"
     assert job.gang_backend == "coscheduling" and job.gang_settings["scheduleTimeoutSeconds"] == 120
@@ -36,7 +31,7 @@ def test_trainer_overrides_runtime_and_sizes_the_gang():
 
 
 def test_node_job_is_an_indexed_job_with_sdk_labels_and_torch_env():
-    tj = trainjob(numNodes=3, resourcesPerNode={"requests": {"cpu": "2"}})
+    tj = trainjob("mnist", trainer={"numNodes": 3, "resourcesPerNode": {"requests": {"cpu": "2"}}})
     job = resolve(tj, RUNTIME)
     obj = node_job(job, owner_reference(tj), Coscheduling(), "scheduler-plugins-scheduler")
     spec = obj["spec"]
@@ -57,12 +52,12 @@ def test_node_job_is_an_indexed_job_with_sdk_labels_and_torch_env():
 
 
 def test_builders_are_deterministic_so_unchanged_jobs_are_not_reapplied():
-    tj = trainjob(numNodes=2)
+    tj = trainjob("mnist", trainer={"numNodes": 2})
     job = resolve(tj, RUNTIME)
     a = node_job(job, owner_reference(tj), Coscheduling(), "s")
     b = node_job(resolve(tj, RUNTIME), owner_reference(tj), Coscheduling(), "s")
     assert a == b
-    c = node_job(resolve(trainjob(numNodes=3), RUNTIME), owner_reference(tj), Coscheduling(), "s")
+    c = node_job(resolve(trainjob("mnist", trainer={"numNodes": 3}), RUNTIME), owner_reference(tj), Coscheduling(), "s")
     assert a["metadata"]["annotations"]["gangctl.io/spec-hash"] != c["metadata"]["annotations"]["gangctl.io/spec-hash"]
 
 
@@ -70,11 +65,11 @@ def test_runtime_without_node_job_is_an_error_naming_it():
     broken = yaml.safe_load(yaml.safe_dump(RUNTIME))
     broken["spec"]["template"]["spec"]["replicatedJobs"][0]["name"] = "launcher"
     with pytest.raises(ResolveError, match="replicatedJobs has no job named 'node'"):
-        resolve(trainjob(numNodes=1), broken)
+        resolve(trainjob("mnist", trainer={"numNodes": 1}), broken)
 
 
 def test_override_targeting_a_job_the_runtime_lacks_is_an_error_naming_the_field():
-    tj = trainjob(numNodes=1)
+    tj = trainjob("mnist", trainer={"numNodes": 1})
     tj["spec"]["podTemplateOverrides"] = [{"targetJobs": [{"name": "node"}, {"name": "launcher"}]}]
     with pytest.raises(ResolveError, match=r"spec.podTemplateOverrides\[0\].targetJobs\[1\].name: .*'launcher' "
                                            r"\(it has: node\)"):
@@ -94,12 +89,12 @@ def test_runtime_pod_template_of_the_wrong_shape_is_an_error_naming_the_field(wh
     broken = yaml.safe_load(yaml.safe_dump(RUNTIME))
     broken["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][where] = value
     with pytest.raises(ResolveError, match=named):
-        resolve(trainjob(numNodes=1), broken)
+        resolve(trainjob("mnist", trainer={"numNodes": 1}), broken)
 
 
 def test_elastic_policy_sets_the_gang_floor():
     elastic = yaml.safe_load(yaml.safe_dump(RUNTIME))
     elastic["spec"]["mlPolicy"]["torch"]["elasticPolicy"] = {"minNodes": 2, "maxNodes": 4}
-    job = resolve(trainjob(), elastic)
+    job = resolve(trainjob("mnist", trainer={}), elastic)
     gang = size_gang(job.num_nodes, job.requests, min_nodes=job.min_nodes)
     assert (gang.min_member, gang.size, gang.surplus) == (2, 4, 2)

@@ -5,10 +5,8 @@ from __future__ import annotations
 import copy
 import json
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
-import yaml
 
 from gangctl.plugins.coscheduling import Coscheduling
 from gangctl.plugins.workload import node_job, owner_reference
@@ -17,9 +15,9 @@ from gangctl.policy.failure import PodFailure
 from gangctl.policy.gang import size_gang
 from gangctl.policy.lost_pods import lost_pods
 from gangctl.policy.resolve import resolve
+from gangctl.sim import objects
 
-ROOT = Path(__file__).parents[2]
-RUNTIME = yaml.safe_load((ROOT / "deploy/runtimes/torch-distributed.yaml").read_text())
+RUNTIME = objects.runtime()
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 
 
@@ -31,10 +29,7 @@ def full_pod(index: int, phase: str = "Running", exit_code: int | None = None, d
              deleting: bool = False) -> dict:
     """A pod as the API serves it for one of gangctl's Job indexes: the Job's whole template, managed
     fields, the status kubelet writes."""
-    tj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-          "metadata": {"name": "mnist", "namespace": "team-a", "uid": "u-1"},
-          "spec": {"runtimeRef": {"name": "torch-distributed"},
-                   "trainer": {"numNodes": 4, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}}}}
+    tj = objects.trainjob("mnist", trainer={"numNodes": 4, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}})
     job = resolve(tj, RUNTIME)
     gang = size_gang(job.num_nodes, job.requests)
     template = node_job(job, owner_reference(tj), Coscheduling(), "default-scheduler", gang=gang)["spec"]["template"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from gangctl.harness.audit import PodAuditor
 from gangctl.harness.chaos import FAIL_EXIT_CODE, FAIL_LABEL, plan_jobs, plan_outages, trainjob
+from gangctl.sim import objects
 
 NODES = [f"gpu-node-{i:03d}" for i in range(10)]
 
@@ -33,13 +34,10 @@ def test_job_plan_marks_the_failing_jobs_and_the_manifest_carries_kwok_failure()
 
 
 def pod(uid, index, phase="Running", deleting=False, disrupted=False):
-    meta = {"uid": uid, "name": uid, "namespace": "ns",
-            "labels": {"trainer.kubeflow.org/trainjob-name": "el", "jobset.sigs.k8s.io/replicatedjob-name": "node"},
-            "annotations": {"batch.kubernetes.io/job-completion-index": str(index)}}
-    if deleting:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    conds = [{"type": "DisruptionTarget", "status": "True"}] if disrupted else []
-    return {"metadata": meta, "status": {"phase": phase, "conditions": conds}}
+    return objects.pod(uid, namespace="ns", uid=uid, index=index,
+                       labels={"trainer.kubeflow.org/trainjob-name": "el", "jobset.sigs.k8s.io/replicatedjob-name": "node"},
+                       deleted_at="2026-01-01T00:00:00Z" if deleting else None, phase=phase,
+                       conditions=[objects.disruption()] if disrupted else [])
 
 
 def test_auditor_allows_a_replacement_once_the_old_pod_is_deleting_or_terminal():

@@ -10,7 +10,8 @@ from gangctl.api.runtime import TrainingRuntimeSpec
 from gangctl.api.trainjob import TrainJobSpec
 from gangctl.policy.convert import convert
 from gangctl.policy.resolve import resolve
-from tests.unit.test_pytorchjob import DDP, ELASTIC, manifest, replica
+from gangctl.sim.objects import pytorchjob, replica
+from tests.unit.test_pytorchjob import DDP, ELASTIC
 
 
 def _valid(conv) -> None:
@@ -24,8 +25,9 @@ def _valid(conv) -> None:
 
 
 def test_plain_never_job_uses_the_shipped_runtime():
-    m = manifest("plain", {"Master": replica(1, restartPolicy="Never", command=["torchrun", "train.py"]),
-                           "Worker": replica(2, restartPolicy="Never", command=["torchrun", "train.py"])})
+    image = "docker.io/pytorch/pytorch:2.5.1"
+    m = pytorchjob("plain", {"Master": replica(1, image=image, restartPolicy="Never", command=["torchrun", "train.py"]),
+                             "Worker": replica(2, image=image, restartPolicy="Never", command=["torchrun", "train.py"])})
     conv = convert(m)
     assert conv.runtime is None
     spec = conv.trainjob["spec"]
@@ -56,7 +58,7 @@ def test_ddp_with_on_failure_gets_a_runtime_with_the_restart_budget():
 
 
 def test_exit_code_becomes_a_pod_failure_policy_rule():
-    conv = convert(manifest("x", {"Worker": replica(2, restartPolicy="ExitCode")}))
+    conv = convert(pytorchjob("x", {"Worker": replica(2, restartPolicy="ExitCode")}))
     job = conv.runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert job["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"] == list(range(1, 128))
     assert conv.runtime["spec"]["template"]["spec"]["failurePolicy"]["rules"][0]["onJobFailureReasons"] == [
@@ -97,12 +99,12 @@ def test_kueue_queue_label_is_carried():
 
 def test_invalid_manifest_is_refused():
     with pytest.raises(PyTorchJobError, match=r"^spec\.pytorchReplicaSpecs\[Master\]\.replicas"):
-        convert(manifest(specs={"Master": replica(2)}))
+        convert(pytorchjob(replicas={"Master": replica(2)}))
 
 
 def test_mixed_restart_policies_take_the_strictest():
-    m = manifest("mix", {"Master": replica(1, restartPolicy="Never", command=["torchrun", "t.py"]),
-                         "Worker": replica(2, restartPolicy="OnFailure", command=["torchrun", "t.py"])})
+    m = pytorchjob("mix", {"Master": replica(1, restartPolicy="Never", command=["torchrun", "t.py"]),
+                           "Worker": replica(2, restartPolicy="OnFailure", command=["torchrun", "t.py"])})
     conv = convert(m)
     assert conv.runtime is None          # Never: the shipped runtime's fail-on-first-failure is v1's behaviour
     assert any(g.startswith("spec.pytorchReplicaSpecs[*].restartPolicy") and g.endswith("Never") for g in conv.gaps)

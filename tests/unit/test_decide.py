@@ -8,43 +8,32 @@ from __future__ import annotations
 
 import copy
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
-
-import yaml
 
 from gangctl.api.resources import JOBS, POD_GROUPS, PODS, SERVICES
 from gangctl.plugins.kueue import QUEUE_LABEL
-from gangctl.plugins.names import RESULT_FINALIZER, TRAINJOB_NAME
+from gangctl.plugins.names import REPLICATED_JOB, RESULT_FINALIZER, TRAINJOB_NAME
 from gangctl.policy import status as st
 from gangctl.policy.failure import PodFailure
 from gangctl.policy.decide import (Apply, CapacityFreed, Create, Delete, Event, GateView, GateWants, LetGo, Patch,
                                    Snapshot, WriteStatus, decide, rejected)
+from gangctl.sim import objects
+from gangctl.sim.objects import runtime
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
-RUNTIME = yaml.safe_load((Path(__file__).parents[2] / "deploy/runtimes/torch-distributed.yaml").read_text())
+RUNTIME = runtime()
 ALL_BACKENDS = {"coscheduling": None, "volcano": None, "kueue": None}
 OWNER = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "llm", "uid": "tj-1",
          "controller": True, "blockOwnerDeletion": True}
 
 
-def runtime(*, gang: dict | None = None, failure_policy: dict | None = None) -> dict:
-    rt = copy.deepcopy(RUNTIME)
-    if gang is not None:
-        rt["spec"]["podGroupPolicy"] = gang
-    if failure_policy is not None:
-        rt["spec"]["template"]["spec"]["failurePolicy"] = failure_policy
-    return rt
-
-
 def trainjob(nodes: int = 2, *, status: dict | None = None, suspend: bool = False, elastic: dict | None = None,
              **spec) -> dict:
+    """The TrainJob these tests decide about: `nodes` nodes of 8 GPUs (elastic between `elastic`'s bounds)."""
     trainer: dict = {"numNodes": nodes, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}}
     if elastic:
         trainer["elasticPolicy"] = elastic
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": "llm", "namespace": "team-a", "uid": "tj-1", "resourceVersion": "7", "generation": 1},
-            "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer, "suspend": suspend, **spec},
-            "status": status or {}}
+    return objects.trainjob(uid="tj-1", metadata={"resourceVersion": "7", "generation": 1}, status=status or {},
+                            **{"trainer": trainer, "suspend": suspend, **spec})
 
 
 def child(uid: str = "job-1", *, conditions: list[dict] | None = None, parallelism: int = 2, failed: int = 0,
@@ -58,17 +47,11 @@ def child(uid: str = "job-1", *, conditions: list[dict] | None = None, paralleli
             "status": {"conditions": conditions or [], "failed": failed}}
 
 
-def pod(index: int, job_uid: str = "job-1", *, phase: str = "Running", node: str | None = "n1",
-        disrupted: bool = False, exit_code: int | None = None) -> dict:
-    conds = [{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC"}] if disrupted else []
-    status: dict = {"phase": phase, "conditions": conds}
-    if exit_code is not None:
-        status["containerStatuses"] = [{"name": "node", "state": {"terminated": {"exitCode": exit_code}}}]
-    return {"metadata": {"name": f"llm-node-0-{index}", "namespace": "team-a",
-                         "labels": {TRAINJOB_NAME: "llm", "jobset.sigs.k8s.io/replicatedjob-name": "node"},
-                         "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
-                         "ownerReferences": [{"uid": job_uid}]},
-            "spec": {"nodeName": node} if node else {}, "status": status}
+def pod(index: int, job_uid: str = "job-1", *, node: str | None = "n1", disrupted: bool = False, **fields) -> dict:
+    """Pod `index` of the TrainJob's node Job (uid `job_uid`), on `node`."""
+    job = {"metadata": {"name": "llm-node-0", "namespace": "team-a", "uid": job_uid}}
+    return objects.job_pod(job, index, labels={TRAINJOB_NAME: "llm", REPLICATED_JOB: "node"}, node=node,
+                           disrupted="DeletionByPodGC" if disrupted else None, **fields)
 
 
 def snap(tj: dict, *, rt: dict | None = None, groups: dict | None = None, **kw) -> Snapshot:

@@ -10,22 +10,19 @@ from gangctl.policy import decide_pytorchjob as dp
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy.decide import (Apply, Create, Delete, Event, GateForget, GateMayGrow, GateView, GateWants, Patch,
                                    WriteStatus)
+from gangctl.sim import objects
 
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc)
 OWNER = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "ddp", "uid": "pj-1", "controller": True}
 
 
-def replica(replicas: int, restart: str = "OnFailure", cpu: str = "1") -> dict:
-    return {"replicas": replicas, "restartPolicy": restart, "template": {"spec": {"containers": [{
-        "name": "pytorch", "image": "x", "command": ["python", "train.py"],
-        "resources": {"requests": {"cpu": cpu}}}]}}}
-
-
 def pytorchjob(name: str = "ddp", workers: int = 3, restart: str = "OnFailure", **spec) -> dict:
-    specs = {"Master": replica(1, restart), "Worker": replica(workers, restart)}
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-            "metadata": {"name": name, "namespace": "team-a", "uid": "pj-1", "resourceVersion": "7"},
-            "spec": {"pytorchReplicaSpecs": specs, **spec}}
+    """The job these tests decide about: a Master and `workers` Workers, each restarting `restart`."""
+    def replica(replicas: int) -> dict:
+        return objects.replica(replicas, image="x", command=["python", "train.py"], requests={"cpu": "1"},
+                               restartPolicy=restart)
+    return objects.pytorchjob(name, uid="pj-1", metadata={"resourceVersion": "7"},
+                              replicas={"Master": replica(1), "Worker": replica(workers)}, **spec)
 
 
 def snap(obj: dict | None, **kw) -> dp.Snapshot:
@@ -46,16 +43,13 @@ def child(name: str, uid: str, failed: tuple[str, str] | None = None, complete: 
 
 def pod(name: str, owner_uid: str, rtype: str, index: int, phase: str = "Running", gated: bool = False,
         exit_code: int | None = None) -> dict:
-    p = {"metadata": {"name": name, "namespace": "team-a",
-                      "labels": {pj.JOB_NAME: "ddp", pj.REPLICA_TYPE: rtype, pj.COMPLETION_INDEX: str(index)},
-                      "annotations": {pj.COMPLETION_INDEX: str(index)},
-                      "ownerReferences": [{"kind": "Job", "uid": owner_uid, "name": f"ddp-{rtype}"}]},
-         "spec": {"schedulingGates": [{"name": pj.RANK_GATE}]} if gated else {},
-         "status": {"phase": phase}}
-    if exit_code is not None:
-        p["status"]["containerStatuses"] = [{"name": "pytorch", "state": {"terminated": {
-            "exitCode": exit_code, "reason": "Error", "finishedAt": "2026-11-23T11:59:00Z"}}}]
-    return p
+    """Pod `name`, replica `index` of type `rtype`, made by the Job with uid `owner_uid`."""
+    return objects.pod(
+        name, namespace="team-a", labels={pj.JOB_NAME: "ddp", pj.REPLICA_TYPE: rtype, pj.COMPLETION_INDEX: str(index)},
+        index=index, owners=[{"kind": "Job", "uid": owner_uid, "name": f"ddp-{rtype}"}],
+        gates=[pj.RANK_GATE] if gated else (), phase=phase,
+        container_statuses=None if exit_code is None else [
+            objects.terminated(exit_code, container="pytorch", reason="Error", at="2026-11-23T11:59:00Z")])
 
 
 def test_first_pass_applies_services_podgroup_and_one_job_per_replica_type():

@@ -3,13 +3,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-import yaml
-
 from gangctl.plugins.torch import rdzv_endpoint, rendezvous_store, torch_env
 from gangctl.plugins.workload import ELASTIC_BACKOFF_LIMIT, node_job
 from gangctl.policy.elastic import Worker, plan
 from gangctl.policy.resolve import resolve
-from tests.unit.test_builders import RUNTIME, trainjob
+from gangctl.sim.objects import runtime, trainjob
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 LONG_AGO = T0 - timedelta(minutes=1)
@@ -56,11 +54,8 @@ def test_grow_one_probe_at_a_time_after_the_backoff():
 
 
 def elastic_job(**trainer):
-    runtime = yaml.safe_load(yaml.safe_dump(RUNTIME))
-    runtime["spec"]["mlPolicy"]["torch"]["elasticPolicy"] = {"minNodes": 2, "maxNodes": 4, "maxRestarts": 7}
-    tj = trainjob()
-    tj["spec"].setdefault("trainer", {}).update(trainer)
-    return resolve(tj, runtime)
+    elastic = runtime(elastic={"minNodes": 2, "maxNodes": 4, "maxRestarts": 7})
+    return resolve(trainjob("mnist", trainer=trainer), elastic)
 
 
 def test_torchrun_env_and_store():

@@ -5,20 +5,18 @@ from fractions import Fraction
 
 from gangctl.policy.explain import NodeRoom, diagnose, diagnose_pytorchjob, node_rooms, slots_on
 from gangctl.policy.gang import size_gang
+from gangctl.sim import objects
 
 GPU = "nvidia.com/gpu"
 
 
 def node(name: str, gpus: int, *, ready: bool = True, taints: list | None = None, unschedulable: bool = False) -> dict:
-    return {"metadata": {"name": name},
-            "spec": {"taints": taints or [], **({"unschedulable": True} if unschedulable else {})},
-            "status": {"allocatable": {GPU: str(gpus), "cpu": "96", "memory": "1Ti"},
-                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    return objects.node(name, ready="True" if ready else "False", taints=taints or [], unschedulable=unschedulable,
+                        allocatable={GPU: str(gpus), "cpu": "96", "memory": "1Ti"})
 
 
 def pod(node_name: str | None, gpus: int, phase: str = "Running") -> dict:
-    return {"spec": {"nodeName": node_name, "containers": [{"resources": {"limits": {GPU: str(gpus)}}}]},
-            "status": {"phase": phase}}
+    return objects.pod(nodeName=node_name, containers=[{"resources": {"limits": {GPU: str(gpus)}}}], phase=phase)
 
 
 def waiting(bound: int = 0, min_member: int = 4) -> dict:

@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 from gangctl.policy import failure as f
+from gangctl.sim import objects
 
 
 def pod(name, at, code=None, disruption=None, phase="Failed", index="0"):
-    conds = [{"type": "DisruptionTarget", "status": "True", "reason": disruption[0], "message": disruption[1],
-              "lastTransitionTime": at}] if disruption else []
-    statuses = [{"name": "node", "state": {"terminated": {"exitCode": code, "reason": "Error", "finishedAt": at}}}] \
-        if code is not None else []
-    return {"metadata": {"name": name, "annotations": {"batch.kubernetes.io/job-completion-index": index}},
-            "status": {"phase": phase, "conditions": conds, "containerStatuses": statuses}}
+    """A pod that ended at `at`: its container exited with `code`, or it was disrupted (`disruption`:
+    the condition's reason and message)."""
+    return objects.pod(
+        name, index=index, phase=phase,
+        conditions=[objects.disruption(disruption[0], message=disruption[1], at=at)] if disruption else [],
+        container_statuses=[objects.terminated(code, reason="Error", at=at)] if code is not None else [])
 
 
 POLICY = f.parse_failure_policy({"maxRestarts": 2, "rules": [

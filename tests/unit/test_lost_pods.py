@@ -4,6 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from gangctl.policy.lost_pods import failed_status, lost_pods
+from gangctl.sim import objects
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 AFTER = timedelta(seconds=30)
@@ -14,20 +15,16 @@ def stamp(seconds_ago: float) -> str:
 
 
 def node(name="n1", ready=False, since=60):
-    return {"metadata": {"name": name},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "Unknown",
-                                       "lastTransitionTime": stamp(since)}]}}
+    return objects.node(name, ready="True" if ready else "Unknown", since=stamp(since))
 
 
 def pod(name="p", node_name="n1", deleted_ago=40, grace=30, phase="Running", managed=True, disrupted=True):
-    meta = {"name": name, "namespace": "ns", "uid": f"uid-{name}",
-            "labels": {"gangctl.io/managed-by": "gangctl"} if managed else {}}
-    if deleted_ago is not None:
+    deleted = deleted_ago is not None
+    return objects.pod(
+        name, namespace="ns", uid=f"uid-{name}", labels={"gangctl.io/managed-by": "gangctl"} if managed else {},
         # deletionTimestamp = time of the delete + the grace period
-        meta["deletionTimestamp"] = stamp(deleted_ago - grace)
-        meta["deletionGracePeriodSeconds"] = grace
-    conds = [{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}] if disrupted else []
-    return {"metadata": meta, "spec": {"nodeName": node_name}, "status": {"phase": phase, "conditions": conds}}
+        deleted_at=stamp(deleted_ago - grace) if deleted else None, grace=grace if deleted else None,
+        node=node_name, phase=phase, conditions=[objects.disruption("DeletionByTaintManager")] if disrupted else [])
 
 
 def names(pods, nodes):

@@ -16,7 +16,7 @@ from gangctl.policy import pytorchjob as pj
 from gangctl.policy.decide import Apply, Create, decide
 from gangctl.policy.resolve import ResolveError, resolve
 from tests.unit.test_decide import RUNTIME, condition, snap, trainjob, with_initializers
-from tests.unit.test_pytorchjob import manifest, replica
+from gangctl.sim.objects import pytorchjob, replica
 
 LONGEST = "a" * MAX_NAME_LENGTH
 
@@ -91,6 +91,6 @@ def test_an_indexed_step_counts_its_pods_hostnames():
 
 def test_a_pytorchjob_is_checked_by_its_longest_replica_name():
     with pytest.raises(pj.PyTorchJobMappingError, match=r"replica name 'n{54}-worker-10' has 64 characters"):
-        pj.to_gang(manifest("n" * 54, {"Master": replica(1), "Worker": replica(11)}))
-    gang = pj.to_gang(manifest("n" * 53, {"Master": replica(1), "Worker": replica(11)}))
+        pj.to_gang(pytorchjob("n" * 54, {"Master": replica(1), "Worker": replica(11)}))
+    gang = pj.to_gang(pytorchjob("n" * 53, {"Master": replica(1), "Worker": replica(11)}))
     assert len(pj.replica_name(gang.name, "Worker", 10)) == 63 and len(pj.store_name(gang.name)) <= 63

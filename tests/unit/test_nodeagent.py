@@ -16,17 +16,15 @@ from gangctl.nodeagent.logs import LogOptions, parse_line, read_lines, render, s
 from gangctl.nodeagent.spec import (ContainerState, NodeConfig, PodRuntime, SpecError, expand, hosts_file,
                                     node_object, pod_phase, pod_status, process_specs, resolv_conf)
 from gangctl.plugins.workload import NODE_LOSS_TOLERATIONS
+from gangctl.sim import objects
 
 BASE = {"PATH": "/venv/bin:/usr/bin"}
 
 
 def pod(**container) -> dict:
     c = {"name": "node", "image": "pytorch/pytorch:2", "command": ["torchrun"], "args": ["train.py"], **container}
-    return {"metadata": {"name": "tj-node-0-1-abcde", "namespace": "team", "uid": "u-1",
-                         "labels": {"app": "x"},
-                         "annotations": {"batch.kubernetes.io/job-completion-index": "1"}},
-            "spec": {"nodeName": "pn-0", "hostname": "tj-node-0-1", "subdomain": "tj", "containers": [c],
-                     "restartPolicy": "Never"}}
+    return objects.pod("tj-node-0-1-abcde", namespace="team", uid="u-1", labels={"app": "x"}, index=1, node="pn-0",
+                       containers=[c], hostname="tj-node-0-1", subdomain="tj", restartPolicy="Never")
 
 
 def test_env_downward_api_and_expansion():

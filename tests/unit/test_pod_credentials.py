@@ -13,6 +13,7 @@ from gangctl.nodeagent.spec import SpecError, process_specs
 from gangctl.nodeagent.volumes import (ConfigMapFiles, config_map_files, container_mounts, hidden_paths,
                                        kubernetes_service_env, projected_volumes, refresh_after, service_account,
                                        token_request, under_secrets_root)
+from gangctl.sim import objects
 
 # The volume the ServiceAccount admission plugin adds (as read back from the apiserver).
 KUBE_API_ACCESS = {"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
@@ -25,9 +26,8 @@ SA_MOUNT = {"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kube
 
 
 def pod(volumes=(KUBE_API_ACCESS,), mounts=(SA_MOUNT,), **spec) -> dict:
-    return {"metadata": {"name": "p", "namespace": "team-a", "uid": "u-1"},
-            "spec": {"serviceAccountName": "trainer", "volumes": list(volumes),
-                     "containers": [{"name": "main", "command": ["python"], "volumeMounts": list(mounts)}], **spec}}
+    return objects.pod("p", namespace="team-a", uid="u-1", serviceAccountName="trainer", volumes=list(volumes),
+                       containers=[{"name": "main", "command": ["python"], "volumeMounts": list(mounts)}], **spec)
 
 
 def test_the_admission_plugins_volume_becomes_token_ca_and_namespace_files():

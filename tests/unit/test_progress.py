@@ -19,6 +19,7 @@ from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
 from gangctl.policy import progress
 from gangctl.policy.decide import Apply, Create, decide
 from gangctl.runtime import progress_server
+from gangctl.sim import objects
 from tests.unit.test_decide import NOW, child, snap, trainjob
 
 ENDPOINT = progress.Endpoint("https://gangctl-controller.gangctl-system.svc:8443", "-----CA-----")
@@ -126,8 +127,7 @@ def review(*, audiences=("trainer.kubeflow.org",), username="system:serviceaccou
             "user": {"username": username, "extra": extra}}
 
 
-TRAINJOB = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": "llm", "namespace": "team-a", "uid": "tj-1"}}
+TRAINJOB = objects.trainjob(uid="tj-1")
 
 
 def owned_by(obj: dict, uid: str, *, kind: str, name: str, api_version: str = "batch/v1") -> dict:
@@ -143,8 +143,8 @@ JOB = owned_by({"metadata": {"name": "llm-node-0", "namespace": "team-a", "uid":
 
 def a_pod(*, uid="pod-1", namespace="team-a", trainjob="llm", job_uid="job-1", phase="Running") -> dict:
     """A trainer pod as the Job controller makes it (its labels copied from gangctl's template)."""
-    pod = {"metadata": {"name": "llm-node-0-0-abcde", "namespace": namespace, "uid": uid,
-                        "labels": {MANAGED_BY: MANAGER, TRAINJOB_NAME: trainjob}}, "status": {"phase": phase}}
+    pod = objects.pod("llm-node-0-0-abcde", namespace=namespace, uid=uid,
+                      labels={MANAGED_BY: MANAGER, TRAINJOB_NAME: trainjob}, phase=phase)
     return owned_by(pod, job_uid, kind="Job", name="llm-node-0")
 
 

@@ -15,32 +15,18 @@ from gangctl.api.pytorchjob import PyTorchJobError, parse
 from gangctl.policy import failure
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy.pytorchjob import ReplicaCounts
+from gangctl.sim import objects
+from gangctl.sim.objects import pytorchjob, replica
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc)
 
 
-def replica(replicas: int | None = None, *, image: str = "docker.io/pytorch/pytorch:2.5.1", cpu: str = "2",
-            command: list[str] | None = None, **extra) -> dict:
-    spec: dict = {"template": {"spec": {"containers": [{
-        "name": "pytorch", "image": image, "command": command or ["python", "/opt/mnist.py", "--backend", "gloo"],
-        "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}, **extra}
-    if replicas is not None:
-        spec["replicas"] = replicas
-    return spec
-
-
-def manifest(name: str = "mnist", specs: dict | None = None, **spec) -> dict:
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-            "metadata": {"name": name, "namespace": "team-a", "uid": "u-1"},
-            "spec": {"pytorchReplicaSpecs": specs if specs is not None else {"Master": replica(1)}, **spec}}
-
-
-MASTER_ONLY = manifest("simple", {"Master": replica(1, restartPolicy="OnFailure")})
-DDP = manifest("ddp", {"Master": replica(1, restartPolicy="OnFailure"),
-                       "Worker": replica(3, restartPolicy="OnFailure")})
-ELASTIC = manifest("elastic", {"Worker": replica(4, restartPolicy="OnFailure", command=["torchrun", "train.py"])},
-                   elasticPolicy={"rdzvBackend": "c10d", "minReplicas": 2, "maxReplicas": 4, "maxRestarts": 10})
+MASTER_ONLY = pytorchjob("simple", {"Master": replica(1, restartPolicy="OnFailure")})
+DDP = pytorchjob("ddp", {"Master": replica(1, restartPolicy="OnFailure"),
+                         "Worker": replica(3, restartPolicy="OnFailure")})
+ELASTIC = pytorchjob("elastic", {"Worker": replica(4, restartPolicy="OnFailure", command=["torchrun", "train.py"])},
+                     elasticPolicy={"rdzvBackend": "c10d", "minReplicas": 2, "maxReplicas": 4, "maxRestarts": 10})
 
 
 def env_of(template: dict, container: str = "pytorch") -> dict[str, dict]:
@@ -55,7 +41,7 @@ def values(env: dict[str, dict]) -> dict[str, str]:
 # --- defaults and validation ----------------------------------------------------------------------
 
 def test_v1_defaults_are_applied():
-    job = parse(manifest("d", {"master": replica(), "WORKER": replica()}))
+    job = parse(pytorchjob("d", {"master": replica(), "WORKER": replica()}))
     assert list(job.replica_specs) == ["Master", "Worker"]          # keys matched case-insensitively
     assert [s.replicas for s in job.replica_specs.values()] == [1, 1]
     assert {s.restart_policy for s in job.replica_specs.values()} == {"OnFailure"}
@@ -68,14 +54,14 @@ def test_v1_defaults_are_applied():
 def test_a_port_named_pytorchjob_port_is_kept():
     spec = replica(1)
     spec["template"]["spec"]["containers"][0]["ports"] = [{"name": "pytorchjob-port", "containerPort": 29500}]
-    job = parse(manifest("p", {"Master": spec}))
+    job = parse(pytorchjob("p", {"Master": spec}))
     assert job.master.port == 29500
     assert values(env_of(pj.to_gang(job).groups[0].job.pod_template))["MASTER_PORT"] == "29500"
 
 
 def test_elastic_bounds_default_from_each_other_or_the_workers():
     def bounds(policy: dict) -> tuple[int, int]:
-        e = parse(manifest("e", {"Worker": replica(3)}, elasticPolicy=policy)).elastic
+        e = parse(pytorchjob("e", {"Worker": replica(3)}, elasticPolicy=policy)).elastic
         return e.min_replicas, e.max_replicas
 
     assert bounds({}) == (3, 3)
@@ -85,7 +71,7 @@ def test_elastic_bounds_default_from_each_other_or_the_workers():
 
 
 def test_elastic_nproc_per_node_suppresses_the_auto_default():
-    job = parse(manifest("e", {"Worker": replica(2)}, elasticPolicy={"nProcPerNode": 4}))
+    job = parse(pytorchjob("e", {"Worker": replica(2)}, elasticPolicy={"nProcPerNode": 4}))
     assert job.nproc_per_node is None and job.elastic.nproc_per_node == 4
     group = pj.to_gang(job).groups[0]
     assert values(env_of(group.job.pod_template))["PET_NPROC_PER_NODE"] == "4"
@@ -93,25 +79,25 @@ def test_elastic_nproc_per_node_suppresses_the_auto_default():
 
 
 BAD = [
-    ("master-two-replicas", manifest(specs={"Master": replica(2)}), "spec.pytorchReplicaSpecs[Master].replicas"),
-    ("unknown-type", manifest(specs={"Master": replica(1), "Chief": replica(1)}), "spec.pytorchReplicaSpecs[Chief]"),
-    ("elastic-min-over-max", manifest(specs={"Worker": replica(2)}, elasticPolicy={"minReplicas": 4, "maxReplicas": 2}),
+    ("master-two-replicas", pytorchjob(replicas={"Master": replica(2)}), "spec.pytorchReplicaSpecs[Master].replicas"),
+    ("unknown-type", pytorchjob(replicas={"Master": replica(1), "Chief": replica(1)}), "spec.pytorchReplicaSpecs[Chief]"),
+    ("elastic-min-over-max", pytorchjob(replicas={"Worker": replica(2)}, elasticPolicy={"minReplicas": 4, "maxReplicas": 2}),
      "spec.elasticPolicy.minReplicas"),
-    ("worker-zero", manifest(specs={"Worker": replica(0)}), "spec.pytorchReplicaSpecs[Worker].replicas"),
-    ("no-pytorch-container", manifest(specs={"Master": {"template": {"spec": {"containers": [
+    ("worker-zero", pytorchjob(replicas={"Worker": replica(0)}), "spec.pytorchReplicaSpecs[Worker].replicas"),
+    ("no-pytorch-container", pytorchjob(replicas={"Master": {"template": {"spec": {"containers": [
         {"name": "main", "image": "x"}]}}}}), "spec.pytorchReplicaSpecs[Master].template.spec.containers"),
-    ("no-image", manifest(specs={"Master": {"template": {"spec": {"containers": [{"name": "pytorch"}]}}}}),
+    ("no-image", pytorchjob(replicas={"Master": {"template": {"spec": {"containers": [{"name": "pytorch"}]}}}}),
      "spec.pytorchReplicaSpecs[Master].template.spec.containers[0].image"),
-    ("elastic-without-worker", manifest(specs={"Master": replica(1)}, elasticPolicy={"minReplicas": 1}),
+    ("elastic-without-worker", pytorchjob(replicas={"Master": replica(1)}, elasticPolicy={"minReplicas": 1}),
      "spec.pytorchReplicaSpecs[Worker]"),
-    ("both-nproc", manifest(specs={"Worker": replica(2)}, nprocPerNode="2", elasticPolicy={"nProcPerNode": 2}),
+    ("both-nproc", pytorchjob(replicas={"Worker": replica(2)}, nprocPerNode="2", elasticPolicy={"nProcPerNode": 2}),
      "spec.elasticPolicy.nProcPerNode"),
-    ("restart-policy", manifest(specs={"Master": replica(1, restartPolicy="Sometimes")}),
+    ("restart-policy", pytorchjob(replicas={"Master": replica(1, restartPolicy="Sometimes")}),
      "spec.pytorchReplicaSpecs[Master].restartPolicy"),
-    ("clean-pod-policy", manifest(runPolicy={"cleanPodPolicy": "Some"}), "spec.runPolicy.cleanPodPolicy"),
-    ("managed-by", manifest(runPolicy={"managedBy": "someone/else"}), "spec.runPolicy.managedBy"),
-    ("no-replica-specs", manifest(specs={}), "spec.pytorchReplicaSpecs"),
-    ("name", manifest(name="1-bad"), "metadata.name"),
+    ("clean-pod-policy", pytorchjob(runPolicy={"cleanPodPolicy": "Some"}), "spec.runPolicy.cleanPodPolicy"),
+    ("managed-by", pytorchjob(runPolicy={"managedBy": "someone/else"}), "spec.runPolicy.managedBy"),
+    ("no-replica-specs", pytorchjob(replicas={}), "spec.pytorchReplicaSpecs"),
+    ("name", pytorchjob(name="1-bad"), "metadata.name"),
 ]
 
 
@@ -195,14 +181,14 @@ def test_the_user_env_is_kept_and_v1_wins_a_clash():
     assert names.count("WORLD_SIZE") == 1 and names[0] == "NCCL_DEBUG"
 
 
-def pod(job: str, rtype: str, index: int, *, phase: str = "Running", gated: bool = False, **meta) -> dict:
+def pod(job: str, rtype: str, index: int, *, gated: bool = False, phase: str = "Running", **fields) -> dict:
+    """Pod `index` of the `rtype` replicas of PyTorchJob `job`, as its Job makes it (behind RANK_GATE and
+    another gate when `gated`)."""
     labels = {"training.kubeflow.org/operator-name": "pytorchjob-controller",
               "training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": rtype,
               "batch.kubernetes.io/job-completion-index": str(index)}
-    spec = {"schedulingGates": [{"name": "other"}, {"name": pj.RANK_GATE}]} if gated else {}
-    return {"metadata": {"name": f"{job}-{rtype}-{index}-x7k2p", "labels": labels,
-                         "annotations": {"batch.kubernetes.io/job-completion-index": str(index)}, **meta},
-            "spec": spec, "status": {"phase": phase}}
+    return objects.pod(f"{job}-{rtype}-{index}-x7k2p", labels=labels, index=index,
+                       gates=["other", pj.RANK_GATE] if gated else (), phase=phase, **fields)
 
 
 def test_pod_stamp_gives_workers_rank_index_plus_one_and_lifts_the_gate():
@@ -259,8 +245,8 @@ def test_elastic_with_rdzv_host_and_min_available():
 def test_a_name_too_long_for_its_replica_names_is_refused():
     name = "n" * 55          # valid for v1's webhook; "<name>-worker-0" has 64 characters
     with pytest.raises(pj.PyTorchJobMappingError, match=r"^metadata\.name: .* 64 characters"):
-        pj.to_gang(manifest(name, {"Worker": replica(1)}))
-    pj.to_gang(manifest("n" * 54, {"Worker": replica(1)}))
+        pj.to_gang(pytorchjob(name, {"Worker": replica(1)}))
+    pj.to_gang(pytorchjob("n" * 54, {"Worker": replica(1)}))
 
 
 def test_backends():
@@ -305,7 +291,7 @@ def test_on_failure_restarts_up_to_backoff_limit():
 
 
 def test_never_fails_at_once_and_exit_code_fails_only_below_128():
-    m = manifest("x", {"Master": replica(1, restartPolicy="Never"), "Worker": replica(2, restartPolicy="ExitCode")})
+    m = pytorchjob("x", {"Master": replica(1, restartPolicy="Never"), "Worker": replica(2, restartPolicy="ExitCode")})
     gang = pj.to_gang(m)
     assert _fail("BackoffLimitExceeded", "master", gang, 0).action == "Fail"
     # ExitCode: the child Job's podFailurePolicy fails it with reason PodFailurePolicy on codes 1-127...
@@ -329,7 +315,7 @@ def counts(**by_type: tuple[int, int, int]) -> dict[str, ReplicaCounts]:
 
 
 def test_success_rule():
-    ddp, elastic, workers = parse(DDP), parse(ELASTIC), parse(manifest("w", {"Worker": replica(3)}))
+    ddp, elastic, workers = parse(DDP), parse(ELASTIC), parse(pytorchjob("w", {"Worker": replica(3)}))
     assert pj.succeeded(ddp, counts(Master=(0, 1, 0), Worker=(3, 0, 0)))
     assert not pj.succeeded(ddp, counts(Master=(1, 0, 0), Worker=(0, 3, 0)))
     assert pj.succeeded(workers, counts(Worker=(0, 3, 0)))
@@ -341,7 +327,7 @@ def test_success_rule():
 def test_count_pods_counts_a_deleted_running_pod_as_failed():
     job = parse(DDP)
     pods = [pod("ddp", "master", 0), pod("ddp", "worker", 0, phase="Succeeded"), pod("ddp", "worker", 1, phase="Failed"),
-            pod("ddp", "worker", 2, deletionTimestamp="2026-11-23T11:00:00Z"), pod("ddp", "worker", 3, phase="Pending"),
+            pod("ddp", "worker", 2, deleted_at="2026-11-23T11:00:00Z"), pod("ddp", "worker", 3, phase="Pending"),
             pod("other", "worker", 0)]
     assert pj.count_pods(job, pods) == {"Master": ReplicaCounts(1, 0, 0), "Worker": ReplicaCounts(0, 1, 2)}
     statuses = pj.replica_statuses(job, pj.count_pods(job, pods))
@@ -413,7 +399,7 @@ def test_ttl_and_clean_pod_policy():
     assert pj.ttl_remaining(job, done, NOW + timedelta(seconds=40)) == 60
     assert pj.ttl_remaining(job, done, NOW + timedelta(seconds=400)) == 0
     assert pj.ttl_remaining(job, {}, NOW) is None and pj.ttl_remaining(parse(DDP), done, NOW) is None
-    assert [pj.cleanup(parse(manifest(runPolicy={"cleanPodPolicy": p}))) for p in ("None", "Running", "All")] == [
+    assert [pj.cleanup(parse(pytorchjob(runPolicy={"cleanPodPolicy": p}))) for p in ("None", "Running", "All")] == [
         "keep", "suspend", "delete"]
     assert pj.cleanup(job) == "suspend" and pj.cleanup(parse(DDP)) == "keep"
 

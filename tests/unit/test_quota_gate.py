@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from fractions import Fraction
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -13,6 +14,7 @@ from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POL
                                                Pending, admission_record, admitted_workload, coscheduling_objects,
                                                grow, grown_record, plan, priority_value, timestamp)
 from gangctl.commands.policy_apply import objects_for, policy_text
+from gangctl.sim.objects import trainjob
 
 EXAMPLE_TEXT = (Path(__file__).parents[2] / "policies/example-teams.yaml").read_text()
 EXAMPLE = QuotaPolicy.model_validate(yaml.safe_load(EXAMPLE_TEXT))
@@ -169,16 +171,14 @@ def test_an_invalid_policy_holds_the_namespaces_it_still_names():
 def test_a_starting_gate_waits_for_every_job_that_may_ask():
     from gangctl.policy.quota_coscheduling import awaiting_start, needs_admission
 
-    def tj(**kw) -> dict:
-        return {"metadata": {"name": "x", **kw.get("meta", {})}, "spec": kw.get("spec", {}),
-                "status": kw.get("status", {})}
+    tj = partial(trainjob, "x", status={})
     record = {"team": "a"}
     assert needs_admission(tj(), None)
     assert not needs_admission(tj(), record)
-    assert not needs_admission(tj(spec={"suspend": True}), None)
-    assert not needs_admission(tj(meta={"deletionTimestamp": "2025-01-01T00:00:00Z"}), None)
+    assert not needs_admission(tj(suspend=True), None)
+    assert not needs_admission(tj(metadata={"deletionTimestamp": "2025-01-01T00:00:00Z"}), None)
     assert not needs_admission(tj(status={"conditions": [{"type": "Complete", "status": "True"}]}), None)
-    cache = {"n/a": tj(), "n/b": tj(), "n/c": tj(status={"admission": record}), "n/d": tj(spec={"suspend": True})}
+    cache = {"n/a": tj(), "n/b": tj(), "n/c": tj(status={"admission": record}), "n/d": tj(suspend=True)}
 
     def admission_of(t):
         return (t.get("status") or {}).get("admission")

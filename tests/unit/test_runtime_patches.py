@@ -2,26 +2,23 @@
 pure resolve step: the pod template a user gets, and the errors that name the field."""
 from __future__ import annotations
 
-import copy
-from pathlib import Path
-
 import pytest
-import yaml
 from kubeflow_trainer_api import models
 
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.plugins.coscheduling import Coscheduling
 from gangctl.plugins.workload import node_job, owner_reference
 from gangctl.policy.resolve import ResolveError, resolve
+from gangctl.sim import objects
 
-RUNTIME = yaml.safe_load((Path(__file__).parents[2] / "deploy/runtimes/torch-distributed.yaml").read_text())
+RUNTIME = objects.runtime()
 SDK = "trainer.kubeflow.org/kubeflow-sdk"
 KUEUE = "kueue.x-k8s.io/manager"
 
 
 def runtime_with_initializer() -> dict:
     """torch-distributed plus a dataset-initializer job sharing the `initializer` volume, and a sidecar."""
-    runtime = copy.deepcopy(RUNTIME)
+    runtime = objects.runtime()
     jobs = runtime["spec"]["template"]["spec"]["replicatedJobs"]
     volume = {"name": "initializer", "emptyDir": {}}
     mount = {"name": "initializer", "mountPath": "/workspace"}
@@ -57,9 +54,7 @@ def patch(manager: str, *job_patches: dict, metadata: dict | None = None) -> dic
 
 
 def trainjob(**spec) -> dict:
-    obj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-           "metadata": {"name": "llm", "namespace": "team-a", "uid": "u-1"},
-           "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": 2}, **spec}}
+    obj = objects.trainjob(**{"trainer": {"numNodes": 2}, **spec})
     for p in spec.get("runtimePatches") or []:
         models.TrainerV1alpha1RuntimePatch.from_dict(p)  # the shape Trainer's API (and the SDK) has
     parse_trainjob(obj)  # what the reconciler checks before resolving
@@ -216,16 +211,14 @@ def test_an_initializer_job_without_the_shared_volume_mount_is_refused():
      r"containers\[0\]: runtimePatches: containers named node, dataset-initializer or model-initializer take env"),
 ])
 def test_patches_trainer_refuses_are_refused_before_resolve(patches, message):
-    obj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-           "metadata": {"name": "llm", "namespace": "team-a"},
-           "spec": {"runtimeRef": {"name": "torch-distributed"}, "runtimePatches": patches}}
+    obj = objects.trainjob(runtimePatches=patches)
     with pytest.raises(ValueError, match=message):
         parse_trainjob(obj)
 
 
 @pytest.mark.parametrize("framework", ["mpi", "jax", "xgboost", "flux"])
 def test_a_runtime_of_another_framework_fails_naming_it(framework):
-    runtime = copy.deepcopy(RUNTIME)
+    runtime = objects.runtime()
     del runtime["spec"]["mlPolicy"]["torch"]
     runtime["spec"]["mlPolicy"][framework] = {}
     with pytest.raises(ResolveError, match=rf"runtime spec\.mlPolicy\.{framework}: gangctl runs PyTorch") as err:
@@ -234,7 +227,7 @@ def test_a_runtime_of_another_framework_fails_naming_it(framework):
 
 
 def test_resources_per_node_merge_into_the_runtime_resources_by_name():
-    runtime = copy.deepcopy(RUNTIME)
+    runtime = objects.runtime()
     container = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
         "containers"][0]
     container["resources"] = {"requests": {"cpu": "1", "memory": "8Gi"}, "limits": {"memory": "8Gi"}}

@@ -21,7 +21,6 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gangctl.api.quantity import parse_quantity
 from gangctl.api.trainjob import parse_trainjob
@@ -37,13 +36,15 @@ from gangctl.sim import engine
 from gangctl.sim.controller import SimController, elastic_floor, runtime_for
 from gangctl.sim.engine import Simulation
 from gangctl.sim.model import Cluster
+from gangctl.sim import objects
+from gangctl.sim.replay import RUNTIME as REPLAY_RUNTIME
 from gangctl.sim.replay import trainjob_submissions
 from gangctl.sim.scenario import Backend, ElasticSpec, Scenario, load_quota_policy, load_scenario, load_workload
 from gangctl.sim.sweep import _scaled_policy
 from gangctl.sim.traces import TraceJob
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNTIME = yaml.safe_load((ROOT / "deploy/runtimes/torch-kwok-gpu.yaml").read_text())
+RUNTIME = objects.runtime(REPLAY_RUNTIME)
 # Kubernetes units (GPUs, cores, bytes) -> the simulator's (GPUs, millicores, MiB).
 TO_SIM = {GPU: Fraction(1), CPU: Fraction(1000), MEMORY: Fraction(1, 2**20)}
 

@@ -6,13 +6,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-import yaml
 from rich.console import Console
 
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.policy.admission import GPU, Verdict, Workload, decide, queue_key
 from gangctl.policy.quota import QuotaPolicy
 from gangctl.policy.resolve import resolve
+from gangctl.sim import objects
 from gangctl.sim.engine import simulate
 from gangctl.sim.metrics import JobOutcome
 from gangctl.sim.model import NodePool
@@ -28,7 +28,7 @@ from gangctl.validate.measure import (RealOutcome, compare, in_arrival_order, ol
 from gangctl.validate.plan import gpu_pools, namespaces_of, open_policy, plan
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNTIME = yaml.safe_load((ROOT / "deploy/runtimes/torch-distributed.yaml").read_text())
+RUNTIME = objects.runtime()
 COMPLETE = "pod-complete.stage.kwok.x-k8s.io/"
 
 
@@ -65,9 +65,8 @@ def test_trainjobs_finish_on_kwok_after_the_compressed_duration_exactly():
 # --- the plan ------------------------------------------------------------------------------------
 
 def node(name: str, gpus: int | None, ready: bool = True) -> dict:
-    alloc = {"cpu": "96"} | ({GPU: str(gpus)} if gpus is not None else {})
-    return {"metadata": {"name": name, "labels": {}},
-            "status": {"allocatable": alloc, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    return objects.node(name, labels={}, ready="True" if ready else "False",
+                        allocatable={"cpu": "96"} | ({GPU: str(gpus)} if gpus is not None else {}))
 
 
 def test_pools_are_the_ready_gpu_nodes():
@@ -135,7 +134,7 @@ def trainjob(bound: float | None, done: float | None, kind: str = "Complete") ->
         status["gang"] = {"createdAt": stamp(bound - 1), "boundAt": stamp(bound)}
     if done is not None:
         status["conditions"].append({"type": kind, "status": "True", "lastTransitionTime": stamp(done, precise=False)})
-    return {"status": status}
+    return objects.trainjob(status=status)
 
 
 def test_outcomes_from_trainjob_status():
