@@ -393,10 +393,6 @@ def _let_go(*jobs: dict) -> list[Step]:
     return [LetGo(j) for j in jobs if RESULT_FINALIZER in (j["metadata"].get("finalizers") or [])]
 
 
-def _store_pods(s: Snapshot) -> list[dict]:
-    return store_pods(s.pods)
-
-
 def store_pods(pods: Iterable[dict]) -> list[dict]:
     """The rendezvous store pods among a job's pods (every incarnation: see ensure_store)."""
     return [p for p in pods if (p["metadata"].get("labels") or {}).get(TORCH_STORE_ROLE) == STORE_ROLE]
@@ -413,31 +409,33 @@ def _release(s: Snapshot, child: dict | None, applied_group: str | None = None) 
     for backend_name, obj in s.groups.items():
         resource = BACKENDS[backend_name].group_resource
         if resource is not None and obj is not None and ownership.owned(obj, uid):
-            out += [_delete(resource, obj), CapacityFreed()]
+            out += [delete_child(resource, obj), CapacityFreed()]
         elif resource is not None and obj is None and backend_name == applied_group:
             out += [Delete(resource, ns, name), CapacityFreed()]  # created by this very pass: it is ours
     if (child is not None and ownership.owned(child, uid) and not child["metadata"].get("deletionTimestamp")
             and not st.ChildJob.from_job(child, NODE_JOB).finished):
         if QUEUE_LABEL in (child["metadata"].get("labels") or {}):
             # Kueue owns spec.suspend: only deleting the Job frees its Workload.
-            out += [*_let_go(child), _delete(JOBS, child), CapacityFreed()]
+            out += [*_let_go(child), delete_child(JOBS, child), CapacityFreed()]
         elif not (child.get("spec") or {}).get("suspend"):
             # A Job gangctl ended itself (an elastic Job never fails on its own: huge backoffLimit)
             # would go on recreating workers: suspend it, keeping the failed pods.
-            out.append(_patch(JOBS, child, {"spec": {"suspend": True}}))
-    for pod in ownership.mine(uid, _store_pods(s)):
-        if not pod["metadata"].get("deletionTimestamp"):
-            out.append(_delete(PODS, pod))
-    return out
+            out.append(patch_child(JOBS, child, {"spec": {"suspend": True}}))
+    return out + let_go_of_store(uid, s.pods)
 
 
-def _delete(resource: Resource, obj: dict, propagation: str = "Background") -> Delete:
+def let_go_of_store(uid: str, pods: Iterable[dict]) -> list[Step]:
+    """Delete the job's rendezvous store pods (every incarnation still alive)."""
+    return [delete_child(PODS, p) for p in ownership.mine(uid, store_pods(pods)) if not p["metadata"].get("deletionTimestamp")]
+
+
+def delete_child(resource: Resource, obj: dict, propagation: str = "Background") -> Delete:
     """Delete a child the job owns (observed, or made by this pass: no uid yet), only that incarnation."""
     meta = obj["metadata"]
     return Delete(resource, meta["namespace"], meta["name"], uid=meta.get("uid"), propagation=propagation)
 
 
-def _patch(resource: Resource, obj: dict, patch: dict) -> Patch:
+def patch_child(resource: Resource, obj: dict, patch: dict) -> Patch:
     """A merge patch onto that incarnation of a child the job owns: its uid in the patch is a
     precondition (a recreated object of the name refuses it)."""
     meta = obj["metadata"]
@@ -476,8 +474,8 @@ def _expired(s: Snapshot) -> list[Step]:
         # Only what the TrainJob owns: a claim made before it (used as it was) or kept (Retain) has no
         # ownerReference of it, and stays.
         return ownership.mine(_uid(s), (o for o in objects if o is not None and not o["metadata"].get("deletionTimestamp")))
-    return [*(_delete(JOBS, j) for j in live(s.jobs)), *(_delete(SERVICES, v) for v in live([s.service])),
-            *(_delete(PERSISTENT_VOLUME_CLAIMS, c) for c in live(s.claims))]
+    return [*(delete_child(JOBS, j) for j in live(s.jobs)), *(delete_child(SERVICES, v) for v in live([s.service])),
+            *(delete_child(PERSISTENT_VOLUME_CLAIMS, c) for c in live(s.claims))]
 
 
 def _fail(s: Snapshot, reason: str, message: str, *, status: dict | None = None,
@@ -543,10 +541,6 @@ def _quota(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> _Quota:
     return _Quota(job, None, job.num_nodes, (), False)
 
 
-def _pods_of(s: Snapshot, uid: str) -> list[dict]:
-    return [p for p in s.pods if any(ref.get("uid") == uid for ref in p["metadata"].get("ownerReferences") or [])]
-
-
 def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
     quota = _quota(s, job, backend, gang)
     job, observed = quota.job, s.node_job
@@ -557,7 +551,8 @@ def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
     if observed is not None:
         child = st.ChildJob.from_job(observed, NODE_JOB)
         if child.failure is None and job.elastic:
-            child = _elastic_pod_failure(s, observed, child)
+            pods = ownership.children_of([observed["metadata"].get("uid", "")], s.pods)
+            child = dataclasses.replace(child, failure=elastic.failed_worker(observed, pods, "node"))
         if child.failure is not None:
             return dataclasses.replace(_failed_attempt(s, job, observed, child), gate=quota.intents)
         if observed["metadata"].get("deletionTimestamp"):
@@ -627,10 +622,14 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
         plan = dataclasses.replace(plan, clear_nudge=True)
         if (base.needs_nudge(backend) and not job.suspend and st.waiting_for_gang(status)
                 and _refused(s, observed, gang)):
-            steps.append(Patch(backend.group_resource, job.namespace, job.name,
-                               {"metadata": {"annotations": {RETRY_ANNOTATION: st.precise_timestamp(s.now)}}},
-                               missing_ok=True))
+            steps.append(nudge(backend.group_resource, job.namespace, job.name, s.now))
     return dataclasses.replace(plan, steps=tuple(steps), metrics=tuple(metrics))
+
+
+def nudge(resource: Resource, namespace: str, name: str, now: datetime) -> Patch:
+    """Hand a waiting gang back to its scheduler (capacity was freed): a touch of its group object."""
+    return Patch(resource, namespace, name, {"metadata": {"annotations": {RETRY_ANNOTATION: st.precise_timestamp(now)}}},
+                 missing_ok=True)
 
 
 def _progress_url(s: Snapshot, job: ResolvedJob) -> str | None:
@@ -664,7 +663,7 @@ def ensure(resource: Resource, cached: dict | None, obj: dict, rejectable: bool 
 
 
 def _ensure_store(s: Snapshot, job: ResolvedJob, owner: dict, backend) -> list[Step]:
-    return ensure_store(_store_pods(s), rendezvous_store(job, owner, {}), s.scheduler_name)
+    return ensure_store(store_pods(s.pods), rendezvous_store(job, owner, {}), s.scheduler_name)
 
 
 def ensure_store(pods: list[dict], pod: dict, scheduler_name: str) -> list[Step]:
@@ -676,7 +675,7 @@ def ensure_store(pods: list[dict], pod: dict, scheduler_name: str) -> list[Step]
            not in ("Failed", "Succeeded") for p in pods):
         return []
     ns = pod["metadata"]["namespace"]
-    steps: list[Step] = [_delete(PODS, p) for p in pods if not p["metadata"].get("deletionTimestamp")]
+    steps: list[Step] = [delete_child(PODS, p) for p in pods if not p["metadata"].get("deletionTimestamp")]
     pod["spec"]["schedulerName"] = scheduler_name
     taken, n, base_name = {p["metadata"]["name"] for p in pods}, len(pods), pod["metadata"]["name"]
     while pods and f"{base_name}-{n}" in taken:
@@ -719,7 +718,7 @@ def _refused(s: Snapshot, job: dict | None, gang: Gang) -> bool:
     unschedulable. Only then is it worth handing back (a patch of its PodGroup). While the Job
     controller still creates its pods, each new pod makes the scheduler try the gang again anyway; once
     one pod is bound, the gang has passed the scheduler's gang check and the rest are being bound."""
-    pods = _pods_of(s, job["metadata"].get("uid")) if job is not None else []
+    pods = ownership.children_of([job["metadata"].get("uid")], s.pods) if job is not None else []
     live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
             and not p["metadata"].get("deletionTimestamp")]
     if len(live) < gang.min_member or any((p.get("spec") or {}).get("nodeName") for p in live):
@@ -732,7 +731,7 @@ def _bound_pods(s: Snapshot, job: dict | None) -> int:
     """Pods of the current Job (by uid) that the scheduler has bound to a node."""
     if job is None:
         return 0
-    return sum(1 for p in _pods_of(s, job["metadata"].get("uid"))
+    return sum(1 for p in ownership.children_of([job["metadata"].get("uid")], s.pods)
                if (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase") != "Failed")
 
 
@@ -771,7 +770,7 @@ def _failed_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.Chi
         return Plan()
     reason, message = child.failure  # type: ignore[misc]
     pods = {p.name: p for p in s.disruptions.values()}
-    for pod in _pods_of(s, uid):
+    for pod in ownership.children_of([uid], s.pods):
         failed = PodFailure.from_pod(pod)
         if failed is not None:
             pods[failed.name] = failed
@@ -803,27 +802,12 @@ def _delete_attempt(job: dict) -> list[Step]:
     return steps
 
 
-def _elastic_pod_failure(s: Snapshot, job: dict, child: st.ChildJob) -> st.ChildJob:
-    """An elastic Job never fails on its own (huge backoffLimit): a worker that exited non-zero
-    without a disruption is the attempt's failure, judged by the failure policy."""
-    meta = job["metadata"]
-    size = int((job.get("spec") or {}).get("parallelism") or 0)
-    for pod in _pods_of(s, meta.get("uid", "")):
-        failed = PodFailure.from_pod(pod)
-        if (failed is not None and failed.disruption is None and failed.index is not None
-                and failed.index < size and (pod.get("status") or {}).get("phase") == "Failed"):
-            code = f" with exit code {failed.exit_code}" if failed.exit_code is not None else ""
-            return dataclasses.replace(child, failure=(
-                "PodFailed", f"worker {meta['namespace']}/{failed.name} failed{code}"))
-    return child
-
-
 # --- elastic ------------------------------------------------------------------------------------
 def _noted(s: Snapshot, job: dict) -> dict[str, PodFailure]:
     """The hints plus pods of the running attempt that carry DisruptionTarget now: they may be gone
     when it fails, or when it is sized."""
     hints = dict(s.disruptions)
-    for pod in _pods_of(s, job["metadata"].get("uid", "")):
+    for pod in ownership.children_of([job["metadata"].get("uid", "")], s.pods):
         failed = PodFailure.from_pod(pod)
         if failed is not None and failed.disruption is not None:
             hints[failed.name] = failed
@@ -834,25 +818,19 @@ def _elastic_size(s: Snapshot, job: ResolvedJob, gang: Gang, max_nodes: int, obs
                   hints: dict[str, PodFailure]):
     """(size, resize, lost_gone, hints, recheck): the Job's next size and whether to look again soon."""
     size = min(max_nodes, int((observed.get("spec") or {}).get("parallelism") or job.num_nodes))
-    workers = _workers(s, observed, hints)
-    elastic_status = _previous(s).get("elastic") or {}
-    last = elastic_status.get("lastShrinkTime")
-    counted = int((observed.get("status") or {}).get("failed") or 0)
-    uid = observed["metadata"].get("uid", "")
-    seen_failed = sum(1 for p in _pods_of(s, uid) if (p.get("status") or {}).get("phase") == "Failed")
-    accounted = int(elastic_status.get("lostAccounted") or 0)
-    resize = elastic.plan(size, gang.min_member, max_nodes, workers, s.now, st.parse_time(last) if last else None,
-                          lost_unseen=counted - seen_failed > accounted)
+    pods = ownership.children_of([observed["metadata"].get("uid", "")], s.pods)
+    resize, workers, gone = elastic.size_step(size, gang.min_member, max_nodes, observed, pods,
+                                              _previous(s).get("elastic") or {}, s.now, hints)
     if resize is not None:
         size = resize.size
         # Hints of indexes beyond the new size are accounted for by this shrink.
         hints = {n: h for n, h in hints.items() if h.index is None or h.index < size}
     recheck = size < max_nodes or any(not w.healthy for w in workers)
-    return size, resize, counted - seen_failed, hints, recheck
+    return size, resize, gone, hints, recheck
 
 
 def _workers(s: Snapshot, job: dict, hints: Mapping[str, PodFailure]) -> list[elastic.Worker]:
-    return elastic.workers_of(_pods_of(s, job["metadata"].get("uid", "")), hints)
+    return elastic.workers_of(ownership.children_of([job["metadata"].get("uid", "")], s.pods), hints)
 
 
 def _elastic_status(s: Snapshot, job: ResolvedJob, observed: dict, hints: Mapping[str, PodFailure],
@@ -863,12 +841,5 @@ def _elastic_status(s: Snapshot, job: ResolvedJob, observed: dict, hints: Mappin
     out.update({"currentNodes": healthy, "minNodes": min_nodes, "maxNodes": job.num_nodes,
                 "size": size or int((observed.get("spec") or {}).get("parallelism") or 0)})
     if resize is not None:
-        stamp = st.timestamp(s.now)
-        out["resizes"] = int(out.get("resizes") or 0) + 1
-        out["lastResizeReason"] = resize.cause
-        out["lastResizeTime"] = stamp
-        if resize.direction == "shrink":
-            out["lastShrinkTime"] = stamp
-        if resize.cause == "NodeLost":
-            out["lostAccounted"] = max(int(out.get("lostAccounted") or 0), lost_gone)
+        out = elastic.noted(out, resize, st.timestamp(s.now), lost_gone)
     return out, healthy

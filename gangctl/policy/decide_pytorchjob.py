@@ -50,9 +50,10 @@ from gangctl.policy import elastic, ownership
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store
-from gangctl.policy.decide import (RETRY_ANNOTATION, Apply, Delete, Event, GateForget, GateIntent, GateMayGrow,
-                                   GateView, GateWants, Metric, Patch, Plan, Step, WriteStatus, cache_grace_left,
-                                   ensure, ensure_store, missing_priority_class, store_pods)
+from gangctl.policy.decide import (Apply, Delete, Event, GateForget, GateIntent, GateMayGrow, GateView, GateWants,
+                                   Metric, Patch, Plan, Step, WriteStatus, cache_grace_left, delete_child, ensure,
+                                   ensure_store, let_go_of_store, missing_priority_class, nudge, patch_child,
+                                   store_pods)
 from gangctl.policy.failure import PodFailure, Restarts, classify
 from gangctl.policy.failure import decide as judge
 from gangctl.policy.gang import Gang
@@ -127,7 +128,8 @@ def _decide(s: Snapshot) -> Plan:
             return _carry_out(s, job, gang, restarts, current)
         failure = st.ChildJob.from_job(child, group.replica_type.lower()).failure
         if failure is None and group.job.elastic:
-            failure = _elastic_worker_failure(s, child)
+            failure = elastic.failed_worker(child, ownership.children_of([child["metadata"].get("uid")], s.pods),
+                                                  DEFAULT_CONTAINER)
         if failure is not None:
             return _judge(s, gang, group, child, failure, restarts)
     if any(c is not None and c["metadata"].get("deletionTimestamp") for c in current.values()):
@@ -206,22 +208,6 @@ def elastic_of(obj: dict) -> dict:
     return memo if isinstance(memo, dict) else {}
 
 
-def _elastic_worker_failure(s: Snapshot, child: dict) -> tuple[str, str] | None:
-    """An elastic Worker Job never fails on its own (huge backoffLimit): a Worker in range that exited
-    non-zero without a disruption is the attempt's failure, judged like any other."""
-    meta = child["metadata"]
-    size = int((child.get("spec") or {}).get("parallelism") or 0)
-    for pod in s.pods:
-        if not any(r.get("uid") == meta.get("uid") for r in pod["metadata"].get("ownerReferences") or []):
-            continue
-        failed = PodFailure.from_pod(pod, container=DEFAULT_CONTAINER)
-        if (failed is not None and failed.disruption is None and failed.index is not None and failed.index < size
-                and (pod.get("status") or {}).get("phase") == "Failed"):
-            code = f" with exit code {failed.exit_code}" if failed.exit_code is not None else ""
-            return "PodFailed", f"worker {meta['namespace']}/{failed.name} failed{code}"
-    return None
-
-
 def _finished(status: dict) -> bool:
     return any(c.get("type") in (pj.SUCCEEDED, pj.FAILED) and c.get("status") == "True"
                for c in status.get("conditions") or [])
@@ -259,8 +245,7 @@ def _children(s: Snapshot, gang: pj.PyTorchGang) -> dict[str, dict | None]:
 
 def _attempt_pods(s: Snapshot, current: Mapping[str, dict | None]) -> list[dict]:
     """Pods of the current child Jobs (by the owner's uid)."""
-    uids = {c["metadata"].get("uid") for c in current.values() if c is not None}
-    return [p for p in s.pods if any(r.get("uid") in uids for r in p["metadata"].get("ownerReferences") or [])]
+    return ownership.children_of((c["metadata"].get("uid") for c in current.values() if c is not None), s.pods)
 
 
 def _counts(s: Snapshot, job: PyTorchJob, current: Mapping[str, dict | None]) -> dict[str, pj.ReplicaCounts]:
@@ -292,21 +277,18 @@ def _fail(s: Snapshot, job: PyTorchJob, message: str, current: Mapping[str, dict
 
 def _let_go_of_gang(s: Snapshot) -> list[Step]:
     """Delete the gang's group and the rendezvous store pod: a finished or suspended job holds neither."""
-    ns, name = _ns_name(s)
     uid = _uid(s)
     steps: list[Step] = []
     for backend_name, group in s.groups.items():
         resource = BACKENDS[backend_name].group_resource
         if (resource is not None and group is not None and ownership.owned(group, uid)
                 and not group["metadata"].get("deletionTimestamp")):
-            steps.append(Delete(resource, ns, pj.group_name(name), uid=group["metadata"].get("uid")))
-    return steps + [Delete(PODS, ns, p["metadata"]["name"], uid=p["metadata"].get("uid"))
-                    for p in ownership.mine(uid, store_pods(s.pods)) if not p["metadata"].get("deletionTimestamp")]
+            steps.append(delete_child(resource, group))
+    return steps + let_go_of_store(uid, s.pods)
 
 
 def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
     """Let go of the gang and apply cleanPodPolicy to the child Jobs."""
-    ns, _ = _ns_name(s)
     steps = _let_go_of_gang(s)
     cleanup = pj.cleanup(job)
     for child in ownership.mine(_uid(s), s.jobs):
@@ -314,10 +296,10 @@ def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
         if meta.get("deletionTimestamp"):
             continue
         if cleanup == "delete":
-            steps.append(Delete(JOBS, ns, meta["name"], uid=meta.get("uid")))
+            steps.append(delete_child(JOBS, child))
         elif cleanup == "suspend" and not (child.get("spec") or {}).get("suspend") \
                 and not st.ChildJob.from_job(child, "").finished:
-            steps.append(Patch(JOBS, ns, meta["name"], {"metadata": {"uid": meta.get("uid")}, "spec": {"suspend": True}}))
+            steps.append(patch_child(JOBS, child, {"spec": {"suspend": True}}))
     return steps
 
 
@@ -336,7 +318,7 @@ def _judge(s: Snapshot, gang: pj.PyTorchGang, group: pj.ReplicaGroup, child: dic
            restarts: Restarts) -> Plan:
     """Judge a failed child Job and record the judgement, and nothing else, on the PyTorchJob."""
     uid = child["metadata"].get("uid", "")
-    pods = [f for p in s.pods if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])
+    pods = [f for p in ownership.children_of([uid], s.pods)
             if (f := PodFailure.from_pod(p, container=DEFAULT_CONTAINER)) is not None]
     found = classify(failure[0], failure[1], pods)
     decision = judge(gang.failure_policy, found, restarts, group.replica_type.lower())
@@ -366,8 +348,7 @@ def _carry_out(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, restarts: Res
         steps += [WriteStatus(status), Event("Warning", pj.reason("Restarting"), message)]
     for child in ownership.mine(_uid(s), (c for c in current.values() if c is not None)):
         if not child["metadata"].get("deletionTimestamp"):
-            meta = child["metadata"]
-            steps.append(Delete(JOBS, meta["namespace"], meta["name"], uid=meta.get("uid"), propagation="Foreground"))
+            steps.append(delete_child(JOBS, child, "Foreground"))
     return Plan(steps=tuple(steps))
 
 
@@ -481,9 +462,7 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
     if s.nudge:   # capacity was freed: a gang still waiting for it is handed back to its scheduler
         nudged = True
         if base.needs_nudge(backend) and not held and not _finished(status) and not _running(status):
-            steps.append(Patch(backend.group_resource, job.namespace, pj.group_name(job.name),
-                               {"metadata": {"annotations": {RETRY_ANNOTATION: st.precise_timestamp(s.now)}}},
-                               missing_ok=True))
+            steps.append(nudge(backend.group_resource, job.namespace, pj.group_name(job.name), s.now))
     requeue = ELASTIC_RECHECK_SECONDS if recheck and not _finished(status) else None
     limit, start = job.run_policy.active_deadline_seconds, status.get("startTime")
     if limit is not None and start is not None and not _finished(status):
@@ -526,23 +505,11 @@ def _elastic_size(s: Snapshot, workers: pj.ReplicaGroup, observed: dict | None,
     size = max(floor, min(top, int(memo.get("size") or top)))
     if observed is None or st.ChildJob.from_job(observed, "").finished:
         return size, False
-    uid = observed["metadata"].get("uid")
-    pods = [p for p in s.pods if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
-    found = elastic.workers_of(pods)
-    counted = int((observed.get("status") or {}).get("failed") or 0)
-    gone = counted - sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Failed")
-    last = memo.get("lastShrinkTime")
-    resize = elastic.plan(size, floor, top, found, s.now, st.parse_time(last) if last else None,
-                          lost_unseen=gone > int(memo.get("lostAccounted") or 0))
+    pods = ownership.children_of([observed["metadata"].get("uid")], s.pods)
+    resize, found, gone = elastic.size_step(size, floor, top, observed, pods, memo, s.now)
     if resize is None:
         return size, size < top or any(not w.healthy for w in found)
-    stamp = st.timestamp(s.now)
-    after = {**memo, "size": resize.size, "resizes": int(memo.get("resizes") or 0) + 1,
-             "lastResizeReason": resize.cause, "lastResizeTime": stamp}
-    if resize.direction == "shrink":
-        after["lastShrinkTime"] = stamp
-    if resize.cause == "NodeLost":
-        after["lostAccounted"] = max(int(memo.get("lostAccounted") or 0), gone)
+    after = {**elastic.noted(memo, resize, st.timestamp(s.now), gone), "size": resize.size}
     ns, name = _ns_name(s)
     meta = s.pytorchjob["metadata"]  # type: ignore[index]
     patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": {
