@@ -26,7 +26,7 @@ from gangctl.api.resources import CONFIGMAPS, JOBS, PERSISTENT_VOLUME_CLAIMS, PO
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.plugins import base
 from gangctl.plugins.kueue import QUEUE_LABEL
-from gangctl.plugins.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, TRAINJOB_NAME, child_job_name
+from gangctl.plugins.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, child_job_name
 from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.torch import STORE_ROLE as TORCH_STORE_ROLE
 from gangctl.plugins.torch import rendezvous_store
@@ -82,6 +82,13 @@ class Snapshot:
     priority_classes: frozenset[str] | None = None  # the PriorityClasses that exist (None: not checked)
     progress: progress.Endpoint | None = None   # where trainer pods report status.trainerStatus (None: off)
     claims: tuple[dict, ...] = ()          # PVCs labelled with the TrainJob's name (volumeClaimPolicies)
+
+    @property
+    def obj(self) -> dict:
+        """The TrainJob, for the decisions made only once it exists."""
+        if self.trainjob is None:
+            raise ValueError(f"{self.key}: no TrainJob to decide on")
+        return self.trainjob
 
 
 # --- what one pass does -------------------------------------------------------------------------
@@ -288,10 +295,10 @@ def _steps(s: Snapshot, job: ResolvedJob) -> tuple[list[Step], Plan | None]:
     for step in job.steps:
         names = [child_job_name(job.name, step.name, i) for i in range(max(1, step.replicas))]
         seen = [st.ChildJob.from_job(by_name[n], step.name) for n in names if n in by_name]
-        failed = next((c for c in seen if c.failure), None)
+        failed = next(((c.name, c.failure) for c in seen if c.failure), None)
         if failed is not None:
-            reason, message = failed.failure  # type: ignore[misc]
-            return [], _fail(s, reason, f"Job {failed.name} ({step.name}) failed: {message or reason}; the trainer "
+            name, (reason, message) = failed
+            return [], _fail(s, reason, f"Job {name} ({step.name}) failed: {message or reason}; the trainer "
                                         "did not start", metric=Metric("policy_failures", "inc", (reason,)))
         if len(seen) == len(names):
             created.add(step.name)
@@ -316,7 +323,7 @@ def _met(depends_on: Iterable[dict], complete: set[str], created: set[str]) -> b
 def _deadline_left(s: Snapshot, job: ResolvedJob) -> float | None:
     """Seconds left of spec.activeDeadlineSeconds, counted as Trainer does: from the TrainJob's start,
     and again from its last resume; None without a deadline or while suspended (the clock stops)."""
-    created = s.trainjob["metadata"].get("creationTimestamp")  # type: ignore[index]
+    created = s.obj["metadata"].get("creationTimestamp")
     if job.active_deadline_seconds is None or job.suspend or not created:
         return None
     start = st.parse_time(created)
@@ -385,7 +392,7 @@ def _previous(s: Snapshot) -> dict:
 
 
 def _ns_name(s: Snapshot) -> tuple[str, str]:
-    meta = s.trainjob["metadata"]  # type: ignore[index]
+    meta = s.obj["metadata"]
     return meta["namespace"], meta["name"]
 
 
@@ -496,7 +503,7 @@ def _not_created(s: Snapshot, reason: str, message: str) -> Plan:
 
 
 def _runtime_missing(s: Snapshot) -> Plan:
-    ref = s.trainjob["spec"]["runtimeRef"]  # type: ignore[index]
+    ref = s.obj["spec"]["runtimeRef"]
     return _not_created(s, "RuntimeNotFound", f"{ref.get('kind', 'ClusterTrainingRuntime')} {ref['name']!r} not "
                                               "found; create it or fix spec.runtimeRef")
 
@@ -525,20 +532,39 @@ def _quota(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> _Quota:
     in the namespaces a policy names: each job is held like a suspended one (no PodGroup, Job
     suspended) until admitted. An admitted elastic job runs at most the nodes it was admitted with;
     the gate admits more when its team's quota has room and no job of the team waits."""
-    if s.gate is None or not base.gated_by_gangctl(backend):
-        return _Quota(job, None, job.num_nodes, (), job.suspend)
-    nodes = NodeRange(gang.min_member, gang.size, gang.per_pod)
-    admission = s.gate.admission
-    if job.suspend:
-        return _Quota(job, None, job.num_nodes, (GateForget(),), True)
-    if admission is None:
-        priority_class = (job.pod_template.get("spec") or {}).get("priorityClassName")
-        wants = GateWants(gang.min_resources, priority_class, nodes if job.elastic else None)
-        return _Quota(dataclasses.replace(job, suspend=True), s.gate.hold, job.num_nodes, (wants,), False)
-    if job.elastic and admission.get("nodes"):
-        max_nodes = max(gang.min_member, min(job.num_nodes, int(admission["nodes"])))
-        return _Quota(job, None, max_nodes, (GateMayGrow(nodes),), False)
-    return _Quota(job, None, job.num_nodes, (), False)
+    nodes = NodeRange(gang.min_member, gang.size, gang.per_pod) if job.elastic else None
+    answer = ask_gate(s.gate, backend, job.suspend, gang.min_resources,
+                      (job.pod_template.get("spec") or {}).get("priorityClassName"), nodes)
+    if answer.held is not None:
+        return _Quota(dataclasses.replace(job, suspend=True), answer.held, job.num_nodes, answer.intents, False)
+    granted = answer.granted if answer.granted is not None else job.num_nodes
+    return _Quota(job, None, granted, answer.intents, job.suspend)
+
+
+@dataclass(frozen=True)
+class GateAnswer:
+    """What the quota gate's answer means for a job of any kind."""
+
+    held: tuple[str, str] | None = None   # not admitted: the gate holds the job, with this reason
+    granted: int | None = None            # an admitted elastic job may run this many nodes (None: not told)
+    intents: tuple[GateIntent, ...] = ()
+    admitted: bool = False                # the gate governs the job and admitted it
+
+
+def ask_gate(gate: GateView | None, backend, suspend: bool, requests: Mapping, priority_class: str | None,
+             nodes: NodeRange | None) -> GateAnswer:
+    """What to tell the gate and what it answered, for a job asking for `requests` (its floor) and,
+    when elastic, for more nodes in `nodes`. A backend with a quota system of its own is not gated."""
+    if gate is None or not base.gated_by_gangctl(backend):
+        return GateAnswer()
+    if suspend:
+        return GateAnswer(intents=(GateForget(),))
+    if gate.admission is None:
+        return GateAnswer(held=gate.hold, intents=(GateWants(requests, priority_class, nodes),))
+    if nodes is not None and gate.admission.get("nodes"):
+        granted = max(nodes.min_nodes, min(nodes.max_nodes, int(gate.admission["nodes"])))
+        return GateAnswer(granted=granted, intents=(GateMayGrow(nodes),), admitted=True)
+    return GateAnswer(admitted=True)
 
 
 def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
@@ -554,9 +580,9 @@ def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
             pods = ownership.children_of([observed["metadata"].get("uid", "")], s.pods)
             child = dataclasses.replace(child, failure=elastic.failed_worker(observed, pods, "node"))
         if child.failure is not None:
-            return dataclasses.replace(_failed_attempt(s, job, observed, child), gate=quota.intents)
+            return dataclasses.replace(_failed_attempt(s, job, observed, child, child.failure), gate=quota.intents)
         if observed["metadata"].get("deletionTimestamp"):
-            return dataclasses.replace(_deleting_attempt(s, job, child), gate=quota.intents)
+            return dataclasses.replace(_deleting_attempt(s, job, observed, child), gate=quota.intents)
         hints = _noted(s, observed)
         if job.elastic and not job.suspend and not child.complete and not base.controls_suspend(backend):
             size, resize, lost_gone, hints, recheck = _elastic_size(s, job, gang, quota.max_nodes, observed, hints)
@@ -742,13 +768,13 @@ def _transitions(previous: dict, status: dict) -> list[Metric]:
     return []
 
 
-def _deleting_attempt(s: Snapshot, job: ResolvedJob, child: st.ChildJob) -> Plan:
+def _deleting_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.ChildJob) -> Plan:
     """The node Job is being deleted. Unfinished: a restart, a preemption or a person removes it
     (foreground: its pods go first); nothing to record, its deletion requeues us. Finished and
     deleted (TTL, by hand) before its outcome was recorded: the result finalizer kept it here to be
     read. Record it; the next pass lets it go."""
     if child.complete is None:
-        return Plan(steps=tuple(_let_go(s.node_job)))  # type: ignore[arg-type]
+        return Plan(steps=tuple(_let_go(observed)))
     previous = _previous(s)
     status = st.derive_status(previous, [child], None, job.suspend, s.now,
                               s.trainjob["metadata"].get("generation"), success_policy=job.success_policy)
@@ -758,7 +784,8 @@ def _deleting_attempt(s: Snapshot, job: ResolvedJob, child: st.ChildJob) -> Plan
 
 
 # --- failed attempts ----------------------------------------------------------------------------
-def _failed_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.ChildJob) -> Plan:
+def _failed_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.ChildJob,
+                    failure: tuple[str, str]) -> Plan:
     """The child Job failed: classify, then fail the TrainJob or restart (recreate) the Job, once per
     Job: the judgement is written to status (guarded by resourceVersion) before anything else."""
     previous = _previous(s)
@@ -768,7 +795,7 @@ def _failed_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.Chi
         if restarts.last_failure.get("action", "Restart") == "Restart":
             return Plan(steps=tuple(_delete_attempt(observed)))
         return Plan()
-    reason, message = child.failure  # type: ignore[misc]
+    reason, message = failure
     pods = {p.name: p for p in s.disruptions.values()}
     for pod in ownership.children_of([uid], s.pods):
         failed = PodFailure.from_pod(pod)

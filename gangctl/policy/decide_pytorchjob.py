@@ -40,9 +40,9 @@ from typing import Mapping
 
 from gangctl.api.pytorchjob import DEFAULT_CONTAINER, PyTorchJob, PyTorchJobError, parse
 from gangctl.api.quantity import format_quantity
-from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, SERVICES, Resource
+from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, SERVICES
 from gangctl.plugins import base
-from gangctl.plugins.names import MANAGED_BY, MANAGER, SPEC_HASH
+from gangctl.plugins.names import MANAGED_BY, MANAGER
 from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.workload import (ELASTIC_BACKOFF_LIMIT, ELASTIC_SUCCESS_POLICY, gang_pod,
                                       owner_reference, with_spec_hash)
@@ -50,10 +50,9 @@ from gangctl.policy import elastic, ownership
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store
-from gangctl.policy.decide import (Apply, Delete, Event, GateForget, GateIntent, GateMayGrow, GateView, GateWants,
-                                   Metric, Patch, Plan, Step, WriteStatus, cache_grace_left, delete_child, ensure,
-                                   ensure_store, let_go_of_store, missing_priority_class, nudge, patch_child,
-                                   store_pods)
+from gangctl.policy.decide import (Delete, Event, GateIntent, GateView, Metric, Patch, Plan, Step, WriteStatus,
+                                   ask_gate, cache_grace_left, delete_child, ensure, ensure_store, let_go_of_store,
+                                   missing_priority_class, nudge, patch_child, store_pods)
 from gangctl.policy.failure import PodFailure, Restarts, classify
 from gangctl.policy.failure import decide as judge
 from gangctl.policy.gang import Gang
@@ -85,6 +84,13 @@ class Snapshot:
     priority_classes: frozenset[str] | None = None   # the PriorityClasses that exist (None: not checked)
     gate: GateView | None = None           # None: no quota gate governs this namespace
     nudge: bool = False                    # capacity was freed since this gang last tried
+
+    @property
+    def obj(self) -> dict:
+        """The PyTorchJob, for the decisions made only once it exists."""
+        if self.pytorchjob is None:
+            raise ValueError(f"{self.key}: no PyTorchJob to decide on")
+        return self.pytorchjob
 
 
 def decide(s: Snapshot) -> Plan:
@@ -137,7 +143,7 @@ def _decide(s: Snapshot) -> Plan:
     for group in gang.groups:
         if current[group.child_name] is None and (
                 missing := missing_priority_class(group.job.pod_template, s.priority_classes)):
-            if (wait := cache_grace_left(s.pytorchjob, s.now)) > 0:  # type: ignore[arg-type]
+            if (wait := cache_grace_left(s.obj, s.now)) > 0:
                 return Plan(requeue_after=wait)   # the PriorityClass may be newer than the cache
             return _fail(s, job, f"spec.pytorchReplicaSpecs.{group.replica_type}.template.spec.{missing}")
     quota = _quota(s, job, gang, backend)
@@ -164,30 +170,20 @@ def charge(gang: pj.PyTorchGang) -> tuple[dict, NodeRange | None]:
             total[name] = total.get(name, 0) + qty * count
     workers = gang.groups[-1].job
     if workers.elastic and len(gang.groups) == 1:
-        return total, NodeRange(workers.min_nodes, workers.num_nodes, dict(workers.requests))  # type: ignore[arg-type]
+        return total, NodeRange(workers.min_nodes, workers.num_nodes, dict(workers.requests))
     return total, None
 
 
 def _quota(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend) -> _Quota:
-    """As a TrainJob's (`gangctl.policy.decide`): a backend without a quota system of its own is gated
-    by gangctl's quota gate in the namespaces a policy names."""
-    if s.gate is None or not base.gated_by_gangctl(backend):
-        return _Quota()
-    if job.run_policy.suspend:
-        return _Quota(intents=(GateForget(),))
+    """As a TrainJob's (`gangctl.policy.decide.ask_gate`), asking for every replica it runs."""
     requests, nodes = charge(gang)
     workers = gang.groups[-1].job
-    admission = s.gate.admission
-    if admission is None:
-        priority_class = ((workers.pod_template.get("spec") or {}).get("priorityClassName")
-                          or gang.gang_settings.get("priorityClassName"))
-        return _Quota(held=s.gate.hold, intents=(GateWants(requests, priority_class, nodes),))
-    if not workers.elastic:
-        return _Quota()
-    if nodes is not None and admission.get("nodes"):
-        granted = max(nodes.min_nodes, min(nodes.max_nodes, int(admission["nodes"])))
-        return _Quota(max_workers=granted, intents=(GateMayGrow(nodes),))
-    return _Quota(max_workers=workers.min_nodes)   # admitted at its floor
+    priority_class = ((workers.pod_template.get("spec") or {}).get("priorityClassName")
+                      or gang.gang_settings.get("priorityClassName"))
+    answer = ask_gate(s.gate, backend, job.run_policy.suspend, requests, priority_class, nodes)
+    if answer.admitted and workers.elastic and answer.granted is None:
+        return _Quota(max_workers=workers.min_nodes, intents=answer.intents)   # admitted at its floor
+    return _Quota(held=answer.held, max_workers=answer.granted, intents=answer.intents)
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -224,8 +220,8 @@ def not_owned(s: Snapshot, obj: dict) -> Plan:
     if s.pytorchjob is None:
         return Plan(key=s.key)
     message = ownership.message(obj, "PyTorchJob")
-    previous = s.pytorchjob.get("status") or {}  # type: ignore[union-attr]
-    job = parse(s.pytorchjob)  # type: ignore[arg-type]
+    previous = s.obj.get("status") or {}
+    job = parse(s.obj)
     current = {j["metadata"]["name"]: j for j in ownership.mine(_uid(s), s.jobs)}
     status = pj.next_status(previous, job, _counts(s, job, current), s.now, held=(ownership.REASON, message))
     steps: tuple[Step, ...] = (WriteStatus(status), Event("Warning", ownership.REASON, message)) \
@@ -234,7 +230,7 @@ def not_owned(s: Snapshot, obj: dict) -> Plan:
 
 
 def _ns_name(s: Snapshot) -> tuple[str, str]:
-    meta = s.pytorchjob["metadata"]  # type: ignore[index]
+    meta = s.obj["metadata"]
     return meta["namespace"], meta["name"]
 
 
@@ -269,7 +265,7 @@ def _invalid(s: Snapshot, message: str) -> Plan:
 def _fail(s: Snapshot, job: PyTorchJob, message: str, current: Mapping[str, dict | None] | None = None) -> Plan:
     """Failed (written first), then the gang is released and cleanPodPolicy applied."""
     current = current or {}
-    status = pj.next_status(s.pytorchjob.get("status"), job, _counts(s, job, current), s.now,  # type: ignore[union-attr]
+    status = pj.next_status(s.obj.get("status"), job, _counts(s, job, current), s.now,
                             failed=message)
     return Plan(steps=(WriteStatus(status), Event("Warning", pj.reason("Failed"), message),
                        *_release(s, job)))
@@ -306,10 +302,10 @@ def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
 def _done(s: Snapshot, job: PyTorchJob) -> Plan:
     """Finished: release what is left, and delete the PyTorchJob once its TTL has passed."""
     steps = _release(s, job)
-    left = pj.ttl_remaining(job, s.pytorchjob.get("status"), s.now)  # type: ignore[union-attr]
+    left = pj.ttl_remaining(job, s.obj.get("status"), s.now)
     if left is not None and left <= 0:
         ns, name = _ns_name(s)
-        steps.append(Delete(PYTORCHJOBS, ns, name, uid=s.pytorchjob["metadata"].get("uid")))  # type: ignore[index]
+        steps.append(Delete(PYTORCHJOBS, ns, name, uid=s.obj["metadata"].get("uid")))
         left = None
     return Plan(steps=tuple(steps), requeue_after=left)
 
@@ -326,7 +322,7 @@ def _judge(s: Snapshot, gang: pj.PyTorchGang, group: pj.ReplicaGroup, child: dic
     after = dataclasses.replace(after, last_failure={**after.last_failure, "decision": decision.reason,
                                                      "decisionMessage": decision.message})
     ns, name = _ns_name(s)
-    meta = s.pytorchjob["metadata"]  # type: ignore[index]
+    meta = s.obj["metadata"]
     annotation = json.dumps(after.to_status(), sort_keys=True, separators=(",", ":"))
     patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"),
                           "annotations": {RESTARTS_ANNOTATION: annotation}}}
@@ -341,10 +337,10 @@ def _carry_out(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, restarts: Res
     message = f"{last.get('decision', '')}: {last.get('decisionMessage', '')}"
     if last.get("action") == "Fail":
         return _fail(s, job, message, current)
-    status = pj.next_status(s.pytorchjob.get("status"), job, _counts(s, job, current), s.now,  # type: ignore[union-attr]
+    status = pj.next_status(s.obj.get("status"), job, _counts(s, job, current), s.now,
                             restarting=message)
     steps: list[Step] = []
-    if status != s.pytorchjob.get("status"):  # type: ignore[union-attr]
+    if status != s.obj.get("status"):
         steps += [WriteStatus(status), Event("Warning", pj.reason("Restarting"), message)]
     for child in ownership.mine(_uid(s), (c for c in current.values() if c is not None)):
         if not child["metadata"].get("deletionTimestamp"):
@@ -414,7 +410,7 @@ def gang_group(gang: pj.PyTorchGang, backend, owner: dict) -> dict:
 
 def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None],
          quota: _Quota) -> Plan:
-    owner = owner_reference(s.pytorchjob)  # type: ignore[arg-type]
+    owner = owner_reference(s.obj)
     admits = base.controls_suspend(backend)   # Kueue: it unsuspends the Job it admits
     if admits and quota.held is None:
         quota = dataclasses.replace(quota, held=_admission_wait(s, backend, current))
@@ -450,7 +446,7 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
         stamp = pj.pod_stamp(job, pod)
         if stamp is not None and not pod["metadata"].get("deletionTimestamp"):
             steps.append(Patch(PODS, job.namespace, pod["metadata"]["name"], stamp, missing_ok=True))
-    previous = s.pytorchjob.get("status") or {}  # type: ignore[union-attr]
+    previous = s.obj.get("status") or {}
     status = pj.next_status(previous, job, _counts(s, job, current), s.now, held=quota.held)
     if status != previous:
         steps.append(WriteStatus(status))
@@ -501,7 +497,7 @@ def _elastic_size(s: Snapshot, workers: pj.ReplicaGroup, observed: dict | None,
     if admitted is not None:
         top = min(top, admitted)
     floor = workers.job.min_nodes or top
-    memo = elastic_of(s.pytorchjob)  # type: ignore[arg-type]
+    memo = elastic_of(s.obj)
     size = max(floor, min(top, int(memo.get("size") or top)))
     if observed is None or st.ChildJob.from_job(observed, "").finished:
         return size, False
@@ -511,7 +507,7 @@ def _elastic_size(s: Snapshot, workers: pj.ReplicaGroup, observed: dict | None,
         return size, size < top or any(not w.healthy for w in found)
     after = {**elastic.noted(memo, resize, st.timestamp(s.now), gone), "size": resize.size}
     ns, name = _ns_name(s)
-    meta = s.pytorchjob["metadata"]  # type: ignore[index]
+    meta = s.obj["metadata"]
     patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": {
         ELASTIC_ANNOTATION: json.dumps(after, sort_keys=True, separators=(",", ":"))}}}
     return Plan(steps=(Patch(PYTORCHJOBS, ns, name, patch), Event("Normal", "Resized", resize.message)),

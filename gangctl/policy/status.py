@@ -163,15 +163,17 @@ def derive_status(previous: dict | None, jobs: list[ChildJob], gang: GangObserva
         gang_status["resumedAt"] = (timestamp(now) if was_suspended["status"] == "True"
                                     else was_suspended.get("lastTransitionTime") or timestamp(now))
 
-    failure = next((j for j in jobs if j.failure), None)
+    failure = next(((j.name, j.failure) for j in jobs if j.failure), None)
     complete = succeeded(success_policy, {j.replicated_job: bool(j.complete) for j in jobs})
     state: tuple[str, str, str] | None = None
     if failure:
-        reason, message = failure.failure  # type: ignore[misc]
-        conds = set_condition(conds, FAILED, True, reason, f"Job {failure.name}: {message}", now, gen)
-        state = (FAILED, reason, f"Job {failure.name}: {message}")
+        name, (reason, message) = failure
+        conds = set_condition(conds, FAILED, True, reason, f"Job {name}: {message}", now, gen)
+        state = (FAILED, reason, f"Job {name}: {message}")
     elif complete:
-        reason, message = jobs[0].complete  # type: ignore[misc]
+        words = jobs[0].complete
+        assert words is not None, "the success policy is met only by a complete trainer Job"
+        reason, message = words
         conds = set_condition(conds, COMPLETE, True, "JobsCompleted", f"all Jobs completed: {message or reason}", now, gen)
         state = (COMPLETE, "JobsCompleted", f"all Jobs completed: {message or reason}")
     elif suspend:

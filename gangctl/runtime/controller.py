@@ -16,7 +16,7 @@ from gangctl.config import ControllerSettings
 from gangctl.kube.access_review import AccessReviewer, Reviews, may_list_and_watch
 from gangctl.kube.client import UNREACHABLE, ApiError, Kube, until_answered
 from gangctl.kube.events import EventRecorder
-from gangctl.kube.informer import Informer, object_key
+from gangctl.kube.informer import Informer
 from gangctl.kube.leader import LeaderElector, identity
 from gangctl.obs.metrics import Metrics
 from gangctl.obs.server import make_app, serve
