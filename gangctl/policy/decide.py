@@ -63,32 +63,37 @@ class GateView:
 
 @dataclass(frozen=True)
 class Snapshot:
+    """What one pass of a job of either kind reads. The fields marked (TrainJob) or (PyTorchJob) are
+    read for that kind only."""
+
     key: str
     now: datetime
-    trainjob: dict | None
+    job: dict | None                       # the TrainJob or PyTorchJob (None: gone)
     scheduler_name: str = "default-scheduler"
-    runtime: dict | None = None
-    jobs: tuple[dict, ...] = ()            # every child Job labelled with the TrainJob's name
-    node_job: dict | None = None           # the node Job, by its name
-    service: dict | None = None            # the headless Service, by its name
-    pods: tuple[dict, ...] = ()            # every pod labelled with the TrainJob's name
+    runtime: dict | None = None            # (TrainJob) its ClusterTrainingRuntime or TrainingRuntime
+    jobs: tuple[dict, ...] = ()            # every child Job labelled with the job's name
+    node_job: dict | None = None           # (TrainJob) the node Job, by its name
+    service: dict | None = None            # (TrainJob) the headless Service, by its name
+    services: tuple[dict, ...] = ()        # (PyTorchJob) Services labelled with the job's name
+    gang_scheduler: str | None = None      # (PyTorchJob) v1's --gang-scheduler-name: the backend for every job
+    pods: tuple[dict, ...] = ()            # every pod labelled with the job's name
     # Backend name -> the object its gang is watched through (PodGroup; Kueue's Workload of the node
     # Job), None when absent. Its keys are the backends this cluster serves.
     groups: Mapping[str, dict | None] = field(default_factory=dict)
     gate: GateView | None = None           # None: no quota gate governs this namespace
-    # Pods of the node Job seen disrupted on earlier passes (a hint: they may be gone by now).
+    # (TrainJob) Pods of the node Job seen disrupted on earlier passes (a hint: they may be gone by now).
     disruptions: Mapping[str, PodFailure] = field(default_factory=dict)
     nudge: bool = False                    # capacity was freed since this gang last tried
     priority_classes: frozenset[str] | None = None  # the PriorityClasses that exist (None: not checked)
-    progress: progress.Endpoint | None = None   # where trainer pods report status.trainerStatus (None: off)
-    claims: tuple[dict, ...] = ()          # PVCs labelled with the TrainJob's name (volumeClaimPolicies)
+    progress: progress.Endpoint | None = None   # (TrainJob) where trainer pods report status.trainerStatus
+    claims: tuple[dict, ...] = ()          # (TrainJob) PVCs labelled with its name (volumeClaimPolicies)
 
     @property
     def obj(self) -> dict:
-        """The TrainJob, for the decisions made only once it exists."""
-        if self.trainjob is None:
-            raise ValueError(f"{self.key}: no TrainJob to decide on")
-        return self.trainjob
+        """The job, for the decisions made only once it exists."""
+        if self.job is None:
+            raise ValueError(f"{self.key}: no job to decide on")
+        return self.job
 
 
 # --- what one pass does -------------------------------------------------------------------------
@@ -205,8 +210,8 @@ GateIntent = Union[GateWants, GateMayGrow, GateForget]
 
 @dataclass(frozen=True)
 class Plan:
-    key: str = ""                           # namespace/name of the TrainJob (set by `decide`)
-    trainjob: dict | None = None            # as observed: status writes are guarded by its uid + resourceVersion
+    key: str = ""                           # namespace/name of the job (set by `decide`)
+    job: dict | None = None                 # as observed: status writes are guarded by its uid + resourceVersion
     steps: tuple[Step, ...] = ()
     # Recorded only after every step succeeded (a pass that fails with 409 is decided again).
     metrics: tuple[Metric, ...] = ()
@@ -229,11 +234,11 @@ class Plan:
 # --- the decision -------------------------------------------------------------------------------
 def decide(s: Snapshot) -> Plan:
     """Everything one reconcile pass does, from what it observed."""
-    return dataclasses.replace(_decide(s), key=s.key, trainjob=s.trainjob)
+    return dataclasses.replace(_decide(s), key=s.key, job=s.job)
 
 
 def _decide(s: Snapshot) -> Plan:
-    trainjob = s.trainjob
+    trainjob = s.job
     if trainjob is None or trainjob["metadata"].get("deletionTimestamp"):
         # Owner references let the garbage collector remove the children; nothing is left to
         # record, so their result finalizers go.
@@ -265,7 +270,7 @@ def _decide(s: Snapshot) -> Plan:
     if (other := ownership.foreign(_uid(s), (s.service, group, s.node_job, *s.jobs))) is not None:
         return not_owned(s, other)
     if s.node_job is None and (missing := missing_priority_class(job.pod_template, s.priority_classes)):
-        wait = cache_grace_left(s.trainjob, s.now)
+        wait = cache_grace_left(s.job, s.now)
         if wait > 0:   # a PriorityClass created just before the job may not be in the cache yet
             return dataclasses.replace(_not_created(s, "PriorityClassNotFound", missing), requeue_after=wait)
         return _fail(s, "JobRejected", missing)
@@ -288,7 +293,7 @@ def _steps(s: Snapshot, job: ResolvedJob) -> tuple[list[Step], Plan | None]:
     dependsOn are. Returns the steps' Jobs to create now, and the plan of a pass that must not start
     the trainer yet (waiting, or a step failed: the TrainJob fails with that Job's reason)."""
     by_name = {j["metadata"]["name"]: j for j in s.jobs}
-    owner = owner_reference(s.trainjob)
+    owner = owner_reference(s.job)
     complete: set[str] = set()
     created: set[str] = set()
     creates: list[Step] = []
@@ -368,27 +373,27 @@ def rejected(s: Snapshot, message: str) -> Plan:
     TrainJob fails, with the API's own words."""
     plan = _fail(s, "JobRejected", f"the API server refused this TrainJob's child objects: {message}; "
                                    "fix the TrainJob or its runtime and create it again")
-    return dataclasses.replace(plan, key=s.key, trainjob=s.trainjob)
+    return dataclasses.replace(plan, key=s.key, job=s.job)
 
 
 def not_owned(s: Snapshot, obj: dict) -> Plan:
     """An object of a child's name exists and this TrainJob does not own it (seen in a cache, or by a
     create that found it): nothing of it is touched; the TrainJob waits, naming it, and looks again."""
-    if s.trainjob is None:
+    if s.job is None:
         return Plan(key=s.key)
     message = ownership.message(obj, "TrainJob")
     plan = _not_created(s, ownership.REASON, message)
     if plan.steps:
         plan = dataclasses.replace(plan, steps=(*plan.steps, Event("Warning", ownership.REASON, message)))
-    return dataclasses.replace(plan, key=s.key, trainjob=s.trainjob, requeue_after=ownership.RECHECK_SECONDS)
+    return dataclasses.replace(plan, key=s.key, job=s.job, requeue_after=ownership.RECHECK_SECONDS)
 
 
 def _uid(s: Snapshot) -> str:
-    return ((s.trainjob or {}).get("metadata") or {}).get("uid", "")
+    return ((s.job or {}).get("metadata") or {}).get("uid", "")
 
 
 def _previous(s: Snapshot) -> dict:
-    return (s.trainjob or {}).get("status") or {}
+    return (s.job or {}).get("status") or {}
 
 
 def _ns_name(s: Snapshot) -> tuple[str, str]:
@@ -600,7 +605,7 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
               resize: elastic.Resize | None, lost_gone: int) -> Plan:
     """Apply the children, release what a suspended job holds, report, and release what a finished
     one holds; nudge a waiting gang when capacity was freed."""
-    observed, owner = s.node_job, owner_reference(s.trainjob)
+    observed, owner = s.node_job, owner_reference(s.job)
     kueue_owned = base.controls_suspend(backend)
     steps: list[Step] = _ensure_store(s, job, owner, backend) if job.elastic and not job.suspend else []
     first = observed is None
@@ -723,7 +728,7 @@ def _steady_status(s: Snapshot, job: ResolvedJob, backend, gang: Gang, quota: _Q
     waiting = base.waiting(backend, gang_object) if backend else None
     # The user's spec.suspend: the quota gate's hold is reported as waiting, not as Suspended.
     status = st.derive_status(previous, jobs, gang_obs, quota.user_suspend, s.now,
-                              s.trainjob["metadata"].get("generation"), success_policy=job.success_policy,
+                              s.job["metadata"].get("generation"), success_policy=job.success_policy,
                               waiting=quota.wait or waiting)
     restarts = Restarts.from_status(previous)
     if restarts.total or restarts.last_failure:
@@ -777,7 +782,7 @@ def _deleting_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.C
         return Plan(steps=tuple(_let_go(observed)))
     previous = _previous(s)
     status = st.derive_status(previous, [child], None, job.suspend, s.now,
-                              s.trainjob["metadata"].get("generation"), success_policy=job.success_policy)
+                              s.job["metadata"].get("generation"), success_policy=job.success_policy)
     if status == previous:
         return Plan()
     return Plan(steps=(WriteStatus(status),), metrics=tuple(_transitions(previous, status)))

@@ -34,8 +34,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Mapping
 
 from gangctl.api.pytorchjob import DEFAULT_CONTAINER, PyTorchJob, PyTorchJobError, parse
@@ -50,7 +49,7 @@ from gangctl.policy import elastic, ownership
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store
-from gangctl.policy.decide import (Delete, Event, GateIntent, GateView, Metric, Patch, Plan, Step, WriteStatus,
+from gangctl.policy.decide import (Delete, Event, GateIntent, Metric, Patch, Plan, Snapshot, Step, WriteStatus,
                                    ask_gate, cache_grace_left, delete_child, ensure, ensure_store, let_go_of_store,
                                    missing_priority_class, nudge, patch_child, store_pods)
 from gangctl.policy.failure import PodFailure, Restarts, classify
@@ -70,35 +69,12 @@ ELASTIC_ANNOTATION = "gangctl.io/elastic"
 ELASTIC_RECHECK_SECONDS = 2.0   # an elastic job short of its replicas is looked at again this often
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    key: str
-    now: datetime
-    pytorchjob: dict | None
-    scheduler_name: str = "default-scheduler"
-    gang_scheduler: str | None = None      # v1's --gang-scheduler-name: the backend for every job
-    jobs: tuple[dict, ...] = ()            # child Jobs labelled with the PyTorchJob's name
-    pods: tuple[dict, ...] = ()            # pods labelled with the PyTorchJob's name
-    services: tuple[dict, ...] = ()        # Services labelled with the PyTorchJob's name
-    groups: Mapping[str, dict | None] = field(default_factory=dict)   # backend -> its group (see decide)
-    priority_classes: frozenset[str] | None = None   # the PriorityClasses that exist (None: not checked)
-    gate: GateView | None = None           # None: no quota gate governs this namespace
-    nudge: bool = False                    # capacity was freed since this gang last tried
-
-    @property
-    def obj(self) -> dict:
-        """The PyTorchJob, for the decisions made only once it exists."""
-        if self.pytorchjob is None:
-            raise ValueError(f"{self.key}: no PyTorchJob to decide on")
-        return self.pytorchjob
-
-
 def decide(s: Snapshot) -> Plan:
-    return dataclasses.replace(_decide(s), key=s.key, trainjob=s.pytorchjob)
+    return dataclasses.replace(_decide(s), key=s.key, job=s.job)
 
 
 def _decide(s: Snapshot) -> Plan:
-    obj = s.pytorchjob
+    obj = s.job
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         return Plan()  # owner references let the garbage collector remove the children
     if ((obj.get("spec") or {}).get("runPolicy") or {}).get("managedBy") not in SERVED_MANAGERS:
@@ -210,14 +186,14 @@ def _finished(status: dict) -> bool:
 
 
 def _uid(s: Snapshot) -> str:
-    return ((s.pytorchjob or {}).get("metadata") or {}).get("uid", "")
+    return ((s.job or {}).get("metadata") or {}).get("uid", "")
 
 
 def not_owned(s: Snapshot, obj: dict) -> Plan:
     """An object of a child's name exists and this PyTorchJob does not own it: nothing of it is
     touched; the job waits (Suspended, as a job the quota gate holds, with the reason naming it) and
     looks again."""
-    if s.pytorchjob is None:
+    if s.job is None:
         return Plan(key=s.key)
     message = ownership.message(obj, "PyTorchJob")
     previous = s.obj.get("status") or {}
@@ -226,7 +202,7 @@ def not_owned(s: Snapshot, obj: dict) -> Plan:
     status = pj.next_status(previous, job, _counts(s, job, current), s.now, held=(ownership.REASON, message))
     steps: tuple[Step, ...] = (WriteStatus(status), Event("Warning", ownership.REASON, message)) \
         if status != previous else ()
-    return Plan(key=s.key, trainjob=s.pytorchjob, steps=steps, requeue_after=ownership.RECHECK_SECONDS)
+    return Plan(key=s.key, job=s.job, steps=steps, requeue_after=ownership.RECHECK_SECONDS)
 
 
 def _ns_name(s: Snapshot) -> tuple[str, str]:
@@ -252,7 +228,7 @@ def _counts(s: Snapshot, job: PyTorchJob, current: Mapping[str, dict | None]) ->
 def _invalid(s: Snapshot, message: str) -> Plan:
     """The CRD's validation refuses what parse refuses; an object stored before it was installed gets
     v1's Failed condition with the field named."""
-    previous = (s.pytorchjob or {}).get("status") or {}
+    previous = (s.job or {}).get("status") or {}
     if _finished(previous):
         return Plan()
     at = st.timestamp(s.now)

@@ -190,12 +190,12 @@ class PyTorchJobKind(JobKind):
     def cache(self, caches: Caches) -> Informer | None:
         return caches.pytorchjobs
 
-    def observe(self, rec: Reconciler, key: JobKey) -> dp.Snapshot:
+    def observe(self, rec: Reconciler, key: JobKey) -> d.Snapshot:
         ns, name = key.namespace, key.name
         caches = rec.caches
         obj = caches.pytorchjobs.get(key.object_key) if caches.pytorchjobs is not None else None
         if obj is None:
-            return dp.Snapshot(key.object_key, rec.clock(), None)
+            return d.Snapshot(key.object_key, rec.clock(), None)
         selector = {PYTORCHJOB_NAME: name}
         jobs = tuple(caches.jobs.list(ns, selector))
         groups: dict[str, dict | None] = {}
@@ -209,16 +209,16 @@ class PyTorchJobKind(JobKind):
             else:
                 found = [g for g in cache.list(ns, selector) if g["metadata"]["name"] == group_name(name)]
             groups[backend_name] = found[0] if found else None
-        return dp.Snapshot(
+        return d.Snapshot(
             key.object_key, rec.clock(), obj, scheduler_name=rec.scheduler_name, gang_scheduler=self.gang_scheduler,
             jobs=jobs, pods=tuple(caches.pods.list(ns, selector)), services=tuple(caches.services.list(ns, selector)),
             groups=groups, priority_classes=caches.priority_class_names(), gate=_gate_view(rec, key, obj),
             nudge=key in rec.nudge)
 
-    def decide(self, snapshot: dp.Snapshot) -> d.Plan:
+    def decide(self, snapshot: d.Snapshot) -> d.Plan:
         return dp.decide(snapshot)
 
-    def not_owned(self, snapshot: dp.Snapshot, obj: dict) -> d.Plan:
+    def not_owned(self, snapshot: d.Snapshot, obj: dict) -> d.Plan:
         return dp.not_owned(snapshot, obj)
 
     def waiting_for_gang(self, obj: dict) -> bool:

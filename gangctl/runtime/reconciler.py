@@ -144,18 +144,18 @@ class Reconciler:
         if isinstance(intent, d.GateForget):
             self.gate.forget(key)
         elif isinstance(intent, d.GateWants):
-            ns = plan.trainjob["metadata"]["namespace"]
-            self.gate.wants(key, plan.trainjob, intent.min_resources,
+            ns = plan.job["metadata"]["namespace"]
+            self.gate.wants(key, plan.job, intent.min_resources,
                             self.gate.priority(ns, intent.priority_class), intent.nodes)
         elif isinstance(intent, d.GateMayGrow):
-            self.gate.may_grow(key, plan.trainjob, intent.nodes)
+            self.gate.may_grow(key, plan.job, intent.nodes)
 
     async def _step(self, kind: JobKind, plan: d.Plan, step: d.Step) -> None:
         if isinstance(step, d.WriteStatus):
-            await self.write_status(kind, plan.trainjob, step.status)
+            await self.write_status(kind, plan.job, step.status)
         elif isinstance(step, d.Event):
             record = self.events.normal if step.type == "Normal" else self.events.warning
-            await record(plan.trainjob, step.reason, step.message)
+            await record(plan.job, step.reason, step.message)
         elif isinstance(step, d.CapacityFreed):
             self.on_capacity_freed()
         elif isinstance(step, d.LetGo):
@@ -218,7 +218,7 @@ class Reconciler:
             if getattr(step, "exists_ok", False):
                 return
             written = await self.kube.get(step.resource.path(meta["namespace"], meta["name"]))
-            if not ownership.owned(written, (plan.trainjob or {}).get("metadata", {}).get("uid")):
+            if not ownership.owned(written, (plan.job or {}).get("metadata", {}).get("uid")):
                 raise NotOwned(written) from err
         if getattr(step, "cached", True):
             self._write_through(step.resource, written)
