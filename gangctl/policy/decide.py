@@ -95,6 +95,16 @@ class Snapshot:
             raise ValueError(f"{self.key}: no job to decide on")
         return self.job
 
+    @property
+    def uid(self) -> str:
+        """The job's uid ("" when it is gone): what its children's controller reference names."""
+        return ((self.job or {}).get("metadata") or {}).get("uid", "")
+
+    @property
+    def namespace_name(self) -> tuple[str, str]:
+        meta = self.obj["metadata"]
+        return meta["namespace"], meta["name"]
+
 
 # --- what one pass does -------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -267,7 +277,7 @@ def _decide(s: Snapshot) -> Plan:
     if left is not None and left <= 0:
         return _deadline_exceeded(s, job)
     group = s.groups.get(backend.name) if base.wants_group(backend) else None
-    if (other := ownership.foreign(_uid(s), (s.service, group, s.node_job, *s.jobs))) is not None:
+    if (other := ownership.foreign(s.uid, (s.service, group, s.node_job, *s.jobs))) is not None:
         return not_owned(s, other)
     if s.node_job is None and (missing := missing_priority_class(job.pod_template, s.priority_classes)):
         wait = cache_grace_left(s.job, s.now)
@@ -388,17 +398,8 @@ def not_owned(s: Snapshot, obj: dict) -> Plan:
     return dataclasses.replace(plan, key=s.key, job=s.job, requeue_after=ownership.RECHECK_SECONDS)
 
 
-def _uid(s: Snapshot) -> str:
-    return ((s.job or {}).get("metadata") or {}).get("uid", "")
-
-
 def _previous(s: Snapshot) -> dict:
     return (s.job or {}).get("status") or {}
-
-
-def _ns_name(s: Snapshot) -> tuple[str, str]:
-    meta = s.obj["metadata"]
-    return meta["namespace"], meta["name"]
 
 
 def _let_go(*jobs: dict) -> list[Step]:
@@ -415,8 +416,8 @@ def _release(s: Snapshot, child: dict | None, applied_group: str | None = None) 
     not finished (its Workload holds quota until it does), the rendezvous store. `child`: the node
     Job as the earlier steps of this pass leave it; `applied_group`: a backend whose group this
     pass applied."""
-    ns, name = _ns_name(s)
-    uid = _uid(s)
+    ns, name = s.namespace_name
+    uid = s.uid
     out: list[Step] = []
     for backend_name, obj in s.groups.items():
         resource = BACKENDS[backend_name].group_resource
@@ -485,7 +486,7 @@ def _expired(s: Snapshot) -> list[Step]:
     def live(objects: Iterable[dict | None]) -> list[dict]:
         # Only what the TrainJob owns: a claim made before it (used as it was) or kept (Retain) has no
         # ownerReference of it, and stays.
-        return ownership.mine(_uid(s), (o for o in objects if o is not None and not o["metadata"].get("deletionTimestamp")))
+        return ownership.mine(s.uid, (o for o in objects if o is not None and not o["metadata"].get("deletionTimestamp")))
     return [*(delete_child(JOBS, j) for j in live(s.jobs)), *(delete_child(SERVICES, v) for v in live([s.service])),
             *(delete_child(PERSISTENT_VOLUME_CLAIMS, c) for c in live(s.claims))]
 
@@ -607,7 +608,9 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
     one holds; nudge a waiting gang when capacity was freed."""
     observed, owner = s.node_job, owner_reference(s.job)
     kueue_owned = base.controls_suspend(backend)
-    steps: list[Step] = _ensure_store(s, job, owner, backend) if job.elastic and not job.suspend else []
+    steps: list[Step] = []
+    if job.elastic and not job.suspend:
+        steps += ensure_store(store_pods(s.pods), rendezvous_store(job, owner, {}), s.scheduler_name)
     first = observed is None
     steps += ensure(SERVICES, s.service, headless_service(job, owner), first)
     if first and not s.jobs:  # made with the TrainJob's first child (an initializer's, when it has some)
@@ -691,10 +694,6 @@ def ensure(resource: Resource, cached: dict | None, obj: dict, rejectable: bool 
     if cached["metadata"].get("uid"):
         obj = {**obj, "metadata": {**obj["metadata"], "uid": cached["metadata"]["uid"]}}
     return [Apply(resource, obj, rejectable)]
-
-
-def _ensure_store(s: Snapshot, job: ResolvedJob, owner: dict, backend) -> list[Step]:
-    return ensure_store(store_pods(s.pods), rendezvous_store(job, owner, {}), s.scheduler_name)
 
 
 def ensure_store(pods: list[dict], pod: dict, scheduler_name: str) -> list[Step]:

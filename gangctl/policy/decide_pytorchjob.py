@@ -98,7 +98,7 @@ def _decide(s: Snapshot) -> Plan:
     current = _children(s, gang)
     services = {svc["metadata"]["name"]: svc for svc in s.services}
     gang_object = s.groups.get(backend.name) if base.wants_group(backend) else None
-    if (other := ownership.foreign(_uid(s), (*(services.get(svc["metadata"]["name"]) for svc in gang.services),
+    if (other := ownership.foreign(s.uid, (*(services.get(svc["metadata"]["name"]) for svc in gang.services),
                                              gang_object, *current.values()))) is not None:
         return not_owned(s, other)
     judged = restarts.last_failure.get("jobUID")
@@ -185,10 +185,6 @@ def _finished(status: dict) -> bool:
                for c in status.get("conditions") or [])
 
 
-def _uid(s: Snapshot) -> str:
-    return ((s.job or {}).get("metadata") or {}).get("uid", "")
-
-
 def not_owned(s: Snapshot, obj: dict) -> Plan:
     """An object of a child's name exists and this PyTorchJob does not own it: nothing of it is
     touched; the job waits (Suspended, as a job the quota gate holds, with the reason naming it) and
@@ -198,16 +194,11 @@ def not_owned(s: Snapshot, obj: dict) -> Plan:
     message = ownership.message(obj, "PyTorchJob")
     previous = s.obj.get("status") or {}
     job = parse(s.obj)
-    current = {j["metadata"]["name"]: j for j in ownership.mine(_uid(s), s.jobs)}
+    current = {j["metadata"]["name"]: j for j in ownership.mine(s.uid, s.jobs)}
     status = pj.next_status(previous, job, _counts(s, job, current), s.now, held=(ownership.REASON, message))
     steps: tuple[Step, ...] = (WriteStatus(status), Event("Warning", ownership.REASON, message)) \
         if status != previous else ()
     return Plan(key=s.key, job=s.job, steps=steps, requeue_after=ownership.RECHECK_SECONDS)
-
-
-def _ns_name(s: Snapshot) -> tuple[str, str]:
-    meta = s.obj["metadata"]
-    return meta["namespace"], meta["name"]
 
 
 def _children(s: Snapshot, gang: pj.PyTorchGang) -> dict[str, dict | None]:
@@ -249,7 +240,7 @@ def _fail(s: Snapshot, job: PyTorchJob, message: str, current: Mapping[str, dict
 
 def _let_go_of_gang(s: Snapshot) -> list[Step]:
     """Delete the gang's group and the rendezvous store pod: a finished or suspended job holds neither."""
-    uid = _uid(s)
+    uid = s.uid
     steps: list[Step] = []
     for backend_name, group in s.groups.items():
         resource = BACKENDS[backend_name].group_resource
@@ -263,7 +254,7 @@ def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
     """Let go of the gang and apply cleanPodPolicy to the child Jobs."""
     steps = _let_go_of_gang(s)
     cleanup = pj.cleanup(job)
-    for child in ownership.mine(_uid(s), s.jobs):
+    for child in ownership.mine(s.uid, s.jobs):
         meta = child["metadata"]
         if meta.get("deletionTimestamp"):
             continue
@@ -280,7 +271,7 @@ def _done(s: Snapshot, job: PyTorchJob) -> Plan:
     steps = _release(s, job)
     left = pj.ttl_remaining(job, s.obj.get("status"), s.now)
     if left is not None and left <= 0:
-        ns, name = _ns_name(s)
+        ns, name = s.namespace_name
         steps.append(Delete(PYTORCHJOBS, ns, name, uid=s.obj["metadata"].get("uid")))
         left = None
     return Plan(steps=tuple(steps), requeue_after=left)
@@ -297,7 +288,7 @@ def _judge(s: Snapshot, gang: pj.PyTorchGang, group: pj.ReplicaGroup, child: dic
     after = restarts.after(decision, found, child["metadata"]["name"], uid, st.timestamp(s.now))
     after = dataclasses.replace(after, last_failure={**after.last_failure, "decision": decision.reason,
                                                      "decisionMessage": decision.message})
-    ns, name = _ns_name(s)
+    ns, name = s.namespace_name
     meta = s.obj["metadata"]
     annotation = json.dumps(after.to_status(), sort_keys=True, separators=(",", ":"))
     patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"),
@@ -318,7 +309,7 @@ def _carry_out(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, restarts: Res
     steps: list[Step] = []
     if status != s.obj.get("status"):
         steps += [WriteStatus(status), Event("Warning", pj.reason("Restarting"), message)]
-    for child in ownership.mine(_uid(s), (c for c in current.values() if c is not None)):
+    for child in ownership.mine(s.uid, (c for c in current.values() if c is not None)):
         if not child["metadata"].get("deletionTimestamp"):
             steps.append(delete_child(JOBS, child, "Foreground"))
     return Plan(steps=tuple(steps))
@@ -482,7 +473,7 @@ def _elastic_size(s: Snapshot, workers: pj.ReplicaGroup, observed: dict | None,
     if resize is None:
         return size, size < top or any(not w.healthy for w in found)
     after = {**elastic.noted(memo, resize, st.timestamp(s.now), gone), "size": resize.size}
-    ns, name = _ns_name(s)
+    ns, name = s.namespace_name
     meta = s.obj["metadata"]
     patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": {
         ELASTIC_ANNOTATION: json.dumps(after, sort_keys=True, separators=(",", ":"))}}}
