@@ -144,6 +144,21 @@ def failed_status(previous: dict | None, reason: str, message: str, now: datetim
     return status
 
 
+def _suspension(conds: list[dict], gang_status: dict, suspend: bool, now: datetime,
+                gen: int | None) -> list[dict]:
+    """The conditions with spec.suspend's Suspended condition. Trainer leaves Suspended=False/"Resumed"
+    on resume, which makes the kubeflow SDK say "Created" for good: gangctl drops the condition and
+    keeps the resume time (the deadline's start) in `gang_status`."""
+    was_suspended = next((c for c in conds if c["type"] == SUSPENDED), None)
+    if suspend:
+        return set_condition(conds, SUSPENDED, True, "Suspended", "TrainJob is suspended", now, gen)
+    if was_suspended is not None:
+        gang_status["resumedAt"] = (timestamp(now) if was_suspended["status"] == "True"
+                                    else was_suspended.get("lastTransitionTime") or timestamp(now))
+        return [c for c in conds if c["type"] != SUSPENDED]
+    return conds
+
+
 def derive_status(previous: dict | None, jobs: list[ChildJob], gang: GangObservation | None,
                   suspend: bool, now: datetime, generation: int | None = None,
                   success_policy: dict | None = None, waiting: tuple[str, str] | None = None) -> dict:
@@ -153,16 +168,7 @@ def derive_status(previous: dict | None, jobs: list[ChildJob], gang: GangObserva
     conds = trainer_conditions(status)
     gen = generation
     gang_status = dict(gang_state(status))
-    was_suspended = next((c for c in conds if c["type"] == SUSPENDED), None)
-    if suspend:
-        conds = set_condition(conds, SUSPENDED, True, "Suspended", "TrainJob is suspended", now, gen)
-    elif was_suspended is not None:
-        # Trainer leaves Suspended=False/"Resumed" here, which makes the kubeflow SDK say "Created"
-        # for good: gangctl drops the condition and keeps the resume time (the deadline's start).
-        conds = [c for c in conds if c["type"] != SUSPENDED]
-        gang_status["resumedAt"] = (timestamp(now) if was_suspended["status"] == "True"
-                                    else was_suspended.get("lastTransitionTime") or timestamp(now))
-
+    conds = _suspension(conds, gang_status, suspend, now, gen)
     failure = next(((j.name, j.failure) for j in jobs if j.failure), None)
     complete = succeeded(success_policy, {j.replicated_job: bool(j.complete) for j in jobs})
     state: tuple[str, str, str] | None = None

@@ -96,30 +96,7 @@ class Controller:
         self.metrics = Metrics(registry or CollectorRegistry())
         self.queue = WorkQueue(settings.backoff_base_seconds, settings.backoff_max_seconds)
         kube.set_rate_limit(settings.qps, settings.burst)
-        ns = settings.namespace
-        managed = f"{MANAGED_BY}={MANAGER}"
-        self.caches = Caches(
-            pytorchjobs=(Informer(kube, PYTORCHJOBS, namespace=ns, handlers=[self._on_job])
-                         if pytorchjobs else None),
-            trainjobs=Informer(kube, TRAINJOBS, namespace=ns, handlers=[self._on_job]),
-            runtimes=Informer(kube, TRAINING_RUNTIMES, namespace=ns, handlers=[self._on_runtime]),
-            cluster_runtimes=Informer(kube, CLUSTER_TRAINING_RUNTIMES, handlers=[self._on_runtime]),
-            jobs=Informer(kube, JOBS, namespace=ns, label_selector=managed, handlers=[self._on_child],
-                          index_label=TRAINJOB_NAME),
-            pods=Informer(kube, PODS, namespace=ns, label_selector=managed, handlers=[self._on_child],
-                          index_label=TRAINJOB_NAME, transform=pod_view),
-            services=Informer(kube, SERVICES, namespace=ns, label_selector=managed, handlers=[self._on_child],
-                              index_label=TRAINJOB_NAME),
-            groups={name: self._gang_informer(kube, name, resource, ns, managed)
-                    for name, resource in GANG_RESOURCES.items() if name in backends},
-            # A child Job whose template names a PriorityClass that does not exist is created, and
-            # then none of its pods is: gangctl checks the name before it creates the Job.
-            priority_classes=Informer(kube, PRIORITY_CLASSES, transform=_name_only),
-            # The runtime's volumeClaimPolicies PVCs (labelled with their TrainJob's name): at
-            # ttlSecondsAfterFinished those the TrainJob owns are deleted, by uid.
-            claims=Informer(kube, PERSISTENT_VOLUME_CLAIMS, namespace=ns, label_selector=JOBSET_NAME,
-                            index_label=JOBSET_NAME),
-        )
+        self.caches = self._caches(kube, settings.namespace, backends, pytorchjobs)
         events = EventRecorder(kube)
         # gangctl's own quota admission for coscheduling (which has none): the policy that
         # `gangctl policy apply --backend coscheduling|volcano` stores in a ConfigMap of gangctl-system.
@@ -150,6 +127,32 @@ class Controller:
         self.reconciler.on_capacity_freed = self.capacity_changed
         self.reconciler.requeue_after = self.queue.add_after
         self._retry_timer: asyncio.TimerHandle | None = None
+
+    def _caches(self, kube: Kube, ns: str | None, backends: set[str] | frozenset[str], pytorchjobs: bool) -> Caches:
+        """The informers: the jobs of each kind, their runtimes, and the children gangctl labels."""
+        managed = f"{MANAGED_BY}={MANAGER}"
+        return Caches(
+            pytorchjobs=(Informer(kube, PYTORCHJOBS, namespace=ns, handlers=[self._on_job])
+                         if pytorchjobs else None),
+            trainjobs=Informer(kube, TRAINJOBS, namespace=ns, handlers=[self._on_job]),
+            runtimes=Informer(kube, TRAINING_RUNTIMES, namespace=ns, handlers=[self._on_runtime]),
+            cluster_runtimes=Informer(kube, CLUSTER_TRAINING_RUNTIMES, handlers=[self._on_runtime]),
+            jobs=Informer(kube, JOBS, namespace=ns, label_selector=managed, handlers=[self._on_child],
+                          index_label=TRAINJOB_NAME),
+            pods=Informer(kube, PODS, namespace=ns, label_selector=managed, handlers=[self._on_child],
+                          index_label=TRAINJOB_NAME, transform=pod_view),
+            services=Informer(kube, SERVICES, namespace=ns, label_selector=managed, handlers=[self._on_child],
+                              index_label=TRAINJOB_NAME),
+            groups={name: self._gang_informer(kube, name, resource, ns, managed)
+                    for name, resource in GANG_RESOURCES.items() if name in backends},
+            # A child Job whose template names a PriorityClass that does not exist is created, and
+            # then none of its pods is: gangctl checks the name before it creates the Job.
+            priority_classes=Informer(kube, PRIORITY_CLASSES, transform=_name_only),
+            # The runtime's volumeClaimPolicies PVCs (labelled with their TrainJob's name): at
+            # ttlSecondsAfterFinished those the TrainJob owns are deleted, by uid.
+            claims=Informer(kube, PERSISTENT_VOLUME_CLAIMS, namespace=ns, label_selector=JOBSET_NAME,
+                            index_label=JOBSET_NAME),
+        )
 
     def _gang_informer(self, kube: Kube, name: str, resource, ns: str | None, managed: str) -> Informer:
         """What a backend's gangs are watched through. gangctl's own group objects carry its label and
