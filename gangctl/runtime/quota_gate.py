@@ -56,7 +56,7 @@ from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
-from gangctl.policy.admission import GPU, Amount, Quotas, Verdict, Workload
+from gangctl.policy.admission import GPU, Amount, Decision, Quotas, Verdict, Workload
 from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
 from gangctl.policy.quota_check import check_policy
 from gangctl.policy.quota_coscheduling import (ADMISSION_ANNOTATION, POLICY_CONFIGMAP, POLICY_INVALID, POLICY_KEY,
@@ -374,38 +374,7 @@ class QuotaGate:
         self._reasons = dict(result.reasons)
         by_id = {w.id: w for w in admitted}
         for d in result.decisions:
-            preemptor = d.workload
-            ok = True
-            for victim in d.victims:
-                tj = cache.get(victim.id)
-                if tj is None or not await self._evict(tj):
-                    ok = False
-                    break
-                by_id.pop(victim.id, None)
-                self.metrics.quota_preemptions.labels(victim.team).inc()
-                await self.events.warning(tj, "Preempted",
-                                          f"quota admission removed to admit {preemptor.id} (priority "
-                                          f"{preemptor.priority}, team {preemptor.team}); waiting for quota again")
-                self._reasons[victim.id] = f"preempted by {preemptor.id}"
-                self.on_change(victim.id)
-            if not ok:
-                self._reasons[preemptor.id] = "waiting for its preemption victims to be evicted"
-                self.retry_later()
-                continue
-            tj = cache.get(preemptor.id)
-            if tj is None:
-                continue
-            if await self._admit(tj, preemptor, result.nodes.get(preemptor.id)):
-                by_id[preemptor.id] = preemptor
-                self._pending.pop(preemptor.id, None)
-                self._reasons.pop(preemptor.id, None)
-                self.metrics.quota_admissions.labels(preemptor.team).inc()
-                reason = d.reason if d.verdict is Verdict.ADMIT else \
-                    f"admitted after preempting {', '.join(v.id for v in d.victims)}"
-                await self.events.normal(tj, "QuotaAdmitted", f"team {preemptor.team}: {reason}")
-                self.on_change(preemptor.id)
-            else:
-                self.retry_later()
+            await self._carry_out(d, cache, by_id, result.nodes.get(d.workload.id))
         for key, reason in self._reasons.items():
             if reasons_before.get(key) != reason:
                 self.on_change(key)   # the reconciler shows the reason in the Suspended condition
@@ -413,6 +382,39 @@ class QuotaGate:
         self._export(policy, by_id.values())
         for enforce in self.enforcers:
             await enforce(policy, quotas)
+
+    async def _carry_out(self, d: Decision, cache: Mapping[str, dict], by_id: dict[str, Workload],
+                         nodes: int | None) -> None:
+        """Evict a decision's victims, then admit its workload (`nodes`: an elastic one's grant); a
+        victim not evicted yet leaves it waiting for the next round."""
+        preemptor = d.workload
+        for victim in d.victims:
+            tj = cache.get(victim.id)
+            if tj is None or not await self._evict(tj):
+                self._reasons[preemptor.id] = "waiting for its preemption victims to be evicted"
+                self.retry_later()
+                return
+            by_id.pop(victim.id, None)
+            self.metrics.quota_preemptions.labels(victim.team).inc()
+            await self.events.warning(tj, "Preempted",
+                                      f"quota admission removed to admit {preemptor.id} (priority "
+                                      f"{preemptor.priority}, team {preemptor.team}); waiting for quota again")
+            self._reasons[victim.id] = f"preempted by {preemptor.id}"
+            self.on_change(victim.id)
+        tj = cache.get(preemptor.id)
+        if tj is None:
+            return
+        if await self._admit(tj, preemptor, nodes):
+            by_id[preemptor.id] = preemptor
+            self._pending.pop(preemptor.id, None)
+            self._reasons.pop(preemptor.id, None)
+            self.metrics.quota_admissions.labels(preemptor.team).inc()
+            reason = d.reason if d.verdict is Verdict.ADMIT else \
+                f"admitted after preempting {', '.join(v.id for v in d.victims)}"
+            await self.events.normal(tj, "QuotaAdmitted", f"team {preemptor.team}: {reason}")
+            self.on_change(preemptor.id)
+        else:
+            self.retry_later()
 
     def _may_start(self, cache: Mapping[str, dict]) -> bool:
         """Whether a starting gate has the full view: both informers synced, and every TrainJob of the
