@@ -26,7 +26,7 @@ from gangctl.api.resources import CONFIGMAPS, JOBS, PERSISTENT_VOLUME_CLAIMS, PO
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.plugins import base
 from gangctl.plugins.kueue import QUEUE_LABEL
-from gangctl.plugins.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, TRAINJOB_NAME, child_job_name
+from gangctl.plugins.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, child_job_name
 from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.torch import STORE_ROLE as TORCH_STORE_ROLE
 from gangctl.plugins.torch import rendezvous_store
@@ -63,25 +63,47 @@ class GateView:
 
 @dataclass(frozen=True)
 class Snapshot:
+    """What one pass of a job of either kind reads. The fields marked (TrainJob) or (PyTorchJob) are
+    read for that kind only."""
+
     key: str
     now: datetime
-    trainjob: dict | None
+    job: dict | None                       # the TrainJob or PyTorchJob (None: gone)
     scheduler_name: str = "default-scheduler"
-    runtime: dict | None = None
-    jobs: tuple[dict, ...] = ()            # every child Job labelled with the TrainJob's name
-    node_job: dict | None = None           # the node Job, by its name
-    service: dict | None = None            # the headless Service, by its name
-    pods: tuple[dict, ...] = ()            # every pod labelled with the TrainJob's name
+    runtime: dict | None = None            # (TrainJob) its ClusterTrainingRuntime or TrainingRuntime
+    jobs: tuple[dict, ...] = ()            # every child Job labelled with the job's name
+    node_job: dict | None = None           # (TrainJob) the node Job, by its name
+    service: dict | None = None            # (TrainJob) the headless Service, by its name
+    services: tuple[dict, ...] = ()        # (PyTorchJob) Services labelled with the job's name
+    gang_scheduler: str | None = None      # (PyTorchJob) v1's --gang-scheduler-name: the backend for every job
+    pods: tuple[dict, ...] = ()            # every pod labelled with the job's name
     # Backend name -> the object its gang is watched through (PodGroup; Kueue's Workload of the node
     # Job), None when absent. Its keys are the backends this cluster serves.
     groups: Mapping[str, dict | None] = field(default_factory=dict)
     gate: GateView | None = None           # None: no quota gate governs this namespace
-    # Pods of the node Job seen disrupted on earlier passes (a hint: they may be gone by now).
+    # (TrainJob) Pods of the node Job seen disrupted on earlier passes (a hint: they may be gone by now).
     disruptions: Mapping[str, PodFailure] = field(default_factory=dict)
     nudge: bool = False                    # capacity was freed since this gang last tried
     priority_classes: frozenset[str] | None = None  # the PriorityClasses that exist (None: not checked)
-    progress: progress.Endpoint | None = None   # where trainer pods report status.trainerStatus (None: off)
-    claims: tuple[dict, ...] = ()          # PVCs labelled with the TrainJob's name (volumeClaimPolicies)
+    progress: progress.Endpoint | None = None   # (TrainJob) where trainer pods report status.trainerStatus
+    claims: tuple[dict, ...] = ()          # (TrainJob) PVCs labelled with its name (volumeClaimPolicies)
+
+    @property
+    def obj(self) -> dict:
+        """The job, for the decisions made only once it exists."""
+        if self.job is None:
+            raise ValueError(f"{self.key}: no job to decide on")
+        return self.job
+
+    @property
+    def uid(self) -> str:
+        """The job's uid ("" when it is gone): what its children's controller reference names."""
+        return ((self.job or {}).get("metadata") or {}).get("uid", "")
+
+    @property
+    def namespace_name(self) -> tuple[str, str]:
+        meta = self.obj["metadata"]
+        return meta["namespace"], meta["name"]
 
 
 # --- what one pass does -------------------------------------------------------------------------
@@ -198,8 +220,8 @@ GateIntent = Union[GateWants, GateMayGrow, GateForget]
 
 @dataclass(frozen=True)
 class Plan:
-    key: str = ""                           # namespace/name of the TrainJob (set by `decide`)
-    trainjob: dict | None = None            # as observed: status writes are guarded by its uid + resourceVersion
+    key: str = ""                           # namespace/name of the job (set by `decide`)
+    job: dict | None = None                 # as observed: status writes are guarded by its uid + resourceVersion
     steps: tuple[Step, ...] = ()
     # Recorded only after every step succeeded (a pass that fails with 409 is decided again).
     metrics: tuple[Metric, ...] = ()
@@ -222,11 +244,11 @@ class Plan:
 # --- the decision -------------------------------------------------------------------------------
 def decide(s: Snapshot) -> Plan:
     """Everything one reconcile pass does, from what it observed."""
-    return dataclasses.replace(_decide(s), key=s.key, trainjob=s.trainjob)
+    return dataclasses.replace(_decide(s), key=s.key, job=s.job)
 
 
 def _decide(s: Snapshot) -> Plan:
-    trainjob = s.trainjob
+    trainjob = s.job
     if trainjob is None or trainjob["metadata"].get("deletionTimestamp"):
         # Owner references let the garbage collector remove the children; nothing is left to
         # record, so their result finalizers go.
@@ -255,10 +277,10 @@ def _decide(s: Snapshot) -> Plan:
     if left is not None and left <= 0:
         return _deadline_exceeded(s, job)
     group = s.groups.get(backend.name) if base.wants_group(backend) else None
-    if (other := ownership.foreign(_uid(s), (s.service, group, s.node_job, *s.jobs))) is not None:
+    if (other := ownership.foreign(s.uid, (s.service, group, s.node_job, *s.jobs))) is not None:
         return not_owned(s, other)
     if s.node_job is None and (missing := missing_priority_class(job.pod_template, s.priority_classes)):
-        wait = cache_grace_left(s.trainjob, s.now)
+        wait = cache_grace_left(s.job, s.now)
         if wait > 0:   # a PriorityClass created just before the job may not be in the cache yet
             return dataclasses.replace(_not_created(s, "PriorityClassNotFound", missing), requeue_after=wait)
         return _fail(s, "JobRejected", missing)
@@ -281,17 +303,17 @@ def _steps(s: Snapshot, job: ResolvedJob) -> tuple[list[Step], Plan | None]:
     dependsOn are. Returns the steps' Jobs to create now, and the plan of a pass that must not start
     the trainer yet (waiting, or a step failed: the TrainJob fails with that Job's reason)."""
     by_name = {j["metadata"]["name"]: j for j in s.jobs}
-    owner = owner_reference(s.trainjob)
+    owner = owner_reference(s.job)
     complete: set[str] = set()
     created: set[str] = set()
     creates: list[Step] = []
     for step in job.steps:
         names = [child_job_name(job.name, step.name, i) for i in range(max(1, step.replicas))]
         seen = [st.ChildJob.from_job(by_name[n], step.name) for n in names if n in by_name]
-        failed = next((c for c in seen if c.failure), None)
+        failed = next(((c.name, c.failure) for c in seen if c.failure), None)
         if failed is not None:
-            reason, message = failed.failure  # type: ignore[misc]
-            return [], _fail(s, reason, f"Job {failed.name} ({step.name}) failed: {message or reason}; the trainer "
+            name, (reason, message) = failed
+            return [], _fail(s, reason, f"Job {name} ({step.name}) failed: {message or reason}; the trainer "
                                         "did not start", metric=Metric("policy_failures", "inc", (reason,)))
         if len(seen) == len(names):
             created.add(step.name)
@@ -316,7 +338,7 @@ def _met(depends_on: Iterable[dict], complete: set[str], created: set[str]) -> b
 def _deadline_left(s: Snapshot, job: ResolvedJob) -> float | None:
     """Seconds left of spec.activeDeadlineSeconds, counted as Trainer does: from the TrainJob's start,
     and again from its last resume; None without a deadline or while suspended (the clock stops)."""
-    created = s.trainjob["metadata"].get("creationTimestamp")  # type: ignore[index]
+    created = s.obj["metadata"].get("creationTimestamp")
     if job.active_deadline_seconds is None or job.suspend or not created:
         return None
     start = st.parse_time(created)
@@ -361,40 +383,27 @@ def rejected(s: Snapshot, message: str) -> Plan:
     TrainJob fails, with the API's own words."""
     plan = _fail(s, "JobRejected", f"the API server refused this TrainJob's child objects: {message}; "
                                    "fix the TrainJob or its runtime and create it again")
-    return dataclasses.replace(plan, key=s.key, trainjob=s.trainjob)
+    return dataclasses.replace(plan, key=s.key, job=s.job)
 
 
 def not_owned(s: Snapshot, obj: dict) -> Plan:
     """An object of a child's name exists and this TrainJob does not own it (seen in a cache, or by a
     create that found it): nothing of it is touched; the TrainJob waits, naming it, and looks again."""
-    if s.trainjob is None:
+    if s.job is None:
         return Plan(key=s.key)
     message = ownership.message(obj, "TrainJob")
     plan = _not_created(s, ownership.REASON, message)
     if plan.steps:
         plan = dataclasses.replace(plan, steps=(*plan.steps, Event("Warning", ownership.REASON, message)))
-    return dataclasses.replace(plan, key=s.key, trainjob=s.trainjob, requeue_after=ownership.RECHECK_SECONDS)
-
-
-def _uid(s: Snapshot) -> str:
-    return ((s.trainjob or {}).get("metadata") or {}).get("uid", "")
+    return dataclasses.replace(plan, key=s.key, job=s.job, requeue_after=ownership.RECHECK_SECONDS)
 
 
 def _previous(s: Snapshot) -> dict:
-    return (s.trainjob or {}).get("status") or {}
-
-
-def _ns_name(s: Snapshot) -> tuple[str, str]:
-    meta = s.trainjob["metadata"]  # type: ignore[index]
-    return meta["namespace"], meta["name"]
+    return (s.job or {}).get("status") or {}
 
 
 def _let_go(*jobs: dict) -> list[Step]:
     return [LetGo(j) for j in jobs if RESULT_FINALIZER in (j["metadata"].get("finalizers") or [])]
-
-
-def _store_pods(s: Snapshot) -> list[dict]:
-    return store_pods(s.pods)
 
 
 def store_pods(pods: Iterable[dict]) -> list[dict]:
@@ -407,37 +416,39 @@ def _release(s: Snapshot, child: dict | None, applied_group: str | None = None) 
     not finished (its Workload holds quota until it does), the rendezvous store. `child`: the node
     Job as the earlier steps of this pass leave it; `applied_group`: a backend whose group this
     pass applied."""
-    ns, name = _ns_name(s)
-    uid = _uid(s)
+    ns, name = s.namespace_name
+    uid = s.uid
     out: list[Step] = []
     for backend_name, obj in s.groups.items():
         resource = BACKENDS[backend_name].group_resource
         if resource is not None and obj is not None and ownership.owned(obj, uid):
-            out += [_delete(resource, obj), CapacityFreed()]
+            out += [delete_child(resource, obj), CapacityFreed()]
         elif resource is not None and obj is None and backend_name == applied_group:
             out += [Delete(resource, ns, name), CapacityFreed()]  # created by this very pass: it is ours
     if (child is not None and ownership.owned(child, uid) and not child["metadata"].get("deletionTimestamp")
             and not st.ChildJob.from_job(child, NODE_JOB).finished):
         if QUEUE_LABEL in (child["metadata"].get("labels") or {}):
             # Kueue owns spec.suspend: only deleting the Job frees its Workload.
-            out += [*_let_go(child), _delete(JOBS, child), CapacityFreed()]
+            out += [*_let_go(child), delete_child(JOBS, child), CapacityFreed()]
         elif not (child.get("spec") or {}).get("suspend"):
             # A Job gangctl ended itself (an elastic Job never fails on its own: huge backoffLimit)
             # would go on recreating workers: suspend it, keeping the failed pods.
-            out.append(_patch(JOBS, child, {"spec": {"suspend": True}}))
-    for pod in ownership.mine(uid, _store_pods(s)):
-        if not pod["metadata"].get("deletionTimestamp"):
-            out.append(_delete(PODS, pod))
-    return out
+            out.append(patch_child(JOBS, child, {"spec": {"suspend": True}}))
+    return out + let_go_of_store(uid, s.pods)
 
 
-def _delete(resource: Resource, obj: dict, propagation: str = "Background") -> Delete:
+def let_go_of_store(uid: str, pods: Iterable[dict]) -> list[Step]:
+    """Delete the job's rendezvous store pods (every incarnation still alive)."""
+    return [delete_child(PODS, p) for p in ownership.mine(uid, store_pods(pods)) if not p["metadata"].get("deletionTimestamp")]
+
+
+def delete_child(resource: Resource, obj: dict, propagation: str = "Background") -> Delete:
     """Delete a child the job owns (observed, or made by this pass: no uid yet), only that incarnation."""
     meta = obj["metadata"]
     return Delete(resource, meta["namespace"], meta["name"], uid=meta.get("uid"), propagation=propagation)
 
 
-def _patch(resource: Resource, obj: dict, patch: dict) -> Patch:
+def patch_child(resource: Resource, obj: dict, patch: dict) -> Patch:
     """A merge patch onto that incarnation of a child the job owns: its uid in the patch is a
     precondition (a recreated object of the name refuses it)."""
     meta = obj["metadata"]
@@ -475,9 +486,9 @@ def _expired(s: Snapshot) -> list[Step]:
     def live(objects: Iterable[dict | None]) -> list[dict]:
         # Only what the TrainJob owns: a claim made before it (used as it was) or kept (Retain) has no
         # ownerReference of it, and stays.
-        return ownership.mine(_uid(s), (o for o in objects if o is not None and not o["metadata"].get("deletionTimestamp")))
-    return [*(_delete(JOBS, j) for j in live(s.jobs)), *(_delete(SERVICES, v) for v in live([s.service])),
-            *(_delete(PERSISTENT_VOLUME_CLAIMS, c) for c in live(s.claims))]
+        return ownership.mine(s.uid, (o for o in objects if o is not None and not o["metadata"].get("deletionTimestamp")))
+    return [*(delete_child(JOBS, j) for j in live(s.jobs)), *(delete_child(SERVICES, v) for v in live([s.service])),
+            *(delete_child(PERSISTENT_VOLUME_CLAIMS, c) for c in live(s.claims))]
 
 
 def _fail(s: Snapshot, reason: str, message: str, *, status: dict | None = None,
@@ -498,7 +509,7 @@ def _not_created(s: Snapshot, reason: str, message: str) -> Plan:
 
 
 def _runtime_missing(s: Snapshot) -> Plan:
-    ref = s.trainjob["spec"]["runtimeRef"]  # type: ignore[index]
+    ref = s.obj["spec"]["runtimeRef"]
     return _not_created(s, "RuntimeNotFound", f"{ref.get('kind', 'ClusterTrainingRuntime')} {ref['name']!r} not "
                                               "found; create it or fix spec.runtimeRef")
 
@@ -527,24 +538,39 @@ def _quota(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> _Quota:
     in the namespaces a policy names: each job is held like a suspended one (no PodGroup, Job
     suspended) until admitted. An admitted elastic job runs at most the nodes it was admitted with;
     the gate admits more when its team's quota has room and no job of the team waits."""
-    if s.gate is None or not base.gated_by_gangctl(backend):
-        return _Quota(job, None, job.num_nodes, (), job.suspend)
-    nodes = NodeRange(gang.min_member, gang.size, gang.per_pod)
-    admission = s.gate.admission
-    if job.suspend:
-        return _Quota(job, None, job.num_nodes, (GateForget(),), True)
-    if admission is None:
-        priority_class = (job.pod_template.get("spec") or {}).get("priorityClassName")
-        wants = GateWants(gang.min_resources, priority_class, nodes if job.elastic else None)
-        return _Quota(dataclasses.replace(job, suspend=True), s.gate.hold, job.num_nodes, (wants,), False)
-    if job.elastic and admission.get("nodes"):
-        max_nodes = max(gang.min_member, min(job.num_nodes, int(admission["nodes"])))
-        return _Quota(job, None, max_nodes, (GateMayGrow(nodes),), False)
-    return _Quota(job, None, job.num_nodes, (), False)
+    nodes = NodeRange(gang.min_member, gang.size, gang.per_pod) if job.elastic else None
+    answer = ask_gate(s.gate, backend, job.suspend, gang.min_resources,
+                      (job.pod_template.get("spec") or {}).get("priorityClassName"), nodes)
+    if answer.held is not None:
+        return _Quota(dataclasses.replace(job, suspend=True), answer.held, job.num_nodes, answer.intents, False)
+    granted = answer.granted if answer.granted is not None else job.num_nodes
+    return _Quota(job, None, granted, answer.intents, job.suspend)
 
 
-def _pods_of(s: Snapshot, uid: str) -> list[dict]:
-    return [p for p in s.pods if any(ref.get("uid") == uid for ref in p["metadata"].get("ownerReferences") or [])]
+@dataclass(frozen=True)
+class GateAnswer:
+    """What the quota gate's answer means for a job of any kind."""
+
+    held: tuple[str, str] | None = None   # not admitted: the gate holds the job, with this reason
+    granted: int | None = None            # an admitted elastic job may run this many nodes (None: not told)
+    intents: tuple[GateIntent, ...] = ()
+    admitted: bool = False                # the gate governs the job and admitted it
+
+
+def ask_gate(gate: GateView | None, backend, suspend: bool, requests: Mapping, priority_class: str | None,
+             nodes: NodeRange | None) -> GateAnswer:
+    """What to tell the gate and what it answered, for a job asking for `requests` (its floor) and,
+    when elastic, for more nodes in `nodes`. A backend with a quota system of its own is not gated."""
+    if gate is None or not base.gated_by_gangctl(backend):
+        return GateAnswer()
+    if suspend:
+        return GateAnswer(intents=(GateForget(),))
+    if gate.admission is None:
+        return GateAnswer(held=gate.hold, intents=(GateWants(requests, priority_class, nodes),))
+    if nodes is not None and gate.admission.get("nodes"):
+        granted = max(nodes.min_nodes, min(nodes.max_nodes, int(gate.admission["nodes"])))
+        return GateAnswer(granted=granted, intents=(GateMayGrow(nodes),), admitted=True)
+    return GateAnswer(admitted=True)
 
 
 def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
@@ -557,11 +583,12 @@ def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
     if observed is not None:
         child = st.ChildJob.from_job(observed, NODE_JOB)
         if child.failure is None and job.elastic:
-            child = _elastic_pod_failure(s, observed, child)
+            pods = ownership.children_of([observed["metadata"].get("uid", "")], s.pods)
+            child = dataclasses.replace(child, failure=elastic.failed_worker(observed, pods, "node"))
         if child.failure is not None:
-            return dataclasses.replace(_failed_attempt(s, job, observed, child), gate=quota.intents)
+            return dataclasses.replace(_failed_attempt(s, job, observed, child, child.failure), gate=quota.intents)
         if observed["metadata"].get("deletionTimestamp"):
-            return dataclasses.replace(_deleting_attempt(s, job, child), gate=quota.intents)
+            return dataclasses.replace(_deleting_attempt(s, job, observed, child), gate=quota.intents)
         hints = _noted(s, observed)
         if job.elastic and not job.suspend and not child.complete and not base.controls_suspend(backend):
             size, resize, lost_gone, hints, recheck = _elastic_size(s, job, gang, quota.max_nodes, observed, hints)
@@ -579,9 +606,11 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
               resize: elastic.Resize | None, lost_gone: int) -> Plan:
     """Apply the children, release what a suspended job holds, report, and release what a finished
     one holds; nudge a waiting gang when capacity was freed."""
-    observed, owner = s.node_job, owner_reference(s.trainjob)
+    observed, owner = s.node_job, owner_reference(s.job)
     kueue_owned = base.controls_suspend(backend)
-    steps: list[Step] = _ensure_store(s, job, owner, backend) if job.elastic and not job.suspend else []
+    steps: list[Step] = []
+    if job.elastic and not job.suspend:
+        steps += ensure_store(store_pods(s.pods), rendezvous_store(job, owner, {}), s.scheduler_name)
     first = observed is None
     steps += ensure(SERVICES, s.service, headless_service(job, owner), first)
     if first and not s.jobs:  # made with the TrainJob's first child (an initializer's, when it has some)
@@ -627,10 +656,14 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
         plan = dataclasses.replace(plan, clear_nudge=True)
         if (base.needs_nudge(backend) and not job.suspend and st.waiting_for_gang(status)
                 and _refused(s, observed, gang)):
-            steps.append(Patch(backend.group_resource, job.namespace, job.name,
-                               {"metadata": {"annotations": {RETRY_ANNOTATION: st.precise_timestamp(s.now)}}},
-                               missing_ok=True))
+            steps.append(nudge(backend.group_resource, job.namespace, job.name, s.now))
     return dataclasses.replace(plan, steps=tuple(steps), metrics=tuple(metrics))
+
+
+def nudge(resource: Resource, namespace: str, name: str, now: datetime) -> Patch:
+    """Hand a waiting gang back to its scheduler (capacity was freed): a touch of its group object."""
+    return Patch(resource, namespace, name, {"metadata": {"annotations": {RETRY_ANNOTATION: st.precise_timestamp(now)}}},
+                 missing_ok=True)
 
 
 def _progress_url(s: Snapshot, job: ResolvedJob) -> str | None:
@@ -663,10 +696,6 @@ def ensure(resource: Resource, cached: dict | None, obj: dict, rejectable: bool 
     return [Apply(resource, obj, rejectable)]
 
 
-def _ensure_store(s: Snapshot, job: ResolvedJob, owner: dict, backend) -> list[Step]:
-    return ensure_store(_store_pods(s), rendezvous_store(job, owner, {}), s.scheduler_name)
-
-
 def ensure_store(pods: list[dict], pod: dict, scheduler_name: str) -> list[Step]:
     """The rendezvous store `pod` when none of `pods` (the store pods observed; only those of `pod`'s
     owner count) is alive; recreated when it is lost, under a new name (`<name>-<n>`), since a pod on
@@ -676,7 +705,7 @@ def ensure_store(pods: list[dict], pod: dict, scheduler_name: str) -> list[Step]
            not in ("Failed", "Succeeded") for p in pods):
         return []
     ns = pod["metadata"]["namespace"]
-    steps: list[Step] = [_delete(PODS, p) for p in pods if not p["metadata"].get("deletionTimestamp")]
+    steps: list[Step] = [delete_child(PODS, p) for p in pods if not p["metadata"].get("deletionTimestamp")]
     pod["spec"]["schedulerName"] = scheduler_name
     taken, n, base_name = {p["metadata"]["name"] for p in pods}, len(pods), pod["metadata"]["name"]
     while pods and f"{base_name}-{n}" in taken:
@@ -698,7 +727,7 @@ def _steady_status(s: Snapshot, job: ResolvedJob, backend, gang: Gang, quota: _Q
     waiting = base.waiting(backend, gang_object) if backend else None
     # The user's spec.suspend: the quota gate's hold is reported as waiting, not as Suspended.
     status = st.derive_status(previous, jobs, gang_obs, quota.user_suspend, s.now,
-                              s.trainjob["metadata"].get("generation"), success_policy=job.success_policy,
+                              s.job["metadata"].get("generation"), success_policy=job.success_policy,
                               waiting=quota.wait or waiting)
     restarts = Restarts.from_status(previous)
     if restarts.total or restarts.last_failure:
@@ -719,7 +748,7 @@ def _refused(s: Snapshot, job: dict | None, gang: Gang) -> bool:
     unschedulable. Only then is it worth handing back (a patch of its PodGroup). While the Job
     controller still creates its pods, each new pod makes the scheduler try the gang again anyway; once
     one pod is bound, the gang has passed the scheduler's gang check and the rest are being bound."""
-    pods = _pods_of(s, job["metadata"].get("uid")) if job is not None else []
+    pods = ownership.children_of([job["metadata"].get("uid")], s.pods) if job is not None else []
     live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
             and not p["metadata"].get("deletionTimestamp")]
     if len(live) < gang.min_member or any((p.get("spec") or {}).get("nodeName") for p in live):
@@ -732,7 +761,7 @@ def _bound_pods(s: Snapshot, job: dict | None) -> int:
     """Pods of the current Job (by uid) that the scheduler has bound to a node."""
     if job is None:
         return 0
-    return sum(1 for p in _pods_of(s, job["metadata"].get("uid"))
+    return sum(1 for p in ownership.children_of([job["metadata"].get("uid")], s.pods)
                if (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase") != "Failed")
 
 
@@ -743,23 +772,24 @@ def _transitions(previous: dict, status: dict) -> list[Metric]:
     return []
 
 
-def _deleting_attempt(s: Snapshot, job: ResolvedJob, child: st.ChildJob) -> Plan:
+def _deleting_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.ChildJob) -> Plan:
     """The node Job is being deleted. Unfinished: a restart, a preemption or a person removes it
     (foreground: its pods go first); nothing to record, its deletion requeues us. Finished and
     deleted (TTL, by hand) before its outcome was recorded: the result finalizer kept it here to be
     read. Record it; the next pass lets it go."""
     if child.complete is None:
-        return Plan(steps=tuple(_let_go(s.node_job)))  # type: ignore[arg-type]
+        return Plan(steps=tuple(_let_go(observed)))
     previous = _previous(s)
     status = st.derive_status(previous, [child], None, job.suspend, s.now,
-                              s.trainjob["metadata"].get("generation"), success_policy=job.success_policy)
+                              s.job["metadata"].get("generation"), success_policy=job.success_policy)
     if status == previous:
         return Plan()
     return Plan(steps=(WriteStatus(status),), metrics=tuple(_transitions(previous, status)))
 
 
 # --- failed attempts ----------------------------------------------------------------------------
-def _failed_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.ChildJob) -> Plan:
+def _failed_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.ChildJob,
+                    failure: tuple[str, str]) -> Plan:
     """The child Job failed: classify, then fail the TrainJob or restart (recreate) the Job, once per
     Job: the judgement is written to status (guarded by resourceVersion) before anything else."""
     previous = _previous(s)
@@ -769,9 +799,9 @@ def _failed_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.Chi
         if restarts.last_failure.get("action", "Restart") == "Restart":
             return Plan(steps=tuple(_delete_attempt(observed)))
         return Plan()
-    reason, message = child.failure  # type: ignore[misc]
+    reason, message = failure
     pods = {p.name: p for p in s.disruptions.values()}
-    for pod in _pods_of(s, uid):
+    for pod in ownership.children_of([uid], s.pods):
         failed = PodFailure.from_pod(pod)
         if failed is not None:
             pods[failed.name] = failed
@@ -803,27 +833,12 @@ def _delete_attempt(job: dict) -> list[Step]:
     return steps
 
 
-def _elastic_pod_failure(s: Snapshot, job: dict, child: st.ChildJob) -> st.ChildJob:
-    """An elastic Job never fails on its own (huge backoffLimit): a worker that exited non-zero
-    without a disruption is the attempt's failure, judged by the failure policy."""
-    meta = job["metadata"]
-    size = int((job.get("spec") or {}).get("parallelism") or 0)
-    for pod in _pods_of(s, meta.get("uid", "")):
-        failed = PodFailure.from_pod(pod)
-        if (failed is not None and failed.disruption is None and failed.index is not None
-                and failed.index < size and (pod.get("status") or {}).get("phase") == "Failed"):
-            code = f" with exit code {failed.exit_code}" if failed.exit_code is not None else ""
-            return dataclasses.replace(child, failure=(
-                "PodFailed", f"worker {meta['namespace']}/{failed.name} failed{code}"))
-    return child
-
-
 # --- elastic ------------------------------------------------------------------------------------
 def _noted(s: Snapshot, job: dict) -> dict[str, PodFailure]:
     """The hints plus pods of the running attempt that carry DisruptionTarget now: they may be gone
     when it fails, or when it is sized."""
     hints = dict(s.disruptions)
-    for pod in _pods_of(s, job["metadata"].get("uid", "")):
+    for pod in ownership.children_of([job["metadata"].get("uid", "")], s.pods):
         failed = PodFailure.from_pod(pod)
         if failed is not None and failed.disruption is not None:
             hints[failed.name] = failed
@@ -834,25 +849,19 @@ def _elastic_size(s: Snapshot, job: ResolvedJob, gang: Gang, max_nodes: int, obs
                   hints: dict[str, PodFailure]):
     """(size, resize, lost_gone, hints, recheck): the Job's next size and whether to look again soon."""
     size = min(max_nodes, int((observed.get("spec") or {}).get("parallelism") or job.num_nodes))
-    workers = _workers(s, observed, hints)
-    elastic_status = _previous(s).get("elastic") or {}
-    last = elastic_status.get("lastShrinkTime")
-    counted = int((observed.get("status") or {}).get("failed") or 0)
-    uid = observed["metadata"].get("uid", "")
-    seen_failed = sum(1 for p in _pods_of(s, uid) if (p.get("status") or {}).get("phase") == "Failed")
-    accounted = int(elastic_status.get("lostAccounted") or 0)
-    resize = elastic.plan(size, gang.min_member, max_nodes, workers, s.now, st.parse_time(last) if last else None,
-                          lost_unseen=counted - seen_failed > accounted)
+    pods = ownership.children_of([observed["metadata"].get("uid", "")], s.pods)
+    resize, workers, gone = elastic.size_step(size, gang.min_member, max_nodes, observed, pods,
+                                              _previous(s).get("elastic") or {}, s.now, hints)
     if resize is not None:
         size = resize.size
         # Hints of indexes beyond the new size are accounted for by this shrink.
         hints = {n: h for n, h in hints.items() if h.index is None or h.index < size}
     recheck = size < max_nodes or any(not w.healthy for w in workers)
-    return size, resize, counted - seen_failed, hints, recheck
+    return size, resize, gone, hints, recheck
 
 
 def _workers(s: Snapshot, job: dict, hints: Mapping[str, PodFailure]) -> list[elastic.Worker]:
-    return elastic.workers_of(_pods_of(s, job["metadata"].get("uid", "")), hints)
+    return elastic.workers_of(ownership.children_of([job["metadata"].get("uid", "")], s.pods), hints)
 
 
 def _elastic_status(s: Snapshot, job: ResolvedJob, observed: dict, hints: Mapping[str, PodFailure],
@@ -863,12 +872,5 @@ def _elastic_status(s: Snapshot, job: ResolvedJob, observed: dict, hints: Mappin
     out.update({"currentNodes": healthy, "minNodes": min_nodes, "maxNodes": job.num_nodes,
                 "size": size or int((observed.get("spec") or {}).get("parallelism") or 0)})
     if resize is not None:
-        stamp = st.timestamp(s.now)
-        out["resizes"] = int(out.get("resizes") or 0) + 1
-        out["lastResizeReason"] = resize.cause
-        out["lastResizeTime"] = stamp
-        if resize.direction == "shrink":
-            out["lastShrinkTime"] = stamp
-        if resize.cause == "NodeLost":
-            out["lostAccounted"] = max(int(out.get("lostAccounted") or 0), lost_gone)
+        out = elastic.noted(out, resize, st.timestamp(s.now), lost_gone)
     return out, healthy

@@ -34,15 +34,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Mapping
 
 from gangctl.api.pytorchjob import DEFAULT_CONTAINER, PyTorchJob, PyTorchJobError, parse
 from gangctl.api.quantity import format_quantity
-from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, SERVICES, Resource
+from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, SERVICES
 from gangctl.plugins import base
-from gangctl.plugins.names import MANAGED_BY, MANAGER, SPEC_HASH
+from gangctl.plugins.names import MANAGED_BY, MANAGER
 from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.workload import (ELASTIC_BACKOFF_LIMIT, ELASTIC_SUCCESS_POLICY, gang_pod,
                                       owner_reference, with_spec_hash)
@@ -50,9 +49,9 @@ from gangctl.policy import elastic, ownership
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store
-from gangctl.policy.decide import (RETRY_ANNOTATION, Apply, Delete, Event, GateForget, GateIntent, GateMayGrow,
-                                   GateView, GateWants, Metric, Patch, Plan, Step, WriteStatus, cache_grace_left,
-                                   ensure, ensure_store, missing_priority_class, store_pods)
+from gangctl.policy.decide import (Delete, Event, GateIntent, Metric, Patch, Plan, Snapshot, Step, WriteStatus,
+                                   ask_gate, cache_grace_left, delete_child, ensure, ensure_store, let_go_of_store,
+                                   missing_priority_class, nudge, patch_child, store_pods)
 from gangctl.policy.failure import PodFailure, Restarts, classify
 from gangctl.policy.failure import decide as judge
 from gangctl.policy.gang import Gang
@@ -70,28 +69,12 @@ ELASTIC_ANNOTATION = "gangctl.io/elastic"
 ELASTIC_RECHECK_SECONDS = 2.0   # an elastic job short of its replicas is looked at again this often
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    key: str
-    now: datetime
-    pytorchjob: dict | None
-    scheduler_name: str = "default-scheduler"
-    gang_scheduler: str | None = None      # v1's --gang-scheduler-name: the backend for every job
-    jobs: tuple[dict, ...] = ()            # child Jobs labelled with the PyTorchJob's name
-    pods: tuple[dict, ...] = ()            # pods labelled with the PyTorchJob's name
-    services: tuple[dict, ...] = ()        # Services labelled with the PyTorchJob's name
-    groups: Mapping[str, dict | None] = field(default_factory=dict)   # backend -> its group (see decide)
-    priority_classes: frozenset[str] | None = None   # the PriorityClasses that exist (None: not checked)
-    gate: GateView | None = None           # None: no quota gate governs this namespace
-    nudge: bool = False                    # capacity was freed since this gang last tried
-
-
 def decide(s: Snapshot) -> Plan:
-    return dataclasses.replace(_decide(s), key=s.key, trainjob=s.pytorchjob)
+    return dataclasses.replace(_decide(s), key=s.key, job=s.job)
 
 
 def _decide(s: Snapshot) -> Plan:
-    obj = s.pytorchjob
+    obj = s.job
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         return Plan()  # owner references let the garbage collector remove the children
     if ((obj.get("spec") or {}).get("runPolicy") or {}).get("managedBy") not in SERVED_MANAGERS:
@@ -115,7 +98,7 @@ def _decide(s: Snapshot) -> Plan:
     current = _children(s, gang)
     services = {svc["metadata"]["name"]: svc for svc in s.services}
     gang_object = s.groups.get(backend.name) if base.wants_group(backend) else None
-    if (other := ownership.foreign(_uid(s), (*(services.get(svc["metadata"]["name"]) for svc in gang.services),
+    if (other := ownership.foreign(s.uid, (*(services.get(svc["metadata"]["name"]) for svc in gang.services),
                                              gang_object, *current.values()))) is not None:
         return not_owned(s, other)
     judged = restarts.last_failure.get("jobUID")
@@ -127,7 +110,8 @@ def _decide(s: Snapshot) -> Plan:
             return _carry_out(s, job, gang, restarts, current)
         failure = st.ChildJob.from_job(child, group.replica_type.lower()).failure
         if failure is None and group.job.elastic:
-            failure = _elastic_worker_failure(s, child)
+            failure = elastic.failed_worker(child, ownership.children_of([child["metadata"].get("uid")], s.pods),
+                                                  DEFAULT_CONTAINER)
         if failure is not None:
             return _judge(s, gang, group, child, failure, restarts)
     if any(c is not None and c["metadata"].get("deletionTimestamp") for c in current.values()):
@@ -135,7 +119,7 @@ def _decide(s: Snapshot) -> Plan:
     for group in gang.groups:
         if current[group.child_name] is None and (
                 missing := missing_priority_class(group.job.pod_template, s.priority_classes)):
-            if (wait := cache_grace_left(s.pytorchjob, s.now)) > 0:  # type: ignore[arg-type]
+            if (wait := cache_grace_left(s.obj, s.now)) > 0:
                 return Plan(requeue_after=wait)   # the PriorityClass may be newer than the cache
             return _fail(s, job, f"spec.pytorchReplicaSpecs.{group.replica_type}.template.spec.{missing}")
     quota = _quota(s, job, gang, backend)
@@ -162,30 +146,20 @@ def charge(gang: pj.PyTorchGang) -> tuple[dict, NodeRange | None]:
             total[name] = total.get(name, 0) + qty * count
     workers = gang.groups[-1].job
     if workers.elastic and len(gang.groups) == 1:
-        return total, NodeRange(workers.min_nodes, workers.num_nodes, dict(workers.requests))  # type: ignore[arg-type]
+        return total, NodeRange(workers.min_nodes, workers.num_nodes, dict(workers.requests))
     return total, None
 
 
 def _quota(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend) -> _Quota:
-    """As a TrainJob's (`gangctl.policy.decide`): a backend without a quota system of its own is gated
-    by gangctl's quota gate in the namespaces a policy names."""
-    if s.gate is None or not base.gated_by_gangctl(backend):
-        return _Quota()
-    if job.run_policy.suspend:
-        return _Quota(intents=(GateForget(),))
+    """As a TrainJob's (`gangctl.policy.decide.ask_gate`), asking for every replica it runs."""
     requests, nodes = charge(gang)
     workers = gang.groups[-1].job
-    admission = s.gate.admission
-    if admission is None:
-        priority_class = ((workers.pod_template.get("spec") or {}).get("priorityClassName")
-                          or gang.gang_settings.get("priorityClassName"))
-        return _Quota(held=s.gate.hold, intents=(GateWants(requests, priority_class, nodes),))
-    if not workers.elastic:
-        return _Quota()
-    if nodes is not None and admission.get("nodes"):
-        granted = max(nodes.min_nodes, min(nodes.max_nodes, int(admission["nodes"])))
-        return _Quota(max_workers=granted, intents=(GateMayGrow(nodes),))
-    return _Quota(max_workers=workers.min_nodes)   # admitted at its floor
+    priority_class = ((workers.pod_template.get("spec") or {}).get("priorityClassName")
+                      or gang.gang_settings.get("priorityClassName"))
+    answer = ask_gate(s.gate, backend, job.run_policy.suspend, requests, priority_class, nodes)
+    if answer.admitted and workers.elastic and answer.granted is None:
+        return _Quota(max_workers=workers.min_nodes, intents=answer.intents)   # admitted at its floor
+    return _Quota(held=answer.held, max_workers=answer.granted, intents=answer.intents)
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -206,50 +180,25 @@ def elastic_of(obj: dict) -> dict:
     return memo if isinstance(memo, dict) else {}
 
 
-def _elastic_worker_failure(s: Snapshot, child: dict) -> tuple[str, str] | None:
-    """An elastic Worker Job never fails on its own (huge backoffLimit): a Worker in range that exited
-    non-zero without a disruption is the attempt's failure, judged like any other."""
-    meta = child["metadata"]
-    size = int((child.get("spec") or {}).get("parallelism") or 0)
-    for pod in s.pods:
-        if not any(r.get("uid") == meta.get("uid") for r in pod["metadata"].get("ownerReferences") or []):
-            continue
-        failed = PodFailure.from_pod(pod, container=DEFAULT_CONTAINER)
-        if (failed is not None and failed.disruption is None and failed.index is not None and failed.index < size
-                and (pod.get("status") or {}).get("phase") == "Failed"):
-            code = f" with exit code {failed.exit_code}" if failed.exit_code is not None else ""
-            return "PodFailed", f"worker {meta['namespace']}/{failed.name} failed{code}"
-    return None
-
-
 def _finished(status: dict) -> bool:
     return any(c.get("type") in (pj.SUCCEEDED, pj.FAILED) and c.get("status") == "True"
                for c in status.get("conditions") or [])
-
-
-def _uid(s: Snapshot) -> str:
-    return ((s.pytorchjob or {}).get("metadata") or {}).get("uid", "")
 
 
 def not_owned(s: Snapshot, obj: dict) -> Plan:
     """An object of a child's name exists and this PyTorchJob does not own it: nothing of it is
     touched; the job waits (Suspended, as a job the quota gate holds, with the reason naming it) and
     looks again."""
-    if s.pytorchjob is None:
+    if s.job is None:
         return Plan(key=s.key)
     message = ownership.message(obj, "PyTorchJob")
-    previous = s.pytorchjob.get("status") or {}  # type: ignore[union-attr]
-    job = parse(s.pytorchjob)  # type: ignore[arg-type]
-    current = {j["metadata"]["name"]: j for j in ownership.mine(_uid(s), s.jobs)}
+    previous = s.obj.get("status") or {}
+    job = parse(s.obj)
+    current = {j["metadata"]["name"]: j for j in ownership.mine(s.uid, s.jobs)}
     status = pj.next_status(previous, job, _counts(s, job, current), s.now, held=(ownership.REASON, message))
     steps: tuple[Step, ...] = (WriteStatus(status), Event("Warning", ownership.REASON, message)) \
         if status != previous else ()
-    return Plan(key=s.key, trainjob=s.pytorchjob, steps=steps, requeue_after=ownership.RECHECK_SECONDS)
-
-
-def _ns_name(s: Snapshot) -> tuple[str, str]:
-    meta = s.pytorchjob["metadata"]  # type: ignore[index]
-    return meta["namespace"], meta["name"]
+    return Plan(key=s.key, job=s.job, steps=steps, requeue_after=ownership.RECHECK_SECONDS)
 
 
 def _children(s: Snapshot, gang: pj.PyTorchGang) -> dict[str, dict | None]:
@@ -259,8 +208,7 @@ def _children(s: Snapshot, gang: pj.PyTorchGang) -> dict[str, dict | None]:
 
 def _attempt_pods(s: Snapshot, current: Mapping[str, dict | None]) -> list[dict]:
     """Pods of the current child Jobs (by the owner's uid)."""
-    uids = {c["metadata"].get("uid") for c in current.values() if c is not None}
-    return [p for p in s.pods if any(r.get("uid") in uids for r in p["metadata"].get("ownerReferences") or [])]
+    return ownership.children_of((c["metadata"].get("uid") for c in current.values() if c is not None), s.pods)
 
 
 def _counts(s: Snapshot, job: PyTorchJob, current: Mapping[str, dict | None]) -> dict[str, pj.ReplicaCounts]:
@@ -271,7 +219,7 @@ def _counts(s: Snapshot, job: PyTorchJob, current: Mapping[str, dict | None]) ->
 def _invalid(s: Snapshot, message: str) -> Plan:
     """The CRD's validation refuses what parse refuses; an object stored before it was installed gets
     v1's Failed condition with the field named."""
-    previous = (s.pytorchjob or {}).get("status") or {}
+    previous = (s.job or {}).get("status") or {}
     if _finished(previous):
         return Plan()
     at = st.timestamp(s.now)
@@ -284,7 +232,7 @@ def _invalid(s: Snapshot, message: str) -> Plan:
 def _fail(s: Snapshot, job: PyTorchJob, message: str, current: Mapping[str, dict | None] | None = None) -> Plan:
     """Failed (written first), then the gang is released and cleanPodPolicy applied."""
     current = current or {}
-    status = pj.next_status(s.pytorchjob.get("status"), job, _counts(s, job, current), s.now,  # type: ignore[union-attr]
+    status = pj.next_status(s.obj.get("status"), job, _counts(s, job, current), s.now,
                             failed=message)
     return Plan(steps=(WriteStatus(status), Event("Warning", pj.reason("Failed"), message),
                        *_release(s, job)))
@@ -292,42 +240,39 @@ def _fail(s: Snapshot, job: PyTorchJob, message: str, current: Mapping[str, dict
 
 def _let_go_of_gang(s: Snapshot) -> list[Step]:
     """Delete the gang's group and the rendezvous store pod: a finished or suspended job holds neither."""
-    ns, name = _ns_name(s)
-    uid = _uid(s)
+    uid = s.uid
     steps: list[Step] = []
     for backend_name, group in s.groups.items():
         resource = BACKENDS[backend_name].group_resource
         if (resource is not None and group is not None and ownership.owned(group, uid)
                 and not group["metadata"].get("deletionTimestamp")):
-            steps.append(Delete(resource, ns, pj.group_name(name), uid=group["metadata"].get("uid")))
-    return steps + [Delete(PODS, ns, p["metadata"]["name"], uid=p["metadata"].get("uid"))
-                    for p in ownership.mine(uid, store_pods(s.pods)) if not p["metadata"].get("deletionTimestamp")]
+            steps.append(delete_child(resource, group))
+    return steps + let_go_of_store(uid, s.pods)
 
 
 def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
     """Let go of the gang and apply cleanPodPolicy to the child Jobs."""
-    ns, _ = _ns_name(s)
     steps = _let_go_of_gang(s)
     cleanup = pj.cleanup(job)
-    for child in ownership.mine(_uid(s), s.jobs):
+    for child in ownership.mine(s.uid, s.jobs):
         meta = child["metadata"]
         if meta.get("deletionTimestamp"):
             continue
         if cleanup == "delete":
-            steps.append(Delete(JOBS, ns, meta["name"], uid=meta.get("uid")))
+            steps.append(delete_child(JOBS, child))
         elif cleanup == "suspend" and not (child.get("spec") or {}).get("suspend") \
                 and not st.ChildJob.from_job(child, "").finished:
-            steps.append(Patch(JOBS, ns, meta["name"], {"metadata": {"uid": meta.get("uid")}, "spec": {"suspend": True}}))
+            steps.append(patch_child(JOBS, child, {"spec": {"suspend": True}}))
     return steps
 
 
 def _done(s: Snapshot, job: PyTorchJob) -> Plan:
     """Finished: release what is left, and delete the PyTorchJob once its TTL has passed."""
     steps = _release(s, job)
-    left = pj.ttl_remaining(job, s.pytorchjob.get("status"), s.now)  # type: ignore[union-attr]
+    left = pj.ttl_remaining(job, s.obj.get("status"), s.now)
     if left is not None and left <= 0:
-        ns, name = _ns_name(s)
-        steps.append(Delete(PYTORCHJOBS, ns, name, uid=s.pytorchjob["metadata"].get("uid")))  # type: ignore[index]
+        ns, name = s.namespace_name
+        steps.append(Delete(PYTORCHJOBS, ns, name, uid=s.obj["metadata"].get("uid")))
         left = None
     return Plan(steps=tuple(steps), requeue_after=left)
 
@@ -336,15 +281,15 @@ def _judge(s: Snapshot, gang: pj.PyTorchGang, group: pj.ReplicaGroup, child: dic
            restarts: Restarts) -> Plan:
     """Judge a failed child Job and record the judgement, and nothing else, on the PyTorchJob."""
     uid = child["metadata"].get("uid", "")
-    pods = [f for p in s.pods if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])
+    pods = [f for p in ownership.children_of([uid], s.pods)
             if (f := PodFailure.from_pod(p, container=DEFAULT_CONTAINER)) is not None]
     found = classify(failure[0], failure[1], pods)
     decision = judge(gang.failure_policy, found, restarts, group.replica_type.lower())
     after = restarts.after(decision, found, child["metadata"]["name"], uid, st.timestamp(s.now))
     after = dataclasses.replace(after, last_failure={**after.last_failure, "decision": decision.reason,
                                                      "decisionMessage": decision.message})
-    ns, name = _ns_name(s)
-    meta = s.pytorchjob["metadata"]  # type: ignore[index]
+    ns, name = s.namespace_name
+    meta = s.obj["metadata"]
     annotation = json.dumps(after.to_status(), sort_keys=True, separators=(",", ":"))
     patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"),
                           "annotations": {RESTARTS_ANNOTATION: annotation}}}
@@ -359,15 +304,14 @@ def _carry_out(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, restarts: Res
     message = f"{last.get('decision', '')}: {last.get('decisionMessage', '')}"
     if last.get("action") == "Fail":
         return _fail(s, job, message, current)
-    status = pj.next_status(s.pytorchjob.get("status"), job, _counts(s, job, current), s.now,  # type: ignore[union-attr]
+    status = pj.next_status(s.obj.get("status"), job, _counts(s, job, current), s.now,
                             restarting=message)
     steps: list[Step] = []
-    if status != s.pytorchjob.get("status"):  # type: ignore[union-attr]
+    if status != s.obj.get("status"):
         steps += [WriteStatus(status), Event("Warning", pj.reason("Restarting"), message)]
-    for child in ownership.mine(_uid(s), (c for c in current.values() if c is not None)):
+    for child in ownership.mine(s.uid, (c for c in current.values() if c is not None)):
         if not child["metadata"].get("deletionTimestamp"):
-            meta = child["metadata"]
-            steps.append(Delete(JOBS, meta["namespace"], meta["name"], uid=meta.get("uid"), propagation="Foreground"))
+            steps.append(delete_child(JOBS, child, "Foreground"))
     return Plan(steps=tuple(steps))
 
 
@@ -433,7 +377,7 @@ def gang_group(gang: pj.PyTorchGang, backend, owner: dict) -> dict:
 
 def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None],
          quota: _Quota) -> Plan:
-    owner = owner_reference(s.pytorchjob)  # type: ignore[arg-type]
+    owner = owner_reference(s.obj)
     admits = base.controls_suspend(backend)   # Kueue: it unsuspends the Job it admits
     if admits and quota.held is None:
         quota = dataclasses.replace(quota, held=_admission_wait(s, backend, current))
@@ -469,7 +413,7 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
         stamp = pj.pod_stamp(job, pod)
         if stamp is not None and not pod["metadata"].get("deletionTimestamp"):
             steps.append(Patch(PODS, job.namespace, pod["metadata"]["name"], stamp, missing_ok=True))
-    previous = s.pytorchjob.get("status") or {}  # type: ignore[union-attr]
+    previous = s.obj.get("status") or {}
     status = pj.next_status(previous, job, _counts(s, job, current), s.now, held=quota.held)
     if status != previous:
         steps.append(WriteStatus(status))
@@ -481,9 +425,7 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
     if s.nudge:   # capacity was freed: a gang still waiting for it is handed back to its scheduler
         nudged = True
         if base.needs_nudge(backend) and not held and not _finished(status) and not _running(status):
-            steps.append(Patch(backend.group_resource, job.namespace, pj.group_name(job.name),
-                               {"metadata": {"annotations": {RETRY_ANNOTATION: st.precise_timestamp(s.now)}}},
-                               missing_ok=True))
+            steps.append(nudge(backend.group_resource, job.namespace, pj.group_name(job.name), s.now))
     requeue = ELASTIC_RECHECK_SECONDS if recheck and not _finished(status) else None
     limit, start = job.run_policy.active_deadline_seconds, status.get("startTime")
     if limit is not None and start is not None and not _finished(status):
@@ -522,29 +464,17 @@ def _elastic_size(s: Snapshot, workers: pj.ReplicaGroup, observed: dict | None,
     if admitted is not None:
         top = min(top, admitted)
     floor = workers.job.min_nodes or top
-    memo = elastic_of(s.pytorchjob)  # type: ignore[arg-type]
+    memo = elastic_of(s.obj)
     size = max(floor, min(top, int(memo.get("size") or top)))
     if observed is None or st.ChildJob.from_job(observed, "").finished:
         return size, False
-    uid = observed["metadata"].get("uid")
-    pods = [p for p in s.pods if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
-    found = elastic.workers_of(pods)
-    counted = int((observed.get("status") or {}).get("failed") or 0)
-    gone = counted - sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Failed")
-    last = memo.get("lastShrinkTime")
-    resize = elastic.plan(size, floor, top, found, s.now, st.parse_time(last) if last else None,
-                          lost_unseen=gone > int(memo.get("lostAccounted") or 0))
+    pods = ownership.children_of([observed["metadata"].get("uid")], s.pods)
+    resize, found, gone = elastic.size_step(size, floor, top, observed, pods, memo, s.now)
     if resize is None:
         return size, size < top or any(not w.healthy for w in found)
-    stamp = st.timestamp(s.now)
-    after = {**memo, "size": resize.size, "resizes": int(memo.get("resizes") or 0) + 1,
-             "lastResizeReason": resize.cause, "lastResizeTime": stamp}
-    if resize.direction == "shrink":
-        after["lastShrinkTime"] = stamp
-    if resize.cause == "NodeLost":
-        after["lostAccounted"] = max(int(memo.get("lostAccounted") or 0), gone)
-    ns, name = _ns_name(s)
-    meta = s.pytorchjob["metadata"]  # type: ignore[index]
+    after = {**elastic.noted(memo, resize, st.timestamp(s.now), gone), "size": resize.size}
+    ns, name = s.namespace_name
+    meta = s.obj["metadata"]
     patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": {
         ELASTIC_ANNOTATION: json.dumps(after, sort_keys=True, separators=(",", ":"))}}}
     return Plan(steps=(Patch(PYTORCHJOBS, ns, name, patch), Event("Normal", "Resized", resize.message)),

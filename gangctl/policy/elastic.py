@@ -129,3 +129,42 @@ def plan(size: int, min_nodes: int, max_nodes: int, workers: list[Worker], now: 
                           f"grow {size} -> {size + 1}: all {size} workers healthy, trying for one more "
                           f"(max {max_nodes})")
     return None
+
+
+def size_step(size: int, floor: int, top: int, job: dict, pods: list[dict], memo: Mapping, now: datetime,
+              hints: Mapping[str, PodFailure] = {}) -> tuple[Resize | None, list[Worker], int]:  # noqa: B006 - read only
+    """One sizing look at an elastic Job (either kind): (the resize, or None; its workers; how many
+    failed pods the Job counted that are already gone). `memo`: the job's sizing memory (TrainJob
+    status.elastic, a PyTorchJob's annotation), read for lastShrinkTime and lostAccounted."""
+    found = workers_of(pods, hints)
+    gone = int((job.get("status") or {}).get("failed") or 0) - sum(
+        1 for p in pods if (p.get("status") or {}).get("phase") == "Failed")
+    last = memo.get("lastShrinkTime")
+    resize = plan(size, floor, top, found, now, parse_time(last) if last else None,
+                  lost_unseen=gone > int(memo.get("lostAccounted") or 0))
+    return resize, found, gone
+
+
+def noted(memo: Mapping, resize: Resize, stamp: str, gone: int) -> dict:
+    """The sizing memory after `resize` (at `stamp`; `gone`: as size_step counted it)."""
+    out = {**memo, "resizes": int(memo.get("resizes") or 0) + 1, "lastResizeReason": resize.cause,
+           "lastResizeTime": stamp}
+    if resize.direction == "shrink":
+        out["lastShrinkTime"] = stamp
+    if resize.cause == "NodeLost":
+        out["lostAccounted"] = max(int(memo.get("lostAccounted") or 0), gone)
+    return out
+
+
+def failed_worker(job: dict, pods: Iterable[dict], container: str) -> tuple[str, str] | None:
+    """An elastic Job never fails on its own (huge backoffLimit): a worker in range (`pods`: the Job's)
+    that exited non-zero without a disruption is the attempt's failure, judged by the failure policy."""
+    meta = job["metadata"]
+    size = int((job.get("spec") or {}).get("parallelism") or 0)
+    for pod in pods:
+        failed = PodFailure.from_pod(pod, container=container)
+        if (failed is not None and failed.disruption is None and failed.index is not None
+                and failed.index < size and (pod.get("status") or {}).get("phase") == "Failed"):
+            code = f" with exit code {failed.exit_code}" if failed.exit_code is not None else ""
+            return "PodFailed", f"worker {meta['namespace']}/{failed.name} failed{code}"
+    return None

@@ -44,3 +44,10 @@ def message(obj: dict, owner_kind: str) -> str:
     meta = obj.get("metadata") or {}
     return (f"{obj.get('kind') or 'object'} {meta.get('namespace')}/{meta.get('name')} exists and is not owned by "
             f"this {owner_kind}; delete or rename it")
+
+
+def children_of(owner_uids: Iterable[str | None], objects: Iterable[dict]) -> list[dict]:
+    """The `objects` with an ownerReference (controller or not) to one of `owner_uids`: the pods of
+    an attempt's Jobs, as the Job controller made them. Reading only: see `mine` for what a job may change."""
+    uids = set(owner_uids)
+    return [o for o in objects if any(ref.get("uid") in uids for ref in o["metadata"].get("ownerReferences") or [])]

@@ -36,6 +36,7 @@ gangctl.api.pytorchjob):
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
@@ -592,24 +593,7 @@ def next_status(previous: dict | None, job: PyTorchJob, counts: dict[str, Replic
     if _true(conditions, FAILED):
         return status
 
-    def put(ctype: str, value: bool, event: str, message: str, why: str | None = None) -> None:
-        old = next((c for c in conditions if c["type"] == ctype), None)
-        flag = "True" if value else "False"
-        why = why or reason(event)
-        if old is not None and old["status"] == flag and old.get("reason") == why and (
-                why == reason(event) or old.get("message") == message):
-            return
-        cond = {"type": ctype, "status": flag, "reason": why, "message": message,
-                "lastUpdateTime": at,
-                "lastTransitionTime": old["lastTransitionTime"] if old and old["status"] == flag else at}
-        rest = []
-        for c in conditions:
-            if c["type"] == ctype or {ctype, c["type"]} == {RUNNING, RESTARTING}:
-                continue
-            if ctype in (SUCCEEDED, FAILED) and c["type"] == RUNNING and c["status"] == "True":
-                c = {**c, "status": "False"}
-            rest.append(c)
-        conditions[:] = rest + [cond]
+    put = functools.partial(_put, conditions, at)
 
     if not conditions:
         put(CREATED, True, "Created", f"PyTorchJob {job.namespace}/{job.name} was accepted by gangctl.")
@@ -643,6 +627,28 @@ def next_status(previous: dict | None, job: PyTorchJob, counts: dict[str, Replic
     elif running(job, counts):
         put(RUNNING, True, "Running", f"PyTorchJob {job.name} is running.")
     return status
+
+
+def _put(conditions: list[dict], at: str, ctype: str, value: bool, event: str, message: str,
+         why: str | None = None) -> None:
+    """Set condition `ctype` in place, as v1 does (see next_status)."""
+    old = next((c for c in conditions if c["type"] == ctype), None)
+    flag = "True" if value else "False"
+    why = why or reason(event)
+    if old is not None and old["status"] == flag and old.get("reason") == why and (
+            why == reason(event) or old.get("message") == message):
+        return
+    cond = {"type": ctype, "status": flag, "reason": why, "message": message,
+            "lastUpdateTime": at,
+            "lastTransitionTime": old["lastTransitionTime"] if old and old["status"] == flag else at}
+    rest = []
+    for c in conditions:
+        if c["type"] == ctype or {ctype, c["type"]} == {RUNNING, RESTARTING}:
+            continue
+        if ctype in (SUCCEEDED, FAILED) and c["type"] == RUNNING and c["status"] == "True":
+            c = {**c, "status": "False"}
+        rest.append(c)
+    conditions[:] = rest + [cond]
 
 
 def _true(conditions: list[dict], ctype: str) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Hashable
 
 
 @dataclass
@@ -71,18 +72,18 @@ class TokenBuckets:
 class ItemBackoff:
     base: float = 0.005
     cap: float = 1000.0
-    _failures: dict[str, int] = field(default_factory=dict)
+    _failures: dict[Hashable, int] = field(default_factory=dict)
 
-    def when(self, key: str) -> float:
+    def when(self, key: Hashable) -> float:
         """Count one more failure of `key`; its next delay."""
         n = self._failures.get(key, 0)
         self._failures[key] = n + 1
         return min(self.cap, self.base * 2.0 ** min(n, 62))
 
-    def failures(self, key: str) -> int:
+    def failures(self, key: Hashable) -> int:
         return self._failures.get(key, 0)
 
-    def forget(self, key: str) -> None:
+    def forget(self, key: Hashable) -> None:
         self._failures.pop(key, None)
 
     def __len__(self) -> int:

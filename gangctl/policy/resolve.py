@@ -101,6 +101,55 @@ class ResolvedJob:
         return self.num_nodes
 
 
+def _apply_trainer(container: dict, trainer: dict) -> None:
+    """spec.trainer's image, command, args, env and resourcesPerNode onto the node container."""
+    for key in ("image", "command", "args"):
+        if trainer.get(key) is not None:
+            container[key] = list(trainer[key]) if isinstance(trainer[key], list) else trainer[key]
+    if trainer.get("env"):
+        container["env"] = _merge_by(container.get("env") or [], trainer["env"], "name")
+    if trainer.get("resourcesPerNode"):
+        # Trainer v2.3 merges: each resource named in requests / limits replaces the runtime's, the rest stay.
+        container["resources"] = _merge_fields(container.get("resources") or {}, trainer["resourcesPerNode"])
+
+
+def _apply_overrides(overrides: list[dict], jobs: dict, runtime_name: str) -> None:
+    """spec.podTemplateOverrides onto the pod templates of the replicated jobs they target."""
+    job_names = list(jobs)
+    for i, override in enumerate(overrides):
+        targets = {t.get("name") for t in override.get("targetJobs") or []}
+        for j, target in enumerate(override.get("targetJobs") or []):
+            if target.get("name") not in job_names:
+                raise _no_job(f"spec.podTemplateOverrides[{i}].targetJobs[{j}].name", runtime_name,
+                              target.get("name"), job_names)
+        for name in targets:
+            _apply_override(jobs[name].pod_template, override)
+
+
+def _job_metadata(spec: dict, template: dict, jobs: dict, runtime_name: str) -> dict:
+    """The child Jobs' labels and annotations: the runtime template's, runtimePatches applied (which
+    patch the pod templates too), the node job's, then the TrainJob's own."""
+    job_metadata = _merge_metadata({}, template.get("metadata"))
+    _apply_runtime_patches(spec.get("runtimePatches") or [], jobs, job_metadata, runtime_name)
+    job_metadata = _merge_metadata(job_metadata, jobs[NODE_JOB].job_metadata)
+    # spec.labels / spec.annotations (Trainer v2.0: "to apply for the derivative JobSet and Jobs") last.
+    return _merge_metadata(job_metadata, {"labels": spec.get("labels"), "annotations": spec.get("annotations")})
+
+
+def _node_range(trainer: dict, ml: dict, torch: dict) -> tuple[int, Any, dict]:
+    """(numNodes, or maxNodes when elastic; minNodes; the elasticPolicy, the TrainJob's over the runtime's)."""
+    num_nodes = int(trainer.get("numNodes") or ml.get("numNodes") or 1)
+    elastic = {**(torch.get("elasticPolicy") or {}), **(trainer.get("elasticPolicy") or {})}
+    min_nodes = elastic.get("minNodes")
+    if elastic:
+        num_nodes = int(elastic.get("maxNodes") or num_nodes)
+        if min_nodes is not None and int(min_nodes) > num_nodes:
+            raise ResolveError(f"elasticPolicy: minNodes ({min_nodes}) must be less than or equal to "
+                               f"maxNodes ({num_nodes}) (spec.trainer.elasticPolicy over the runtime's "
+                               "mlPolicy.torch.elasticPolicy)", reason="InvalidSpec")
+    return num_nodes, min_nodes, elastic
+
+
 def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
     spec = trainjob.get("spec") or {}
     meta = trainjob["metadata"]
@@ -122,42 +171,13 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
     pod_template, pod_spec = node.pod_template, node.pod_template["spec"]
     container = _node_container(pod_spec)
 
-    for key in ("image", "command", "args"):
-        if trainer.get(key) is not None:
-            container[key] = list(trainer[key]) if isinstance(trainer[key], list) else trainer[key]
-    if trainer.get("env"):
-        container["env"] = _merge_by(container.get("env") or [], trainer["env"], "name")
-    if trainer.get("resourcesPerNode"):
-        # Trainer v2.3 merges: each resource named in requests / limits replaces the runtime's, the rest stay.
-        container["resources"] = _merge_fields(container.get("resources") or {}, trainer["resourcesPerNode"])
+    _apply_trainer(container, trainer)
     _apply_initializers(spec.get("initializer") or {}, jobs, runtime_name)
-
-    job_names = list(jobs)
-    for i, override in enumerate(spec.get("podTemplateOverrides") or []):
-        targets = {t.get("name") for t in override.get("targetJobs") or []}
-        for j, target in enumerate(override.get("targetJobs") or []):
-            if target.get("name") not in job_names:
-                raise _no_job(f"spec.podTemplateOverrides[{i}].targetJobs[{j}].name", runtime_name,
-                              target.get("name"), job_names)
-        for name in targets:
-            _apply_override(jobs[name].pod_template, override)
-    job_metadata = _merge_metadata({}, template.get("metadata"))
-    _apply_runtime_patches(spec.get("runtimePatches") or [], jobs, job_metadata, runtime_name)
-    job_metadata = _merge_metadata(job_metadata, node.job_metadata)
-    # spec.labels / spec.annotations (Trainer v2.0: "to apply for the derivative JobSet and Jobs") last.
-    job_metadata = _merge_metadata(job_metadata, {"labels": spec.get("labels"), "annotations": spec.get("annotations")})
+    _apply_overrides(spec.get("podTemplateOverrides") or [], jobs, runtime_name)
+    job_metadata = _job_metadata(spec, template, jobs, runtime_name)
     claims = _jobset_fields(js, jobs, meta["name"])
 
-    num_nodes = int(trainer.get("numNodes") or ml.get("numNodes") or 1)
-    elastic = {**(torch.get("elasticPolicy") or {}), **(trainer.get("elasticPolicy") or {})}
-    min_nodes = elastic.get("minNodes")
-    if elastic:
-        num_nodes = int(elastic.get("maxNodes") or num_nodes)
-        if min_nodes is not None and int(min_nodes) > num_nodes:
-            raise ResolveError(f"elasticPolicy: minNodes ({min_nodes}) must be less than or equal to "
-                               f"maxNodes ({num_nodes}) (spec.trainer.elasticPolicy over the runtime's "
-                               "mlPolicy.torch.elasticPolicy)", reason="InvalidSpec")
-
+    num_nodes, min_nodes, elastic = _node_range(trainer, ml, torch)
     try:
         requests = pod_requests(pod_spec)
     except ValueError as err:

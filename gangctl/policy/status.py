@@ -144,6 +144,21 @@ def failed_status(previous: dict | None, reason: str, message: str, now: datetim
     return status
 
 
+def _suspension(conds: list[dict], gang_status: dict, suspend: bool, now: datetime,
+                gen: int | None) -> list[dict]:
+    """The conditions with spec.suspend's Suspended condition. Trainer leaves Suspended=False/"Resumed"
+    on resume, which makes the kubeflow SDK say "Created" for good: gangctl drops the condition and
+    keeps the resume time (the deadline's start) in `gang_status`."""
+    was_suspended = next((c for c in conds if c["type"] == SUSPENDED), None)
+    if suspend:
+        return set_condition(conds, SUSPENDED, True, "Suspended", "TrainJob is suspended", now, gen)
+    if was_suspended is not None:
+        gang_status["resumedAt"] = (timestamp(now) if was_suspended["status"] == "True"
+                                    else was_suspended.get("lastTransitionTime") or timestamp(now))
+        return [c for c in conds if c["type"] != SUSPENDED]
+    return conds
+
+
 def derive_status(previous: dict | None, jobs: list[ChildJob], gang: GangObservation | None,
                   suspend: bool, now: datetime, generation: int | None = None,
                   success_policy: dict | None = None, waiting: tuple[str, str] | None = None) -> dict:
@@ -153,25 +168,18 @@ def derive_status(previous: dict | None, jobs: list[ChildJob], gang: GangObserva
     conds = trainer_conditions(status)
     gen = generation
     gang_status = dict(gang_state(status))
-    was_suspended = next((c for c in conds if c["type"] == SUSPENDED), None)
-    if suspend:
-        conds = set_condition(conds, SUSPENDED, True, "Suspended", "TrainJob is suspended", now, gen)
-    elif was_suspended is not None:
-        # Trainer leaves Suspended=False/"Resumed" here, which makes the kubeflow SDK say "Created"
-        # for good: gangctl drops the condition and keeps the resume time (the deadline's start).
-        conds = [c for c in conds if c["type"] != SUSPENDED]
-        gang_status["resumedAt"] = (timestamp(now) if was_suspended["status"] == "True"
-                                    else was_suspended.get("lastTransitionTime") or timestamp(now))
-
-    failure = next((j for j in jobs if j.failure), None)
+    conds = _suspension(conds, gang_status, suspend, now, gen)
+    failure = next(((j.name, j.failure) for j in jobs if j.failure), None)
     complete = succeeded(success_policy, {j.replicated_job: bool(j.complete) for j in jobs})
     state: tuple[str, str, str] | None = None
     if failure:
-        reason, message = failure.failure  # type: ignore[misc]
-        conds = set_condition(conds, FAILED, True, reason, f"Job {failure.name}: {message}", now, gen)
-        state = (FAILED, reason, f"Job {failure.name}: {message}")
+        name, (reason, message) = failure
+        conds = set_condition(conds, FAILED, True, reason, f"Job {name}: {message}", now, gen)
+        state = (FAILED, reason, f"Job {name}: {message}")
     elif complete:
-        reason, message = jobs[0].complete  # type: ignore[misc]
+        words = jobs[0].complete
+        assert words is not None, "the success policy is met only by a complete trainer Job"
+        reason, message = words
         conds = set_condition(conds, COMPLETE, True, "JobsCompleted", f"all Jobs completed: {message or reason}", now, gen)
         state = (COMPLETE, "JobsCompleted", f"all Jobs completed: {message or reason}")
     elif suspend:

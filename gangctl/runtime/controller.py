@@ -16,7 +16,7 @@ from gangctl.config import ControllerSettings
 from gangctl.kube.access_review import AccessReviewer, Reviews, may_list_and_watch
 from gangctl.kube.client import UNREACHABLE, ApiError, Kube, until_answered
 from gangctl.kube.events import EventRecorder
-from gangctl.kube.informer import Informer, object_key
+from gangctl.kube.informer import Informer
 from gangctl.kube.leader import LeaderElector, identity
 from gangctl.obs.metrics import Metrics
 from gangctl.obs.server import make_app, serve
@@ -27,13 +27,10 @@ from gangctl.kube import host_controller, serving_cert
 from gangctl.policy import progress
 from gangctl.policy.cached import node_view, pod_view
 from gangctl.policy.leader import LeaseTimings
-from gangctl.policy.decide_pytorchjob import waiting_for_gang as pytorchjob_waiting
-from gangctl.policy.pytorchjob import JOB_NAME as PYTORCHJOB_NAME
-from gangctl.policy.status import phase, waiting_for_gang
+from gangctl.policy.status import phase
 from gangctl.runtime import progress_server
+from gangctl.runtime.kinds import JobKey, JobKind, PyTorchJobKind, TrainJobKind
 from gangctl.runtime.quota_gate import QuotaGate, policy_informer
-from gangctl.runtime.pytorchjob_reconciler import KEY_PREFIX as PYTORCHJOB_KEY
-from gangctl.runtime.pytorchjob_reconciler import PyTorchJobReconciler
 from gangctl.runtime.reconciler import Caches, Reconciler
 from gangctl.runtime.volcano_preemptor import VolcanoPreemptor
 from gangctl.runtime.lost_pods import LostPodReaper
@@ -99,12 +96,45 @@ class Controller:
         self.metrics = Metrics(registry or CollectorRegistry())
         self.queue = WorkQueue(settings.backoff_base_seconds, settings.backoff_max_seconds)
         kube.set_rate_limit(settings.qps, settings.burst)
-        ns = settings.namespace
+        self.caches = self._caches(kube, settings.namespace, backends, pytorchjobs)
+        events = EventRecorder(kube)
+        # gangctl's own quota admission for coscheduling (which has none): the policy that
+        # `gangctl policy apply --backend coscheduling|volcano` stores in a ConfigMap of gangctl-system.
+        self.policy_configmaps = policy_informer(kube)
+        # The job kinds this cluster serves, each by its adapter (gangctl.runtime.kinds).
+        kinds: list[JobKind] = [TrainJobKind(), PyTorchJobKind(settings.pytorchjob_gang_scheduler)]
+        self.kinds = {k.resource.kind: k for k in kinds if k.cache(self.caches) is not None}
+        self.gate = QuotaGate(kube, [k.cache(self.caches) for k in self.kinds.values()], self.policy_configmaps,
+                              self.metrics, events, on_change=lambda gate_id: self.queue.add(JobKey.parse(gate_id)))
+        # Volcano v1.10 will not preempt for priority into a full queue: gangctl does, per the policy
+        # that `gangctl policy apply --backend volcano` stores next to the Queues.
+        # Opt-in (GANGCTL_LOST_POD_SECONDS): gangctl's pods stuck Terminating on a node NotReady that
+        # long are marked Failed (a disruption) and force-deleted, as PodGC does for an out-of-service
+        # node, so a lost node cannot block a restart or an elastic regrow forever.
+        self.nodes: Informer | None = None
+        self.reaper: LostPodReaper | None = None
+        if settings.lost_pod_seconds:
+            self.nodes = Informer(kube, NODES, transform=node_view)
+            self.reaper = LostPodReaper(kube, lambda: self.caches.pods.cache.values(),
+                                        lambda: self.nodes.cache.values(), after_seconds=settings.lost_pod_seconds,
+                                        field_manager=settings.field_manager)
+        if "volcano" in self.caches.groups:
+            self.volcano_preemptor = VolcanoPreemptor(kube, self.caches.groups["volcano"], self.caches.jobs,
+                                                      self.caches.trainjobs, self.gate, self.metrics, events)
+        self.reconciler = Reconciler(kube, self.caches, self.metrics, events, kinds=self.kinds,
+                                     field_manager=settings.field_manager, scheduler_name=settings.scheduler_name)
+        self.reconciler.gate = self.gate
+        self.reconciler.on_capacity_freed = self.capacity_changed
+        self.reconciler.requeue_after = self.queue.add_after
+        self._retry_timer: asyncio.TimerHandle | None = None
+
+    def _caches(self, kube: Kube, ns: str | None, backends: set[str] | frozenset[str], pytorchjobs: bool) -> Caches:
+        """The informers: the jobs of each kind, their runtimes, and the children gangctl labels."""
         managed = f"{MANAGED_BY}={MANAGER}"
-        self.caches = Caches(
-            pytorchjobs=(Informer(kube, PYTORCHJOBS, namespace=ns, handlers=[self._on_pytorchjob])
+        return Caches(
+            pytorchjobs=(Informer(kube, PYTORCHJOBS, namespace=ns, handlers=[self._on_job])
                          if pytorchjobs else None),
-            trainjobs=Informer(kube, TRAINJOBS, namespace=ns, handlers=[self._on_trainjob]),
+            trainjobs=Informer(kube, TRAINJOBS, namespace=ns, handlers=[self._on_job]),
             runtimes=Informer(kube, TRAINING_RUNTIMES, namespace=ns, handlers=[self._on_runtime]),
             cluster_runtimes=Informer(kube, CLUSTER_TRAINING_RUNTIMES, handlers=[self._on_runtime]),
             jobs=Informer(kube, JOBS, namespace=ns, label_selector=managed, handlers=[self._on_child],
@@ -123,40 +153,6 @@ class Controller:
             claims=Informer(kube, PERSISTENT_VOLUME_CLAIMS, namespace=ns, label_selector=JOBSET_NAME,
                             index_label=JOBSET_NAME),
         )
-        events = EventRecorder(kube)
-        # gangctl's own quota admission for coscheduling (which has none): the policy that
-        # `gangctl policy apply --backend coscheduling|volcano` stores in a ConfigMap of gangctl-system.
-        self.policy_configmaps = policy_informer(kube)
-        self.gate = QuotaGate(kube, self.caches.trainjobs, self.policy_configmaps, self.metrics, events,
-                              pytorchjobs=self.caches.pytorchjobs, pytorchjob_prefix=PYTORCHJOB_KEY,
-                              on_change=self.queue.add)
-        # Volcano v1.10 will not preempt for priority into a full queue: gangctl does, per the policy
-        # that `gangctl policy apply --backend volcano` stores next to the Queues.
-        # Opt-in (GANGCTL_LOST_POD_SECONDS): gangctl's pods stuck Terminating on a node NotReady that
-        # long are marked Failed (a disruption) and force-deleted, as PodGC does for an out-of-service
-        # node, so a lost node cannot block a restart or an elastic regrow forever.
-        self.nodes: Informer | None = None
-        self.reaper: LostPodReaper | None = None
-        if settings.lost_pod_seconds:
-            self.nodes = Informer(kube, NODES, transform=node_view)
-            self.reaper = LostPodReaper(kube, lambda: self.caches.pods.cache.values(),
-                                        lambda: self.nodes.cache.values(), after_seconds=settings.lost_pod_seconds,
-                                        field_manager=settings.field_manager)
-        if "volcano" in self.caches.groups:
-            self.volcano_preemptor = VolcanoPreemptor(kube, self.caches.groups["volcano"], self.caches.jobs,
-                                                      self.caches.trainjobs, self.gate, self.metrics, events)
-        self.reconciler = Reconciler(kube, self.caches, self.metrics, events,
-                                     field_manager=settings.field_manager, scheduler_name=settings.scheduler_name)
-        self.reconciler.gate = self.gate
-        self.reconciler.on_capacity_freed = self.capacity_changed
-        self.reconciler.requeue_after = self.queue.add_after
-        self.pytorchjobs = PyTorchJobReconciler(kube, self.caches, self.metrics, events,
-                                                field_manager=settings.field_manager,
-                                                scheduler_name=settings.scheduler_name)
-        self.pytorchjobs.gang_scheduler = settings.pytorchjob_gang_scheduler
-        self.pytorchjobs.gate = self.gate
-        self.pytorchjobs.requeue_after = lambda key, delay: self.queue.add_after(PYTORCHJOB_KEY + key, delay)
-        self._retry_timer: asyncio.TimerHandle | None = None
 
     def _gang_informer(self, kube: Kube, name: str, resource, ns: str | None, managed: str) -> Informer:
         """What a backend's gangs are watched through. gangctl's own group objects carry its label and
@@ -172,22 +168,20 @@ class Controller:
 
     # --- event handlers: only enqueue keys -------------------------------------------------------
 
-    def _on_trainjob(self, event: str, obj: dict) -> None:
-        key = object_key(obj)
+    def _on_job(self, event: str, obj: dict) -> None:
+        key = JobKey.of(obj)
         if event == "DELETED":
-            # Nothing about a deleted TrainJob stays in memory or in the metrics.
-            self.reconciler.forget(key, obj)
-            self.gate.forget(key)
+            # Nothing about a deleted job stays in memory or in the metrics.
+            self.reconciler.forget(key)
+            self.gate.forget(str(key))
             self.queue.forget(key)
         self.queue.add(key)
 
-    def _on_pytorchjob(self, event: str, obj: dict) -> None:
-        key = PYTORCHJOB_KEY + object_key(obj)
-        if event == "DELETED":
-            self.pytorchjobs.nudge.discard(object_key(obj))
-            self.gate.forget(key)
-            self.queue.forget(key)
-        self.queue.add(key)
+    def _add_owners(self, namespace: str, labels: dict) -> None:
+        """Queue the job(s) a child names by its kind's label."""
+        for kind_name, kind in self.kinds.items():
+            if labels.get(kind.name_label):
+                self.queue.add(JobKey(kind_name, namespace, labels[kind.name_label]))
 
     def _on_child(self, event: str, obj: dict) -> None:
         meta = obj["metadata"]
@@ -195,15 +189,11 @@ class Controller:
             self.capacity_changed()
         if event == "DELETED" and obj.get("kind") == "Job":
             self.reconciler.forget_job(meta.get("uid", ""))
-        labels = meta.get("labels") or {}
-        if labels.get(TRAINJOB_NAME):
-            self.queue.add(f"{meta['namespace']}/{labels[TRAINJOB_NAME]}")
-        if labels.get(PYTORCHJOB_NAME):
-            self.queue.add(f"{PYTORCHJOB_KEY}{meta['namespace']}/{labels[PYTORCHJOB_NAME]}")
+        self._add_owners(meta["namespace"], meta.get("labels") or {})
 
     def _on_workload(self, uid_label: str, event: str, obj: dict) -> None:
         """An object a backend made from a child Job (Kueue's Workload, the Job's uid in `uid_label`):
-        requeue the TrainJob or PyTorchJob of that Job."""
+        requeue the job of that Job."""
         meta = obj["metadata"]
         if event == "DELETED":
             self.capacity_changed()
@@ -212,11 +202,7 @@ class Controller:
             if ref.get("kind") != "Job" or (uid and ref.get("uid") != uid):
                 continue
             job = self.caches.jobs.get(f"{meta['namespace']}/{ref['name']}")
-            labels = (job or {}).get("metadata", {}).get("labels") or {}
-            if labels.get(TRAINJOB_NAME):
-                self.queue.add(f"{meta['namespace']}/{labels[TRAINJOB_NAME]}")
-            if labels.get(PYTORCHJOB_NAME):
-                self.queue.add(f"{PYTORCHJOB_KEY}{meta['namespace']}/{labels[PYTORCHJOB_NAME]}")
+            self._add_owners(meta["namespace"], (job or {}).get("metadata", {}).get("labels") or {})
 
     def _on_runtime(self, _: str, obj: dict) -> None:
         name = obj["metadata"]["name"]
@@ -224,7 +210,7 @@ class Controller:
         for tj in self.caches.trainjobs.cache.values():
             ref = (tj.get("spec") or {}).get("runtimeRef") or {}
             if ref.get("name") == name and ref.get("kind", "ClusterTrainingRuntime") == kind:
-                self.queue.add(object_key(tj))
+                self.queue.add(JobKey.of(tj))
 
     def capacity_changed(self) -> None:
         """Retry waiting gangs shortly; a burst of deletions leads to one retry."""
@@ -236,14 +222,15 @@ class Controller:
 
     def retry_waiting_gangs(self) -> None:
         """Ask every waiting gang's scheduler to try again (capacity changed, or periodically)."""
-        for key, tj in self.caches.trainjobs.cache.items():
-            if waiting_for_gang(tj.get("status")):
+        for key, obj in self._jobs():
+            if self.kinds[key.kind].waiting_for_gang(obj):
                 self.reconciler.nudge.add(key)
                 self.queue.add(key)
-        for key, obj in (self.caches.pytorchjobs.cache if self.caches.pytorchjobs else {}).items():
-            if pytorchjob_waiting(obj):
-                self.pytorchjobs.nudge.add(key)
-                self.queue.add(PYTORCHJOB_KEY + key)
+
+    def _jobs(self) -> list[tuple[JobKey, dict]]:
+        """Every job of every kind served, from the caches."""
+        return [(JobKey(kind_name, *cache_key.split("/", 1)), obj) for kind_name, kind in self.kinds.items()
+                for cache_key, obj in list(kind.cache(self.caches).cache.items())]
 
     # --- running -------------------------------------------------------------------------------
     def informers(self) -> list[Informer]:
@@ -278,11 +265,8 @@ class Controller:
             started = time.perf_counter()
             try:
                 epoch = self.gate.epoch
-                if key.startswith(PYTORCHJOB_KEY):
-                    await self.pytorchjobs.reconcile(key[len(PYTORCHJOB_KEY):])
-                else:
-                    await self.reconciler.reconcile(key)
-                self.gate.reconciled(key, epoch)   # a starting gate decides once it has heard of every job
+                await self.reconciler.reconcile(key)
+                self.gate.reconciled(str(key), epoch)   # a starting gate decides once it has heard of every job
                 self.queue.forget(key)
             except ApiError as err:
                 reason = "Conflict" if err.conflict else err.reason or str(err.status)
@@ -305,22 +289,17 @@ class Controller:
                 self.queue.done(key)
                 self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
 
-    async def _report_stuck(self, key: str, err: Exception) -> None:
+    async def _report_stuck(self, key: JobKey, err: Exception) -> None:
         try:
-            if key.startswith(PYTORCHJOB_KEY):
-                await self.pytorchjobs.report_stuck(key[len(PYTORCHJOB_KEY):], err)
-            else:
-                await self.reconciler.report_stuck(key, err)
+            await self.reconciler.report_stuck(key, err)
         except Exception as again:  # noqa: BLE001 - reporting must never take a worker down
             log.info("could not record the error on %s: %s", key, again)
 
     async def _resync(self) -> None:
         while True:
             await asyncio.sleep(self.settings.resync_seconds)
-            for key in list(self.caches.trainjobs.cache):
+            for key, _ in self._jobs():
                 self.queue.add(key)
-            for key in list(self.caches.pytorchjobs.cache if self.caches.pytorchjobs else ()):
-                self.queue.add(PYTORCHJOB_KEY + key)
 
     async def _retry_waiting(self) -> None:
         # Capacity can also appear from pods and nodes gangctl does not manage.

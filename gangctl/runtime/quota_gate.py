@@ -1,7 +1,8 @@
 """gangctl's own quota admission for the backends without a quota system (coscheduling, native).
 
 It admits TrainJobs and PyTorchJobs alike, under one policy: a team's quota is shared by both kinds.
-Its keys are the work queue's: `ns/name` for a TrainJob, `pytorchjob:ns/name` for a PyTorchJob.
+A job's id here is its work-queue key as text (`gangctl.runtime.kinds.JobKey`: `ns/name` for a TrainJob,
+`pytorchjob:ns/name` for a PyTorchJob), the name its messages give it.
 
 The decisions are `gangctl.policy.quota_coscheduling.plan`, i.e. `admission.decide`, the code the
 simulator runs; this module is the I/O around it:
@@ -44,19 +45,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Awaitable, Callable, Mapping
+from typing import Awaitable, Callable, Mapping, Sequence
 
 from gangctl.api.resources import CONFIGMAPS, PYTORCHJOBS, TRAINJOBS
 from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
-from gangctl.kube.informer import Informer, object_key
+from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
-from gangctl.policy.admission import GPU, Amount, Quotas, Verdict, Workload
+from gangctl.policy.admission import GPU, Amount, Decision, Quotas, Verdict, Workload
 from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
 from gangctl.policy.quota_check import check_policy
 from gangctl.policy.quota_coscheduling import (ADMISSION_ANNOTATION, POLICY_CONFIGMAP, POLICY_INVALID, POLICY_KEY,
@@ -65,6 +65,7 @@ from gangctl.policy.quota_coscheduling import (ADMISSION_ANNOTATION, POLICY_CONF
                                                grown_record, held_namespaces, invalid_policy_message, job_finished,
                                                needs_admission, plan, priority_value, recorded_admission, timestamp,
                                                user_suspended)
+from gangctl.runtime.kinds import JobKey
 
 log = logging.getLogger(__name__)
 
@@ -83,20 +84,14 @@ class _Admit:
 
 
 class QuotaGate:
-    def __init__(self, kube: Kube, trainjobs: Informer, policy_configmaps: Informer, metrics: Metrics,
-                 events: EventRecorder, *, pytorchjobs: Informer | None = None, pytorchjob_prefix: str = "",
+    def __init__(self, kube: Kube, jobs: Sequence[Informer], policy_configmaps: Informer, metrics: Metrics,
+                 events: EventRecorder, *,
                  clock: Callable[[], datetime] | None = None, on_change: Callable[[str], None] = lambda key: None,
                  coalesce_seconds: float = 0.2, retry_seconds: float = 1.0, start_timeout_seconds: float = 30.0):
-        """`pytorchjobs`: admit PyTorchJobs too, keyed `pytorchjob_prefix + ns/name`."""
+        """`jobs`: the cache of each job kind the gate admits. `on_change` gets a job's id (see above)."""
         self.kube = kube
-        self.trainjobs = trainjobs
-        # Each kind's cache, under its key prefix (the work queue's keys).
-        self.sources: dict[str, Informer] = {"": trainjobs}
-        self.prefix = {TRAINJOBS.kind: ""}
-        if pytorchjobs is not None:
-            assert pytorchjob_prefix, "PyTorchJob keys need a prefix of their own"
-            self.sources[pytorchjob_prefix] = pytorchjobs
-            self.prefix[PYTORCHJOBS.kind] = pytorchjob_prefix
+        # Each kind's cache, by its kind.
+        self.sources: dict[str, Informer] = {informer.resource.kind: informer for informer in jobs}
         self.policy_configmaps = policy_configmaps
         self.metrics = metrics
         self.events = events
@@ -131,8 +126,8 @@ class QuotaGate:
         self._wake = asyncio.Event()
         self._retry: asyncio.TimerHandle | None = None
         self.rounds = 0
-        for prefix, informer in self.sources.items():
-            informer.handlers.append(functools.partial(self._on_job, prefix))
+        for informer in self.sources.values():
+            informer.handlers.append(self._on_job)
         policy_configmaps.handlers.append(self._on_configmap)
         for cm in policy_configmaps.cache.values():
             self._on_configmap("ADDED", cm)
@@ -153,14 +148,15 @@ class QuotaGate:
         return False
 
     def key(self, job: dict) -> str:
-        """The gate's (and the work queue's) key of a TrainJob or PyTorchJob."""
-        return self.prefix.get(job.get("kind", TRAINJOBS.kind), "") + object_key(job)
+        """The gate's id of a job of any kind."""
+        return str(JobKey.of(job))
 
     def jobs(self) -> dict[str, dict]:
-        """Every job the gate may admit, by key (a view of the informers' caches)."""
-        if len(self.sources) == 1:
-            return self.trainjobs.cache
-        return {prefix + key: obj for prefix, informer in self.sources.items() for key, obj in informer.cache.items()}
+        """Every job the gate may admit, by id (a view of the informers' caches)."""
+        prefixes = {kind: JobKey.id_prefix(kind) for kind in self.sources}
+        if len(self.sources) == 1 and not any(prefixes.values()):
+            return next(iter(self.sources.values())).cache   # the ids are the cache's keys
+        return {prefixes[kind] + key: obj for kind, informer in self.sources.items() for key, obj in informer.cache.items()}
 
     def admission(self, job: dict) -> dict | None:
         """The job's admission record as this gate knows it (its own decisions first, then the cache)."""
@@ -245,8 +241,8 @@ class QuotaGate:
         self._wake.set()
 
     # --- informer handlers -----------------------------------------------------------------------
-    def _on_job(self, prefix: str, event: str, obj: dict) -> None:
-        key = prefix + object_key(obj)
+    def _on_job(self, event: str, obj: dict) -> None:
+        key = self.key(obj)
         if key in self._pending or key in self._admits or key in self._evicts:
             self.trigger()
             return
@@ -378,38 +374,7 @@ class QuotaGate:
         self._reasons = dict(result.reasons)
         by_id = {w.id: w for w in admitted}
         for d in result.decisions:
-            preemptor = d.workload
-            ok = True
-            for victim in d.victims:
-                tj = cache.get(victim.id)
-                if tj is None or not await self._evict(tj):
-                    ok = False
-                    break
-                by_id.pop(victim.id, None)
-                self.metrics.quota_preemptions.labels(victim.team).inc()
-                await self.events.warning(tj, "Preempted",
-                                          f"quota admission removed to admit {preemptor.id} (priority "
-                                          f"{preemptor.priority}, team {preemptor.team}); waiting for quota again")
-                self._reasons[victim.id] = f"preempted by {preemptor.id}"
-                self.on_change(victim.id)
-            if not ok:
-                self._reasons[preemptor.id] = "waiting for its preemption victims to be evicted"
-                self.retry_later()
-                continue
-            tj = cache.get(preemptor.id)
-            if tj is None:
-                continue
-            if await self._admit(tj, preemptor, result.nodes.get(preemptor.id)):
-                by_id[preemptor.id] = preemptor
-                self._pending.pop(preemptor.id, None)
-                self._reasons.pop(preemptor.id, None)
-                self.metrics.quota_admissions.labels(preemptor.team).inc()
-                reason = d.reason if d.verdict is Verdict.ADMIT else \
-                    f"admitted after preempting {', '.join(v.id for v in d.victims)}"
-                await self.events.normal(tj, "QuotaAdmitted", f"team {preemptor.team}: {reason}")
-                self.on_change(preemptor.id)
-            else:
-                self.retry_later()
+            await self._carry_out(d, cache, by_id, result.nodes.get(d.workload.id))
         for key, reason in self._reasons.items():
             if reasons_before.get(key) != reason:
                 self.on_change(key)   # the reconciler shows the reason in the Suspended condition
@@ -417,6 +382,39 @@ class QuotaGate:
         self._export(policy, by_id.values())
         for enforce in self.enforcers:
             await enforce(policy, quotas)
+
+    async def _carry_out(self, d: Decision, cache: Mapping[str, dict], by_id: dict[str, Workload],
+                         nodes: int | None) -> None:
+        """Evict a decision's victims, then admit its workload (`nodes`: an elastic one's grant); a
+        victim not evicted yet leaves it waiting for the next round."""
+        preemptor = d.workload
+        for victim in d.victims:
+            tj = cache.get(victim.id)
+            if tj is None or not await self._evict(tj):
+                self._reasons[preemptor.id] = "waiting for its preemption victims to be evicted"
+                self.retry_later()
+                return
+            by_id.pop(victim.id, None)
+            self.metrics.quota_preemptions.labels(victim.team).inc()
+            await self.events.warning(tj, "Preempted",
+                                      f"quota admission removed to admit {preemptor.id} (priority "
+                                      f"{preemptor.priority}, team {preemptor.team}); waiting for quota again")
+            self._reasons[victim.id] = f"preempted by {preemptor.id}"
+            self.on_change(victim.id)
+        tj = cache.get(preemptor.id)
+        if tj is None:
+            return
+        if await self._admit(tj, preemptor, nodes):
+            by_id[preemptor.id] = preemptor
+            self._pending.pop(preemptor.id, None)
+            self._reasons.pop(preemptor.id, None)
+            self.metrics.quota_admissions.labels(preemptor.team).inc()
+            reason = d.reason if d.verdict is Verdict.ADMIT else \
+                f"admitted after preempting {', '.join(v.id for v in d.victims)}"
+            await self.events.normal(tj, "QuotaAdmitted", f"team {preemptor.team}: {reason}")
+            self.on_change(preemptor.id)
+        else:
+            self.retry_later()
 
     def _may_start(self, cache: Mapping[str, dict]) -> bool:
         """Whether a starting gate has the full view: both informers synced, and every TrainJob of the
@@ -501,13 +499,10 @@ class QuotaGate:
     async def _resolve_doubtful(self) -> None:
         """A write whose outcome is unknown (connection lost): read the truth before deciding again."""
         for key in list(self._doubtful):
-            prefix = next(p for p in sorted(self.sources, key=len, reverse=True) if key.startswith(p))
-            ns, _, name = key[len(prefix):].partition("/")
+            job_key = JobKey.parse(key)
+            resource = self.sources[job_key.kind].resource
             try:
-                if prefix:
-                    tj = {**await self.kube.get(PYTORCHJOBS.path(ns, name)), "kind": PYTORCHJOBS.kind}
-                else:
-                    tj = await self.kube.get(TRAINJOBS.path(ns, name))
+                tj = {**await self.kube.get(resource.path(job_key.namespace, job_key.name)), "kind": resource.kind}
             except ApiError as err:
                 if err.not_found:
                     self._doubtful.discard(key)

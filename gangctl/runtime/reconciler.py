@@ -1,34 +1,31 @@
-"""Level-based reconcile of one TrainJob: observe -> decide -> apply.
+"""Level-based reconcile of one job of any kind (gangctl.runtime.kinds): observe -> decide -> apply.
 
-Never acts on an event itself: a key comes in, `observe` reads everything one pass needs from the
-informers' caches (and the quota gate's answer, and this process's hints) into a Snapshot,
-`gangctl.policy.decide.decide` (pure) returns the Plan, and `apply` carries it out: server-side
-apply under one field manager, in the plan's order, which is safe to stop between any two writes.
+Never acts on an event itself: a key (kind, namespace, name) comes in, the kind's `observe` reads
+everything one pass needs from the informers' caches (and the quota gate's answer, and this process's
+hints) into a Snapshot, the kind's pure `decide` returns the Plan, and `apply` carries it out:
+server-side apply under one field manager, in the plan's order, which is safe to stop between any
+two writes.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Callable, Mapping
 
-from gangctl.api.resources import JOBS, SERVICES, TRAINJOBS, Resource
+from gangctl.api.resources import JOBS, SERVICES, Resource
 from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
-from gangctl.plugins import base
-from gangctl.plugins.names import JOBSET_NAME, RESULT_FINALIZER, TRAINJOB_NAME, child_job_name
+from gangctl.plugins.names import RESULT_FINALIZER
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy import decide as d
 from gangctl.policy import ownership
-from gangctl.policy import status as st
 from gangctl.policy.failure import PodFailure
-from gangctl.policy.resolve import NODE_JOB
+from gangctl.runtime.kinds import JobKey, JobKind
 
 log = logging.getLogger(__name__)
-# Status fields other writers own (see _write_status).
-OTHER_WRITERS = ("admission", "trainerStatus")
 
 @dataclass
 class Caches:
@@ -55,8 +52,12 @@ class Caches:
 
 
 class Reconciler:
+    """`kinds`: the job kinds served, by API kind (gangctl.runtime.kinds)."""
+
     def __init__(self, kube: Kube, caches: Caches, metrics: Metrics, events: EventRecorder, *,
-                 field_manager: str, scheduler_name: str, clock: Callable[[], datetime] | None = None):
+                 kinds: Mapping[str, JobKind], field_manager: str, scheduler_name: str,
+                 clock: Callable[[], datetime] | None = None):
+        self.kinds = dict(kinds)
         self.kube = kube
         self.caches = caches
         self.metrics = metrics
@@ -68,9 +69,9 @@ class Reconciler:
         self.on_capacity_freed: Callable[[], None] = lambda: None
         # Reconcile a key again after a delay (the controller wires its work queue's add_after):
         # elastic sizing decides on time (how long a pod waited for a node, probe backoff).
-        self.requeue_after: Callable[[str, float], None] = lambda key, delay: None
-        # Waiting gangs whose PodGroup should be touched on their next reconcile (see _nudge).
-        self.nudge: set[str] = set()
+        self.requeue_after: Callable[[JobKey, float], None] = lambda key, delay: None
+        # Waiting gangs whose group object should be touched on their next reconcile (see decide's nudge).
+        self.nudge: set[JobKey] = set()
         # gangctl's own quota admission for coscheduling (gangctl.runtime.quota_gate.QuotaGate).
         self.gate = None
         # Where trainer pods report status.trainerStatus (the controller sets it when it serves it).
@@ -82,12 +83,11 @@ class Reconciler:
         # cache). Pods seen disrupted before they vanished are only a hint for elastic sizing.
         self._disruptions: dict[str, dict[str, PodFailure]] = {}  # Job uid -> pod name -> disruption
 
-    def forget(self, key: str, trainjob: dict) -> None:
-        """A TrainJob is gone: drop what this process kept about it, and its metric series."""
+    def forget(self, key: JobKey) -> None:
+        """A job is gone: drop what this process kept about it, and its metric series."""
         self.nudge.discard(key)
-        meta = trainjob["metadata"]
         try:
-            self.metrics.world_size.remove(meta.get("namespace", ""), meta.get("name", ""))
+            self.metrics.world_size.remove(key.namespace, key.name)
         except KeyError:
             pass  # never elastic
 
@@ -95,55 +95,34 @@ class Reconciler:
         """A child Job is gone: its disruption hints go with it."""
         self._disruptions.pop(uid, None)
 
-    async def reconcile(self, key: str) -> None:
-        snapshot = self.observe(key)
-        plan = d.decide(snapshot)
+    def hints(self, uid: str) -> dict[str, PodFailure]:
+        """The disruption hints of a child Job (by uid): pods seen disrupted on earlier passes."""
+        return dict(self._disruptions.get(uid, {}))
+
+    async def reconcile(self, key: JobKey) -> None:
+        kind = self.kinds[key.kind]
+        plan = kind.decide(kind.observe(self, key))
         try:
-            await self.apply(plan)
+            await self.apply(key, plan)
         except _Rejected as err:
             # The decisions that depend on a write's outcome: the API refused the first create of
-            # the children (422), or a create found an object of that name that the TrainJob does not
+            # the children (422), or a create found an object of that name that the job does not
             # own (not in the caches: not labelled as gangctl's). Decided again, as a follow-up, on
             # what the caches hold now.
-            await self.apply(d.rejected(self.observe(key), err.message))
+            follow_up = kind.rejected(kind.observe(self, key), err.message)
+            if follow_up is None:
+                raise
+            await self.apply(key, follow_up)
         except NotOwned as err:
-            await self.apply(d.not_owned(self.observe(key), err.obj))
+            await self.apply(key, kind.not_owned(kind.observe(self, key), err.obj))
 
-    def observe(self, key: str) -> d.Snapshot:
-        """Everything one pass reads, from the caches, the quota gate and this process's hints."""
-        trainjob = self.caches.trainjobs.get(key)
-        ns, _, name = key.partition("/")
-        jobs = tuple(self.caches.jobs.list(ns, {TRAINJOB_NAME: name}))
-        if trainjob is None:
-            return d.Snapshot(key, self.clock(), None, jobs=jobs)
-        node_job = self.caches.jobs.get(f"{ns}/{child_job_name(name, NODE_JOB)}")
-        uid = node_job["metadata"].get("uid", "") if node_job is not None else ""
-        groups: dict[str, dict | None] = {}
-        for backend_name, cache in self.caches.groups.items():
-            selector = base.watched_selector(BACKENDS[backend_name], uid)
-            if selector is None:
-                groups[backend_name] = cache.get(key)
-            else:
-                found = cache.list(ns, selector) if node_job is not None else []
-                groups[backend_name] = found[0] if found else None
-        gate = None
-        if self.gate is not None and self.gate.governs(ns):
-            gate = d.GateView(self.gate.admission(trainjob), self.gate.hold_reason(key))
-        service = self.caches.services.get(key)  # the headless Service has the TrainJob's name
-        return d.Snapshot(
-            key, self.clock(), trainjob, scheduler_name=self.scheduler_name, runtime=self._runtime_for(trainjob),
-            jobs=jobs, node_job=node_job, service=service, pods=tuple(self.caches.pods.list(ns, {TRAINJOB_NAME: name})),
-            groups=groups, gate=gate, disruptions=dict(self._disruptions.get(uid, {})), nudge=key in self.nudge,
-            priority_classes=self.caches.priority_class_names(), progress=self.progress,
-            claims=tuple(self.caches.claims.list(ns, {JOBSET_NAME: name})) if self.caches.claims is not None else ())
-
-    async def apply(self, plan: d.Plan) -> None:
+    async def apply(self, key: JobKey, plan: d.Plan) -> None:
         """Carry out a plan: in-memory intents first (the gate, requeues, hints), then the writes in
         the plan's order, then what only holds once they all succeeded (metrics, dropped hints)."""
         for intent in plan.gate:
-            self._tell_gate(plan, intent)
+            self._tell_gate(str(key), plan, intent)
         if plan.requeue_after is not None:
-            self.requeue_after(plan.key, plan.requeue_after)
+            self.requeue_after(key, plan.requeue_after)
         if plan.hints is not None:
             uid, hints = plan.hints
             if hints:
@@ -151,9 +130,9 @@ class Reconciler:
             else:
                 self._disruptions.pop(uid, None)
         if plan.clear_nudge:
-            self.nudge.discard(plan.key)
+            self.nudge.discard(key)
         for step in plan.steps:
-            await self._step(plan, step)
+            await self._step(self.kinds[key.kind], plan, step)
         for metric in plan.metrics:
             series = getattr(self.metrics, metric.name)
             series = series.labels(*metric.labels) if metric.labels else series
@@ -161,24 +140,22 @@ class Reconciler:
         if plan.drop_hints is not None:
             self._disruptions.pop(plan.drop_hints, None)
 
-    def _tell_gate(self, plan: d.Plan, intent: d.GateIntent) -> None:
-        # The gate's key names the kind (a PyTorchJob's is prefixed, as in the work queue).
-        key = self.gate.key(plan.trainjob) if plan.trainjob is not None else plan.key
+    def _tell_gate(self, key: str, plan: d.Plan, intent: d.GateIntent) -> None:
         if isinstance(intent, d.GateForget):
             self.gate.forget(key)
         elif isinstance(intent, d.GateWants):
-            ns = plan.trainjob["metadata"]["namespace"]
-            self.gate.wants(key, plan.trainjob, intent.min_resources,
+            ns = plan.job["metadata"]["namespace"]
+            self.gate.wants(key, plan.job, intent.min_resources,
                             self.gate.priority(ns, intent.priority_class), intent.nodes)
         elif isinstance(intent, d.GateMayGrow):
-            self.gate.may_grow(key, plan.trainjob, intent.nodes)
+            self.gate.may_grow(key, plan.job, intent.nodes)
 
-    async def _step(self, plan: d.Plan, step: d.Step) -> None:
+    async def _step(self, kind: JobKind, plan: d.Plan, step: d.Step) -> None:
         if isinstance(step, d.WriteStatus):
-            await self._write_status(plan.trainjob, step.status)
+            await self.write_status(kind, plan.job, step.status)
         elif isinstance(step, d.Event):
             record = self.events.normal if step.type == "Normal" else self.events.warning
-            await record(plan.trainjob, step.reason, step.message)
+            await record(plan.job, step.reason, step.message)
         elif isinstance(step, d.CapacityFreed):
             self.on_capacity_freed()
         elif isinstance(step, d.LetGo):
@@ -241,7 +218,7 @@ class Reconciler:
             if getattr(step, "exists_ok", False):
                 return
             written = await self.kube.get(step.resource.path(meta["namespace"], meta["name"]))
-            if not ownership.owned(written, (plan.trainjob or {}).get("metadata", {}).get("uid")):
+            if not ownership.owned(written, (plan.job or {}).get("metadata", {}).get("uid")):
                 raise NotOwned(written) from err
         if getattr(step, "cached", True):
             self._write_through(step.resource, written)
@@ -256,65 +233,45 @@ class Reconciler:
             return self.caches.jobs
         if resource == SERVICES:
             return self.caches.services
+        for kind in self.kinds.values():
+            if kind.resource == resource:
+                return kind.cache(self.caches)
         for name, cache in self.caches.groups.items():
             if BACKENDS[name].group_resource == resource:
                 return cache
         return None
 
-    def _runtime_for(self, trainjob: dict) -> dict | None:
-        ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
-        if not ref.get("name"):
-            return None  # an invalid spec: decide says so
-        if ref.get("kind", "ClusterTrainingRuntime") == "TrainingRuntime":
-            return self.caches.runtimes.get(f"{trainjob['metadata']['namespace']}/{ref['name']}")
-        return self.caches.cluster_runtimes.get(ref["name"])
-
-    async def _write_status(self, trainjob: dict, status: dict) -> None:
-        """Apply `status` as decided from `trainjob`: only onto that incarnation (uid) as it was then
+    async def write_status(self, kind: JobKind, obj: dict, status: dict) -> None:
+        """Apply `status` as decided from `obj`: only onto that incarnation (uid) as it was then
         (resourceVersion). A stale cache or a concurrent writer gets 409 and the key is decided
-        again; a TrainJob recreated under the same name never receives its predecessor's status."""
-        # status.admission is the quota gate's and status.trainerStatus the progress endpoint's (each
-        # its own field manager): never sent back from a possibly stale cache, or this apply would
-        # co-own them and could restore a removed admission or an older progress report.
-        status = {k: v for k, v in status.items() if k not in OTHER_WRITERS}
-        meta = trainjob["metadata"]
-        body = {"apiVersion": trainjob["apiVersion"], "kind": trainjob["kind"],
+        again; a job recreated under the same name never receives its predecessor's status. The
+        fields other writers own (`kind.other_writers`) are never sent back."""
+        status = {k: v for k, v in status.items() if k not in kind.other_writers}
+        meta = obj["metadata"]
+        body = {"apiVersion": obj["apiVersion"], "kind": obj["kind"],
                 "metadata": {"name": meta["name"], "namespace": meta["namespace"]}, "status": status}
         for field in ("uid", "resourceVersion"):
             if meta.get(field):
                 body["metadata"][field] = meta[field]
         try:
-            written = await self.kube.apply(TRAINJOBS.path(meta["namespace"], meta["name"], "status"), body,
+            written = await self.kube.apply(kind.resource.path(meta["namespace"], meta["name"], "status"), body,
                                             self.field_manager)
         except ApiError as err:
             if not err.not_found:  # deleted meanwhile: nothing to report on
                 raise
             return
-        self.caches.trainjobs.write_through(written)
+        self._write_through(kind.resource, written)
 
-    async def report_stuck(self, key: str, err: Exception) -> None:
+    async def report_stuck(self, key: JobKey, err: Exception) -> None:
         """A key that keeps failing for a reason a retry will not change (the API's 422, 403, 400, or a
-        bug of gangctl's on this job's input): say so on the TrainJob, with the API's own message or
-        the error, while the retries go on (capped backoff)."""
-        trainjob = self.caches.trainjobs.get(key)
-        if trainjob is None or trainjob["metadata"].get("deletionTimestamp"):
+        bug of gangctl's on this job's input): say so on the job, in its kind's way, while the
+        retries go on (capped backoff)."""
+        kind = self.kinds[key.kind]
+        cache = kind.cache(self.caches)
+        obj = cache.get(key.object_key) if cache is not None else None
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
             return
-        previous = trainjob.get("status") or {}
-        if st.finished(previous):
-            return
-        reason, message = stuck_words("TrainJob", err)
-        # The state stays; its reason and message say what is stuck until a pass applies everything.
-        status = st.set_state(previous, st.gang_state(previous).get("state") or st.PENDING, reason, message,
-                              self.clock())
-        if status != previous:
-            await self._write_status(trainjob, status)
-            await self.events.warning(trainjob, "ReconcileError", message)
-
-
-def stuck_words(kind: str, err: Exception) -> tuple[str, str]:
-    if isinstance(err, ApiError):
-        return st.stuck(kind, err.reason or str(err.status), err.message, str(err))
-    return st.stuck(kind, None, None, f"{type(err).__name__}: {err}")
+        await kind.report_stuck(self, obj, err)
 
 
 class NotOwned(Exception):

@@ -12,25 +12,31 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Generic, Hashable, TypeVar
 
 from gangctl.policy.ratelimit import ItemBackoff, TokenBucket
 
 
-class WorkQueue:
+K = TypeVar("K", bound=Hashable)
+
+
+class WorkQueue(Generic[K]):
+    """Keys of any hashable type (the controller's: gangctl.runtime.kinds.JobKey)."""
+
     def __init__(self, base_delay: float = 0.005, max_delay: float = 1000.0, qps: float = 10.0, burst: int = 100):
-        self._queue: deque[str] = deque()
-        self._dirty: set[str] = set()
-        self._processing: set[str] = set()
+        self._queue: deque[K] = deque()
+        self._dirty: set[K] = set()
+        self._processing: set[K] = set()
         self._backoff = ItemBackoff(base_delay, max_delay)
         self._bucket = TokenBucket(qps, burst)
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._timers: dict[K, asyncio.TimerHandle] = {}
         self._signal = asyncio.Event()
         self._closed = False
 
     def __len__(self) -> int:
         return len(self._queue)
 
-    def add(self, key: str) -> None:
+    def add(self, key: K) -> None:
         if self._closed or key in self._dirty:
             return
         self._dirty.add(key)
@@ -38,7 +44,7 @@ class WorkQueue:
             self._queue.append(key)
             self._wake()
 
-    def add_after(self, key: str, delay: float) -> None:
+    def add_after(self, key: K, delay: float) -> None:
         """Add `key` after `delay` seconds (the earliest pending request wins)."""
         if delay <= 0:
             self.add(key)
@@ -52,23 +58,23 @@ class WorkQueue:
             existing.cancel()
         self._timers[key] = loop.call_at(when, self._fire, key)
 
-    def add_rate_limited(self, key: str) -> float:
+    def add_rate_limited(self, key: K) -> float:
         """Retry `key` after its backoff; returns the delay chosen."""
         delay = max(self._backoff.when(key), self._bucket.reserve(asyncio.get_running_loop().time()))
         self.add_after(key, delay)
         return delay
 
-    def forget(self, key: str) -> None:
+    def forget(self, key: K) -> None:
         self._backoff.forget(key)
 
-    def failures(self, key: str) -> int:
+    def failures(self, key: K) -> int:
         return self._backoff.failures(key)
 
     def tracked(self) -> int:
         """Keys with a failure count or a pending timer (bounded by the keys that exist)."""
         return len(self._backoff) + len(self._timers)
 
-    async def get(self) -> str | None:
+    async def get(self) -> K | None:
         """The next key to process, or None once the queue is shut down."""
         while not self._queue and not self._closed:
             self._signal.clear()
@@ -80,7 +86,7 @@ class WorkQueue:
         self._dirty.discard(key)
         return key
 
-    def done(self, key: str) -> None:
+    def done(self, key: K) -> None:
         self._processing.discard(key)
         if key in self._dirty:
             self._queue.append(key)
@@ -93,7 +99,7 @@ class WorkQueue:
         self._timers.clear()
         self._wake()
 
-    def _fire(self, key: str) -> None:
+    def _fire(self, key: K) -> None:
         self._timers.pop(key, None)
         self.add(key)
 

@@ -64,7 +64,7 @@ class RunningGate:
         self.configmaps = policy_informer(kube)
         self.metrics = Metrics(CollectorRegistry())
         self.changed: list[str] = []
-        self.gate = QuotaGate(kube, self.trainjobs, self.configmaps, self.metrics, EventRecorder(kube),
+        self.gate = QuotaGate(kube, [self.trainjobs], self.configmaps, self.metrics, EventRecorder(kube),
                               on_change=self.changed.append)
         self.tasks: list[asyncio.Task] = []
 

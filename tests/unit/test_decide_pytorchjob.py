@@ -9,7 +9,7 @@ from gangctl.api.resources import JOBS, PODS, POD_GROUPS, PYTORCHJOBS, SERVICES
 from gangctl.policy import decide_pytorchjob as dp
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy.decide import (Apply, Create, Delete, Event, GateForget, GateMayGrow, GateView, GateWants, Patch,
-                                   WriteStatus)
+                                   Snapshot, WriteStatus)
 from gangctl.sim import objects
 
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc)
@@ -27,7 +27,7 @@ def pytorchjob(name: str = "ddp", workers: int = 3, restart: str = "OnFailure", 
 
 def snap(obj: dict | None, **kw) -> dp.Snapshot:
     kw.setdefault("groups", {"coscheduling": None})
-    return dp.Snapshot("team-a/ddp", NOW, obj, scheduler_name="sched", gang_scheduler="coscheduling", **kw)
+    return Snapshot("team-a/ddp", NOW, obj, scheduler_name="sched", gang_scheduler="coscheduling", **kw)
 
 
 def child(name: str, uid: str, failed: tuple[str, str] | None = None, complete: bool = False) -> dict:
@@ -183,7 +183,7 @@ def test_finished_job_is_deleted_after_its_ttl_and_cleaned_per_policy():
     plan = dp.decide(snap(obj, jobs=(child("ddp-master", "m1", complete=True),)))
     assert [(d.resource, d.name) for d in plan.of(Delete)] == [(JOBS, "ddp-master")]
     assert plan.requeue_after == 30
-    later = dp.decide(dp.Snapshot("team-a/ddp", NOW + timedelta(seconds=31), obj))
+    later = dp.decide(Snapshot("team-a/ddp", NOW + timedelta(seconds=31), obj))
     assert [(d.resource, d.name, d.uid) for d in later.of(Delete)] == [(PYTORCHJOBS, "ddp", "pj-1")]
 
 

@@ -164,6 +164,12 @@ def _backend_resources(attr: str) -> list[tuple[str, str]]:
     return [(r.group, r.plural) for b in BACKENDS.values() if (r := getattr(b, attr, None)) is not None]
 
 
+def _kind_resources() -> list[tuple[str, str]]:
+    """The resources of the job kinds the reconciler serves (gangctl.runtime.kinds)."""
+    from gangctl.runtime.kinds import JobKind
+    return [(k.resource.group, k.resource.plural) for k in JobKind.__subclasses__()]
+
+
 class CallScanner:
     """Resolves the path argument of each `kube.<method>(...)` call in one module to resources."""
 
@@ -223,6 +229,9 @@ class CallScanner:
             raise InformerCall()
         if isinstance(expr, ast.Attribute) and expr.attr in ("group_resource", "watch"):
             return _backend_resources(expr.attr)
+        if isinstance(expr, ast.Attribute) and expr.attr == "resource" and \
+                ast.unparse(expr.value).split("[")[0] in ("kind", "self.sources"):
+            return _kind_resources()   # a JobKind's, or the quota gate's cache of a kind
         if (planned := self._planned(expr, fn, depth)) is not None:
             return planned
         if isinstance(expr, ast.Name):

@@ -223,10 +223,10 @@ def test_every_exit_failure_uses_the_budget_decide_allows(name, max_jobs):
     # attempt deleted), then Failed with the gang released; each TrainJob valid to the API.
     verdicts = {}
     for what, snap, plan in seen:
-        parse_trainjob(snap.trainjob)
+        parse_trainjob(snap.job)
         if what != "exit":
             continue
-        used = snap.trainjob["status"]["restarts"]["user"]
+        used = snap.job["status"]["restarts"]["user"]
         state = plan.status["gang"]["state"]
         verdicts[used] = state
         if state == "Restarting":
@@ -265,7 +265,7 @@ def test_lost_nodes_are_never_charged_and_elastic_jobs_shrink_to_the_size_decide
                 kinds["shrink"].add("waits at minNodes")
         elif what == "loss":
             assert plan.status["gang"]["state"] == "Restarting"
-            assert plan.status["restarts"]["infrastructure"] == snap.trainjob["status"]["restarts"]["infrastructure"] + 1
+            assert plan.status["restarts"]["infrastructure"] == snap.job["status"]["restarts"]["infrastructure"] + 1
             assert plan.status["restarts"]["user"] == 0
             kinds["loss"].add("restarted")
         elif what == "grow":
