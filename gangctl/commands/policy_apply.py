@@ -17,7 +17,7 @@ import yaml
 
 from gangctl.api.resources import object_path
 from gangctl.kube.client import ApiError, Kube
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.quota import QuotaPolicy
 from gangctl.policy.quota_coscheduling import coscheduling_objects, stored_policy
 from gangctl.policy.quota_kai import kai_objects
 from gangctl.policy.quota_kueue import kueue_objects

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from gangctl.api.resources import Resource
-from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
-from gangctl.policy.gang import Gang
-from gangctl.policy.resolve import ResolvedJob
+from gangctl.model.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
+from gangctl.model.gang import Gang
+from gangctl.model.resolve import ResolvedJob
 
 
 class GangBackend(Protocol):

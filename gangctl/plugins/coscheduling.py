@@ -8,8 +8,8 @@ from __future__ import annotations
 from gangctl.api.quantity import format_quantity
 from gangctl.api.resources import POD_GROUPS, Resource
 from gangctl.plugins.base import group_object
-from gangctl.policy.gang import Gang
-from gangctl.policy.resolve import ResolvedJob
+from gangctl.model.gang import Gang
+from gangctl.model.resolve import ResolvedJob
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 

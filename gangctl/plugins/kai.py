@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from gangctl.api.resources import Resource
 from gangctl.plugins.base import group_object, group_priority_class
-from gangctl.policy.gang import Gang
-from gangctl.policy.resolve import ResolvedJob
+from gangctl.model.gang import Gang
+from gangctl.model.resolve import ResolvedJob
 
 KAI_POD_GROUPS = Resource("scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup")
 KAI_QUEUES = Resource("scheduling.run.ai", "v2", "queues", "Queue", namespaced=False)

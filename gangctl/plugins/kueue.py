@@ -15,8 +15,8 @@ each team namespace). Priority: the `kueue.x-k8s.io/priority-class` label, from
 from __future__ import annotations
 
 from gangctl.api.resources import Resource
-from gangctl.policy.gang import Gang
-from gangctl.policy.resolve import ResolvedJob
+from gangctl.model.gang import Gang
+from gangctl.model.resolve import ResolvedJob
 
 GROUP = "kueue.x-k8s.io"
 QUEUE_LABEL = f"{GROUP}/queue-name"

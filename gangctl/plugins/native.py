@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from gangctl.api.resources import NATIVE_POD_GROUPS, Resource
 from gangctl.plugins.base import group_object
-from gangctl.policy.gang import Gang
-from gangctl.policy.resolve import ResolvedJob
+from gangctl.model.gang import Gang
+from gangctl.model.resolve import ResolvedJob
 
 SCHEDULED = "PodGroupScheduled"
 

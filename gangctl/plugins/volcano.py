@@ -15,8 +15,8 @@ from __future__ import annotations
 from gangctl.api.quantity import format_quantity
 from gangctl.api.resources import Resource
 from gangctl.plugins.base import group_object, group_priority_class
-from gangctl.policy.gang import Gang
-from gangctl.policy.resolve import ResolvedJob
+from gangctl.model.gang import Gang
+from gangctl.model.resolve import ResolvedJob
 
 VOLCANO_POD_GROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 VOLCANO_QUEUES = Resource("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False)

@@ -46,8 +46,8 @@ from gangctl.api.pytorchjob import (DEFAULT_CONTAINER, DEFAULT_PORT_NAME, KIND, 
 from gangctl.api.quantity import parse_quantity
 from gangctl.plugins.torch import RDZV_PORT, STORE_ROLE, STORE_ROLE_VALUE
 from gangctl.policy.failure import FAIL_JOBSET, RESTART_JOBSET, FailurePolicy, FailureRule
-from gangctl.policy.gang import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, Gang
-from gangctl.policy.resolve import ResolvedJob, pod_requests
+from gangctl.model.gang import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, Gang
+from gangctl.model.resolve import ResolvedJob, pod_requests
 from gangctl.policy.status import parse_time, timestamp
 
 # v1's label keys (training-operator pkg/apis/kubeflow.org/v1/common_types.go).

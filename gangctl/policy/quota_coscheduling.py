@@ -43,9 +43,9 @@ from typing import Callable, Iterable, Mapping
 import yaml
 
 from gangctl.api.quantity import format_quantity, parse_quantity
-from gangctl.policy.admission import (Amount, Decision, Quotas, Verdict, Workload, decide, headroom, queue_key,
+from gangctl.model.admission import (Amount, Decision, Quotas, Verdict, Workload, decide, headroom, queue_key,
                                       usage_of)
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.quota import QuotaPolicy
 from gangctl.policy.quota_kueue import MANAGED, team_namespaces
 from gangctl.policy.quota_volcano import priority_classes
 from gangctl.policy import pytorchjob as pj

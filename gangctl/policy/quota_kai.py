@@ -24,7 +24,7 @@ says so for each team that sets them.
 """
 from __future__ import annotations
 
-from gangctl.policy.quota import QuotaPolicy, Team
+from gangctl.model.quota import QuotaPolicy, Team
 from gangctl.policy.quota_kueue import MANAGED, TEAM_LABEL, team_namespaces
 from gangctl.policy.quota_volcano import priority_classes
 

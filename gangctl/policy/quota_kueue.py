@@ -26,7 +26,7 @@ Team `defaultPriority` has no Kueue field (Kueue takes the priority from the job
 """
 from __future__ import annotations
 
-from gangctl.policy.quota import QuotaPolicy, Resources, Team
+from gangctl.model.quota import QuotaPolicy, Resources, Team
 
 GROUP = "kueue.x-k8s.io"
 V1BETA1 = f"{GROUP}/v1beta1"

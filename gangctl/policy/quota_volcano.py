@@ -18,7 +18,7 @@ priorityClassName).
 """
 from __future__ import annotations
 
-from gangctl.policy.quota import QuotaPolicy, Team
+from gangctl.model.quota import QuotaPolicy, Team
 from gangctl.policy.quota_kueue import MANAGED, RESOURCES, TEAM_LABEL, quantity, team_namespaces
 
 API_VERSION = "scheduling.volcano.sh/v1beta1"

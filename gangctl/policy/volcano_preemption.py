@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from gangctl.api.quantity import parse_quantity
-from gangctl.policy.admission import Amount, Decision, Quotas, Verdict, Workload
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.admission import Amount, Decision, Quotas, Verdict, Workload
+from gangctl.model.quota import QuotaPolicy
 from gangctl.policy.quota_coscheduling import Pending, plan, priority_value, timestamp
 
 ADMITTED_PHASES = frozenset({"Inqueue", "Running", "Unknown"})

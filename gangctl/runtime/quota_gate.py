@@ -56,8 +56,8 @@ from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer, object_key
 from gangctl.obs.metrics import Metrics
-from gangctl.policy.admission import GPU, Amount, Quotas, Verdict, Workload
-from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
+from gangctl.model.admission import GPU, Amount, Quotas, Verdict, Workload
+from gangctl.model.quota import QUANTITY_UNITS, QuotaPolicy
 from gangctl.policy.quota_check import check_policy
 from gangctl.policy.quota_coscheduling import (ADMISSION_ANNOTATION, POLICY_CONFIGMAP, POLICY_INVALID, POLICY_KEY,
                                                POLICY_NAMESPACE, WAITING_FOR_QUOTA, Growable, NodeRange, Pending,

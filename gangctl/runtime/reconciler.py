@@ -18,13 +18,13 @@ from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
 from gangctl.plugins import base
-from gangctl.plugins.names import JOBSET_NAME, RESULT_FINALIZER, TRAINJOB_NAME, child_job_name
+from gangctl.model.names import JOBSET_NAME, RESULT_FINALIZER, TRAINJOB_NAME, child_job_name
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy import decide as d
 from gangctl.policy import ownership
 from gangctl.policy import status as st
 from gangctl.policy.failure import PodFailure
-from gangctl.policy.resolve import NODE_JOB
+from gangctl.model.resolve import NODE_JOB
 
 log = logging.getLogger(__name__)
 # Status fields other writers own (see _write_status).

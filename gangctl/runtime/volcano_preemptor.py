@@ -19,12 +19,12 @@ from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
-from gangctl.plugins.names import child_job_name
+from gangctl.model.names import child_job_name
 from gangctl.plugins.volcano import VOLCANO_POD_GROUPS
 from gangctl.policy import ownership
-from gangctl.policy.admission import Quotas
-from gangctl.policy.quota import QuotaPolicy
-from gangctl.policy.resolve import NODE_JOB
+from gangctl.model.admission import Quotas
+from gangctl.model.quota import QuotaPolicy
+from gangctl.model.resolve import NODE_JOB
 from gangctl.policy.volcano_preemption import Group, preemptions
 
 log = logging.getLogger(__name__)

@@ -32,11 +32,11 @@ import yaml
 
 from gangctl.api.quantity import parse_quantity
 from gangctl.config import REPO_ROOT
-from gangctl.plugins.names import TRAINJOB_NAME
+from gangctl.model.names import TRAINJOB_NAME
 from gangctl.policy import status as st
 from gangctl.policy.decide import Apply, Plan, Snapshot, decide
 from gangctl.policy.failure import Restarts
-from gangctl.policy.gang import Gang
+from gangctl.model.gang import Gang
 from gangctl.sim.replay import RUNTIME, trainjob_manifest
 from gangctl.sim.scenario import ElasticSpec
 from gangctl.sim.traces import TraceJob

@@ -1,7 +1,7 @@
 """The discrete-event loop: arrivals, completions, failures and repairs on a heap of timed events.
 
-After every event the engine asks `gangctl.policy.admission.decide` which pending gangs the quota
-admits (gangs sized by `gangctl.policy.gang.size_gang`), then places admitted gangs on nodes
+After every event the engine asks `gangctl.model.admission.decide` which pending gangs the quota
+admits (gangs sized by `gangctl.model.gang.size_gang`), then places admitted gangs on nodes
 all-or-nothing. Backend differences are described in `gangctl.sim.scenario`.
 
 Job model: a job has `duration` seconds of work at full size. Running with fewer pods (an elastic
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Callable
 
-from gangctl.policy.admission import Verdict, Workload, decide, explain, headroom, never_fits, queue_key
-from gangctl.policy.gang import Gang
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.admission import Verdict, Workload, decide, explain, headroom, never_fits, queue_key
+from gangctl.model.gang import Gang
+from gangctl.model.quota import QuotaPolicy
 from gangctl.sim.clock import SimClock
 from gangctl.sim.controller import SimController
 from gangctl.sim.metrics import JobOutcome, Recorder, Series, summarize

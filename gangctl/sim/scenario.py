@@ -29,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.quota import QuotaPolicy
 from gangctl.sim.generate import Shape, generate
 from gangctl.sim.model import NodePool, Packing
 from gangctl.sim.traces import Trace, TraceFormat, load_trace

@@ -28,8 +28,8 @@ from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import CORE_EVENTS, EventRecorder
 from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
-from gangctl.policy.admission import GPU
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.admission import GPU
+from gangctl.model.quota import QuotaPolicy
 from gangctl.api.resources import TRAINING_RUNTIMES
 from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, policy_configmap
 from gangctl.commands.policy_apply import apply_policy

@@ -14,8 +14,8 @@ from gangctl.plugins.kueue import Kueue, workload_state
 from gangctl.plugins.registry import BACKENDS
 from gangctl.plugins.volcano import Volcano, podgroup_phase
 from gangctl.plugins.workload import node_job, owner_reference
-from gangctl.policy.gang import size_gang
-from gangctl.policy.resolve import resolve
+from gangctl.model.gang import size_gang
+from gangctl.model.resolve import resolve
 
 RUNTIME = yaml.safe_load((Path(__file__).parents[2] / "deploy/runtimes/torch-distributed.yaml").read_text())
 

@@ -9,8 +9,8 @@ import yaml
 
 from gangctl.plugins.coscheduling import Coscheduling
 from gangctl.plugins.workload import headless_service, node_job, owner_reference
-from gangctl.policy.gang import size_gang
-from gangctl.policy.resolve import ResolveError, resolve
+from gangctl.model.gang import size_gang
+from gangctl.model.resolve import ResolveError, resolve
 
 RUNTIME = yaml.safe_load((Path(__file__).parents[2] / "deploy/runtimes/torch-distributed.yaml").read_text())
 

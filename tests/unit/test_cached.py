@@ -14,9 +14,9 @@ from gangctl.plugins.coscheduling import Coscheduling
 from gangctl.plugins.workload import node_job, owner_reference
 from gangctl.policy.cached import node_view, pod_view
 from gangctl.policy.failure import PodFailure
-from gangctl.policy.gang import size_gang
+from gangctl.model.gang import size_gang
 from gangctl.policy.lost_pods import lost_pods
-from gangctl.policy.resolve import resolve
+from gangctl.model.resolve import resolve
 
 ROOT = Path(__file__).parents[2]
 RUNTIME = yaml.safe_load((ROOT / "deploy/runtimes/torch-distributed.yaml").read_text())

@@ -14,7 +14,7 @@ import yaml
 
 from gangctl.api.resources import JOBS, POD_GROUPS, PODS, SERVICES
 from gangctl.plugins.kueue import QUEUE_LABEL
-from gangctl.plugins.names import RESULT_FINALIZER, TRAINJOB_NAME
+from gangctl.model.names import RESULT_FINALIZER, TRAINJOB_NAME
 from gangctl.policy import status as st
 from gangctl.policy.failure import PodFailure
 from gangctl.policy.decide import (Apply, CapacityFreed, Create, Delete, Event, GateView, GateWants, LetGo, Patch,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from gangctl.policy.admission import GPU, Verdict
-from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
+from gangctl.model.admission import GPU, Verdict
+from gangctl.model.quota import QUANTITY_UNITS, QuotaPolicy
 from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, Growable, NodeRange,
                                                Pending, admission_record, admitted_workload, coscheduling_objects,
                                                grow, grown_record, plan, priority_value, timestamp)

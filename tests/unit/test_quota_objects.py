@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.quota import QuotaPolicy
 from gangctl.policy.quota_check import check_policy
 from gangctl.policy.quota_kueue import UNLIMITED, kueue_objects, priority_label, quantity
 from gangctl.policy.quota_kai import kai_objects, unexpressed

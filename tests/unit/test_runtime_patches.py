@@ -12,7 +12,7 @@ from kubeflow_trainer_api import models
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.plugins.coscheduling import Coscheduling
 from gangctl.plugins.workload import node_job, owner_reference
-from gangctl.policy.resolve import ResolveError, resolve
+from gangctl.model.resolve import ResolveError, resolve
 
 RUNTIME = yaml.safe_load((Path(__file__).parents[2] / "deploy/runtimes/torch-distributed.yaml").read_text())
 SDK = "trainer.kubeflow.org/kubeflow-sdk"

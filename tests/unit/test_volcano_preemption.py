@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
+from gangctl.model.quota import QUANTITY_UNITS, QuotaPolicy
 from gangctl.policy.volcano_preemption import Group, preemptions
 from gangctl.commands.policy_apply import objects_for
 
