@@ -37,7 +37,7 @@ from gangctl.policy import status as st
 from gangctl.policy.failure import PodFailure, Restarts, classify, parse_failure_policy
 from gangctl.policy.failure import decide as judge
 from gangctl.model.gang import Gang, size_gang
-from gangctl.policy.quota_coscheduling import NodeRange
+from gangctl.model.quota_plan import NodeRange
 from gangctl.model.resolve import NODE_JOB, ResolveError, ResolvedJob, resolve
 
 # managedBy values this controller serves: unset, and gangctl's own. A TrainJob naming Kubeflow

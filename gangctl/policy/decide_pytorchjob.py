@@ -56,7 +56,7 @@ from gangctl.policy.decide import (RETRY_ANNOTATION, Apply, Delete, Event, GateF
 from gangctl.policy.failure import PodFailure, Restarts, classify
 from gangctl.policy.failure import decide as judge
 from gangctl.model.gang import Gang
-from gangctl.policy.quota_coscheduling import NodeRange
+from gangctl.model.quota_plan import NodeRange
 
 # runPolicy.managedBy values gangctl serves: unset, and Training Operator's own name (what v1 manifests
 # and the v1 SDK write). Any other manager's jobs are left alone.

@@ -1,6 +1,6 @@
 """Evicts lower-priority Volcano gangs where the quota policy allows it (Volcano v1.10 will not).
 
-The decisions are `gangctl.policy.volcano_preemption.preemptions` over the Volcano PodGroups
+The decisions are `gangctl.plugins.volcano.preemptions` over the Volcano PodGroups
 gangctl made; this module is the I/O around them. It runs in the quota gate's rounds (same policy
 ConfigMap, which `gangctl policy apply --backend volcano` stores, same coalescing and retries).
 
@@ -25,7 +25,7 @@ from gangctl.policy import ownership
 from gangctl.model.admission import Quotas
 from gangctl.model.quota import QuotaPolicy
 from gangctl.model.resolve import NODE_JOB
-from gangctl.policy.volcano_preemption import Group, preemptions
+from gangctl.plugins.volcano import Group, preemptions
 
 log = logging.getLogger(__name__)
 
