@@ -59,7 +59,7 @@ from gangctl.cluster.local import LocalCluster, Ports  # noqa: E402
 from gangctl.config import ClusterSettings  # noqa: E402
 from gangctl.kube.client import ApiError, Kube  # noqa: E402
 from gangctl.nodeagent import launch  # noqa: E402
-from gangctl.plugins.names import child_job_name  # noqa: E402
+from gangctl.model.names import child_job_name  # noqa: E402
 
 NS = "bench"
 SA_USER = f"system:serviceaccount:{incluster.NAMESPACE}:{incluster.SERVICE_ACCOUNT}"

@@ -68,11 +68,11 @@ from gangctl.cluster.local import LocalCluster, coscheduling_crd  # noqa: E402
 from gangctl.config import ClusterSettings  # noqa: E402
 from gangctl.kube.client import ApiError, Kube  # noqa: E402
 from gangctl.plugins.coscheduling import POD_GROUP_LABEL  # noqa: E402
-from gangctl.plugins.names import MANAGED_BY, MANAGER, REPLICATED_JOB, RESULT_FINALIZER, TRAINJOB_NAME  # noqa: E402
+from gangctl.model.names import MANAGED_BY, MANAGER, REPLICATED_JOB, RESULT_FINALIZER, TRAINJOB_NAME  # noqa: E402
 from gangctl.plugins.registry import backend_for  # noqa: E402
 from gangctl.plugins.workload import headless_service, node_job, owner_reference  # noqa: E402
-from gangctl.policy.gang import size_gang  # noqa: E402
-from gangctl.policy.resolve import resolve  # noqa: E402
+from gangctl.model.gang import size_gang  # noqa: E402
+from gangctl.model.resolve import resolve  # noqa: E402
 from gangctl.processes import ControllerProcess  # noqa: E402
 
 RUNTIME = "torch-kwok-gpu"

@@ -1,7 +1,7 @@
 """Simulator speed: simulated jobs per second on one core, for PAI-shaped traces of growing size.
 
 Every event (arrival, completion, failure, repair) runs the controller's quota admission
-(`gangctl.policy.admission.decide`) over the pending gangs, each sized by `gangctl.policy.gang.size_gang`,
+(`gangctl.model.admission.decide`) over the pending gangs, each sized by `gangctl.model.gang.size_gang`,
 then all-or-nothing placement. The workload and cluster are the same at every size (four teams in
 two cohorts from policies/example-teams.yaml with preemption, on the 256 GPUs their quotas add up to,
 ~70% offered load, node
@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gangctl.harness import results, rounds
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.quota import QuotaPolicy
 from gangctl.sim.engine import simulate
 from gangctl.sim.generate import Shape, generate
 from gangctl.sim.scenario import Scenario

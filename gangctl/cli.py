@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gangctl.api.runtime import GANG_BACKENDS
 from gangctl.config import ClusterSettings, ControllerSettings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Gang-scheduled, elastic PyTorch training on Kubernetes.")
@@ -28,20 +29,8 @@ class Output(str, Enum):
     json = "json"
 
 
-class Scheduler(str, Enum):
-    coscheduling = "coscheduling"
-    volcano = "volcano"
-    kueue = "kueue"
-    native = "native"
-    kai = "kai"
-
-
-class QuotaBackend(str, Enum):
-    kueue = "kueue"
-    volcano = "volcano"
-    coscheduling = "coscheduling"
-    native = "native"
-    kai = "kai"
+# The gang backends, as the choices of `cluster up --scheduler` and `policy apply --backend`.
+Backend = Enum("Backend", {name: name for name in GANG_BACKENDS}, type=str)
 
 
 def _fail(message: str) -> None:
@@ -92,7 +81,7 @@ def cluster_up(
     gpu_nodes: int = typer.Option(4, help="KWOK GPU nodes to create"),
     gpus_per_node: int = typer.Option(8, help="nvidia.com/gpu allocatable on each GPU node"),
     process_nodes: int = typer.Option(0, help="process nodes (gangctl node-agent): pods on them run real processes"),
-    scheduler: Scheduler = typer.Option(Scheduler.coscheduling, help="also run Volcano, Kueue, KAI Scheduler or upstream kube-scheduler with gang scheduling (native; built once, cached)"),
+    scheduler: Backend = typer.Option(Backend("coscheduling"), help="also run Volcano, Kueue, KAI Scheduler or upstream kube-scheduler with gang scheduling (native; built once, cached)"),
 ) -> None:
     """Build the pinned binaries (once; minutes the first time), start the cluster, install CRDs and nodes."""
     from gangctl.cluster.build import BuildError
@@ -298,7 +287,7 @@ def policy_validate(file: str = typer.Argument(..., help="a quota policy YAML fi
 @policy_app.command("apply")
 def policy_apply(
     file: str = typer.Argument(..., help="a quota policy YAML file"),
-    backend: QuotaBackend = typer.Option(None, help="kueue, volcano, kai, coscheduling or native (default: the scheduler the "
+    backend: Backend = typer.Option(None, help="kueue, volcano, kai, coscheduling or native (default: the scheduler the "
                                          "local cluster runs)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the diff against the cluster; change nothing"),
     kubeconfig: str = typer.Option(None, envvar="KUBECONFIG", help="default: the local cluster's"),
@@ -326,7 +315,7 @@ def policy_apply(
     if backend is None:
         from gangctl.cluster.schedulers import chosen
 
-        backend = QuotaBackend(chosen(settings))
+        backend = Backend(chosen(settings))
     from pathlib import Path
 
     text = Path(file).read_text()
@@ -341,11 +330,11 @@ def policy_apply(
         changes = asyncio.run(run())
     except (ApiError, RuntimeError, OSError) as exc:
         _fail(str(exc))
-    if backend is QuotaBackend.kai:
-        from gangctl.policy.quota_kai import unexpressed
+    from gangctl.plugins import base
+    from gangctl.plugins.registry import BACKENDS
 
-        for note in unexpressed(policy):
-            err.print(f"[yellow]note:[/] {note}")
+    for note in base.unexpressed(BACKENDS[backend.value], policy):
+        err.print(f"[yellow]note:[/] {note}")
     if output is Output.json:
         print(json.dumps({"backend": backend.value, "dryRun": dry_run, "objects": [c.as_json() for c in changes]}, indent=2))
         return

@@ -38,7 +38,7 @@ MAX_NAME_LENGTH = DNS_LABEL_MAX - len("-node-0-") - len(str(MAX_NODES - 1))
 """50: 63 (a hostname label) minus len("-node-0-") minus the digits of the largest pod index (numNodes
 goes to MAX_NODES): pods' hostnames are "<trainjob>-node-0-<index>". Children that depend on the
 runtime (its other replicated jobs) are checked against it before they are made
-(gangctl.policy.name_budget)."""
+(gangctl.model.name_budget)."""
 DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 NAME_MESSAGE = (
     f"metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter, "

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from gangctl.api.resources import NATIVE_POD_GROUPS
+from gangctl.api.runtime import GANG_BACKENDS
 from gangctl.cluster import setup
 from gangctl.cluster.build import ensure_built
 from gangctl.cluster.local import ClusterError, LocalCluster, coscheduling_crd
@@ -177,8 +178,8 @@ def start_scheduler(settings: ClusterSettings, kubeconfig: Path, scheduler: str,
     from gangctl.cluster import kai, kueue, native, schedulers, volcano
     from gangctl.cluster.build import EXTRA_MODULES, ensure_module
 
-    if scheduler not in schedulers.SCHEDULERS:
-        raise ClusterError(f"unknown scheduler {scheduler!r}; choose one of {', '.join(schedulers.SCHEDULERS)}")
+    if scheduler not in GANG_BACKENDS:   # the local cluster runs each gang backend's scheduler
+        raise ClusterError(f"unknown scheduler {scheduler!r}; choose one of {', '.join(GANG_BACKENDS)}")
     bin_dir = ensure_module(EXTRA_MODULES[scheduler], settings.integrations_dir, settings.bin_root, progress)
     state = schedulers.state_dir(settings)
     schedulers.stop(state)  # a restart of an existing cluster: never two copies

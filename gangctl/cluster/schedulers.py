@@ -19,7 +19,6 @@ from pathlib import Path
 from gangctl.config import ClusterSettings
 from gangctl.processes import running
 
-SCHEDULERS = ("coscheduling", "volcano", "kueue", "native", "kai")
 LOOPBACK = "127.0.0.1"
 
 

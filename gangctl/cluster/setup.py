@@ -144,7 +144,7 @@ async def ensure_host_controller_service(kube: Kube) -> int:
     selector-less Service with a ClusterIP, and the host port trainer pods' reports are relayed to,
     chosen once and kept for the cluster's life. Returns that port."""
     from gangctl.kube import host_controller as host
-    from gangctl.policy.quota_coscheduling import POLICY_NAMESPACE
+    from gangctl.plugins.quota_objects import POLICY_NAMESPACE
     from gangctl.processes import free_port
 
     ns, name = host.NAMESPACE, host.SERVICE

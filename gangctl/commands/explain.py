@@ -12,11 +12,11 @@ from pathlib import Path
 from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, NODES, PODS, PYTORCHJOBS, TRAINING_RUNTIMES, TRAINJOBS,
                                    Resource)
 from gangctl.kube.client import ApiError, Kube
-from gangctl.plugins.names import TRAINJOB_NAME
+from gangctl.model.names import TRAINJOB_NAME
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy.explain import Diagnosis, diagnose, diagnose_pytorchjob, node_rooms
-from gangctl.policy.gang import size_gang
-from gangctl.policy.resolve import resolve
+from gangctl.model.gang import size_gang
+from gangctl.model.resolve import resolve
 
 
 CORE_EVENTS = Resource("", "v1", "events", "Event")  # core v1: its field selectors include reason

@@ -1,7 +1,7 @@
 """`gangctl policy apply`: a quota policy's Kueue, Volcano, KAI or coscheduling (and native) objects, server-side applied.
 
-The objects come from the pure translators (gangctl.policy.quota_kueue / quota_volcano / quota_kai /
-quota_coscheduling: for coscheduling, gangctl admits the jobs itself and the policy is stored in
+The objects come from the backend's own pure translation (`quota_objects` of gangctl.plugins'
+backends: for coscheduling and native, gangctl admits the jobs itself and the policy is stored in
 the ConfigMap gangctl-system/gangctl-quota-policy that the controller's quota gate reads); this
 module only talks to the API server through gangctl.kube. `--dry-run` applies with `dryRun=All`
 (so the diff shows what the server would store, defaults included) and diffs that against what is
@@ -17,20 +17,12 @@ import yaml
 
 from gangctl.api.resources import object_path
 from gangctl.kube.client import ApiError, Kube
-from gangctl.policy.quota import QuotaPolicy
-from gangctl.policy.quota_coscheduling import coscheduling_objects, stored_policy
-from gangctl.policy.quota_kai import kai_objects
-from gangctl.policy.quota_kueue import kueue_objects
-from gangctl.policy.quota_volcano import volcano_objects
+from gangctl.model.quota import QuotaPolicy
+from gangctl.plugins.registry import BACKENDS
 
 FIELD_MANAGER = "gangctl-policy"
-Backend = Literal["kueue", "volcano", "coscheduling", "native", "kai"]
 
 _VOLATILE_META = ("managedFields", "resourceVersion", "generation", "uid", "creationTimestamp")
-_CRD_HINT = {"kueue": "start the cluster with `gangctl cluster up --scheduler kueue`",
-             "volcano": "start the cluster with `gangctl cluster up --scheduler volcano`",
-             "kai": "start the cluster with `gangctl cluster up --scheduler kai`",
-             "coscheduling": "check the API server", "native": "check the API server"}
 
 
 def policy_text(policy: QuotaPolicy) -> str:
@@ -38,17 +30,11 @@ def policy_text(policy: QuotaPolicy) -> str:
     return yaml.safe_dump(policy.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False)
 
 
-def objects_for(policy: QuotaPolicy, backend: Backend, text: str | None = None) -> list[dict]:
-    """`text`: the policy file as written (coscheduling and Volcano store it verbatim, comments
-    included: gangctl admits coscheduling jobs by it, and preempts for priority under Volcano)."""
-    if backend == "kueue":
-        return kueue_objects(policy)
-    if backend == "kai":
-        return kai_objects(policy)
-    text = text if text is not None else policy_text(policy)
-    if backend in ("coscheduling", "native"):   # no quota system of their own: gangctl's gate admits
-        return coscheduling_objects(policy, text)
-    return [*volcano_objects(policy), *stored_policy(text)]
+def objects_for(policy: QuotaPolicy, backend: str, text: str | None = None) -> list[dict]:
+    """The backend's objects for `policy` (`backend`: one of gangctl.api.runtime.GANG_BACKENDS).
+    `text`: the policy file as written (coscheduling, native and Volcano store it verbatim, comments
+    included: gangctl admits their jobs by it, and preempts for priority under Volcano)."""
+    return BACKENDS[backend].quota_objects(policy, text if text is not None else policy_text(policy))
 
 
 def ref(obj: dict) -> str:
@@ -111,7 +97,7 @@ async def _get(kube: Kube, path: str) -> dict | None:
         raise
 
 
-async def apply_policy(kube: Kube, policy: QuotaPolicy, backend: Backend, *, dry_run: bool,
+async def apply_policy(kube: Kube, policy: QuotaPolicy, backend: str, *, dry_run: bool,
                        text: str | None = None) -> list[Change]:
     changes = []
     for obj in objects_for(policy, backend, text):
@@ -121,7 +107,7 @@ async def apply_policy(kube: Kube, policy: QuotaPolicy, backend: Backend, *, dry
         except ApiError as err:
             if _not_served(err):
                 raise RuntimeError(f"{ref(obj)}: the API server does not serve {obj['apiVersion']} "
-                                   f"{obj['kind']}; {_CRD_HINT[backend]}") from err
+                                   f"{obj['kind']}; {BACKENDS[backend].setup_hint}") from err
             raise
         if dry_run:
             try:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from gangctl.api.resources import JOBS, PODS, POD_GROUPS, TRAINJOBS
 from gangctl.kube.client import Kube
 from gangctl.kube.informer import Informer
-from gangctl.plugins.names import COMPLETION_INDEX_ANNOTATION, REPLICATED_JOB, TRAINJOB_NAME
+from gangctl.model.names import COMPLETION_INDEX_ANNOTATION, REPLICATED_JOB, TRAINJOB_NAME
 
 TERMINAL = ("Succeeded", "Failed")
 

@@ -1,7 +1,11 @@
-"""The interface every scheduler backend implements, and their registry.
+"""The interface every scheduler backend implements.
 
-A backend is pure: from the resolved job and its gang it says how pods join the gang and which
-objects (a PodGroup, …) must exist. Adding a backend is one module plus one registry line.
+A backend is pure and owns everything about itself: from the resolved job and its gang it says how
+pods join the gang and which objects (a PodGroup, …) must exist; why a gang waits, in its scheduler's
+words; what `gangctl policy apply` writes for a quota policy (`quota_objects`); how a PyTorchJob's
+v1 scheduling policy becomes its gang settings (`pytorchjob_settings`); and what it can do, as
+declared capabilities the controller and the simulator ask instead of comparing backends by name.
+Adding a backend is one module, its name in gangctl.api.runtime.GANG_BACKENDS and one registry line.
 
 The four methods of `GangBackend` are what every backend has. Backends answer the optional hooks below
 where they differ from the defaults: Kueue (admission works on the child Job itself) for the Job's
@@ -13,16 +17,26 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from gangctl.api.pytorchjob import SchedulingPolicy
 from gangctl.api.resources import Resource
-from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
-from gangctl.policy.gang import Gang
-from gangctl.policy.resolve import ResolvedJob
+from gangctl.model.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
+from gangctl.model.gang import Gang
+from gangctl.model.quota import QuotaPolicy
+from gangctl.model.resolve import ResolvedJob
 
 
 class GangBackend(Protocol):
     name: str
     group_resource: Resource | None  # the kind of object gangctl creates for the gang (None: no object)
     watch: Resource                  # what gangctl watches to see the gang's state (its group, Kueue's Workload)
+    setup_hint: str                  # what to do when the API server does not serve its quota objects
+    # Declared capabilities:
+    gated_by_gangctl: bool   # no quota system of its own: gangctl's quota gate admits its jobs, and
+                             # counts a job's quota until it sees the job reported finished
+    allocates_whole: bool    # takes a gang only when its queue's quota and free nodes both hold it, in
+                             # one decision: a waiting gang holds no quota (otherwise an admitted gang
+                             # holds its quota while it waits for nodes)
+    requeues_unready: bool   # suspends and requeues a gang whose pods are not all ready in time
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]: ...
 
@@ -32,15 +46,25 @@ class GangBackend(Protocol):
 
     def group(self, job: ResolvedJob, gang: Gang, owner: dict) -> dict | None: ...
 
+    def quota_objects(self, policy: QuotaPolicy, text: str) -> list[dict]:
+        """Everything `gangctl policy apply` writes for `policy` (`text`: the policy file as written),
+        in an order that applies cleanly."""
+        ...
+
+    def pytorchjob_settings(self, scheduling: SchedulingPolicy) -> dict:
+        """A PyTorchJob's `runPolicy.schedulingPolicy` as this backend's gang settings (the keys a
+        runtime's `podGroupPolicy.<backend>` would set)."""
+        ...
+
     # Optional hooks (see the module docstring):
     #   job_labels(job, gang) -> dict[str, str]        labels on the child Job (Kueue's queue-name)
     #   job_annotations(job, gang) -> dict[str, str]   annotations on the child Job
     #   controls_suspend: bool                         the backend, not gangctl, owns spec.suspend
     #   waiting(observed) -> (reason, message) | None   why the gang waits, from its watched object
-#   gated_by_gangctl: bool                         no quota system of its own: gangctl's quota gate admits
-#   needs_nudge: bool                              a waiting gang is retried only when its group is touched
-#   watched_selector(job_uid) -> dict[str, str]    labels of the watched object made from the child Job
-#   pod_spec(job) -> dict                          fields set on every pod's spec (native: schedulingGroup)
+    #   needs_nudge: bool                              a waiting gang is retried only when its group is touched
+    #   watched_selector(job_uid) -> dict[str, str]    labels of the watched object made from the child Job
+    #   unexpressed(policy) -> list[str]               what of a quota policy it cannot express (KAI)
+    #   pod_spec(job) -> dict                          fields set on every pod's spec (native: schedulingGroup)
 
 
 def group_object(resource: Resource, job: ResolvedJob, owner: dict, spec: dict) -> dict:
@@ -57,6 +81,16 @@ def group_priority_class(job: ResolvedJob) -> str | None:
     `podGroupPolicy.<backend>.priorityClassName`, else the pod template's."""
     return (job.gang_settings.get("priorityClassName")
             or (job.pod_template.get("spec") or {}).get("priorityClassName"))
+
+
+def scheduling_priority(scheduling: SchedulingPolicy) -> dict:
+    """The gang setting every backend takes from a PyTorchJob's scheduling policy: its priority class."""
+    return {"priorityClassName": scheduling.priority_class} if scheduling.priority_class else {}
+
+
+def queued_settings(scheduling: SchedulingPolicy) -> dict:
+    """A queue-based backend's settings (Volcano, KAI): v1's queue names the gang's queue."""
+    return {**({"queue": scheduling.queue} if scheduling.queue else {}), **scheduling_priority(scheduling)}
 
 
 def job_labels(backend: GangBackend | None, job: ResolvedJob, gang: Gang) -> dict[str, str]:
@@ -101,6 +135,12 @@ def needs_nudge(backend: GangBackend | None) -> bool:
     """True when a waiting gang is retried by the scheduler only when its group object changes, so
     gangctl touches it after capacity is freed (Volcano retries every session, Kueue on quota changes)."""
     return bool(getattr(backend, "needs_nudge", False)) and wants_group(backend)
+
+
+def unexpressed(backend: GangBackend, policy: QuotaPolicy) -> list[str]:
+    """Notes on what of `policy` the backend's quota objects cannot say (`policy apply` prints them)."""
+    hook = getattr(backend, "unexpressed", None)
+    return list(hook(policy)) if hook else []
 
 
 def watched_selector(backend: GangBackend | None, job_uid: str) -> dict[str, str] | None:

@@ -14,10 +14,13 @@ names (as for coscheduling), and reports a gang that cannot be placed with the s
 """
 from __future__ import annotations
 
+from gangctl.api.pytorchjob import SchedulingPolicy
 from gangctl.api.resources import NATIVE_POD_GROUPS, Resource
-from gangctl.plugins.base import group_object
-from gangctl.policy.gang import Gang
-from gangctl.policy.resolve import ResolvedJob
+from gangctl.plugins.base import group_object, scheduling_priority
+from gangctl.plugins.coscheduling import coscheduling_objects
+from gangctl.model.gang import Gang
+from gangctl.model.quota import QuotaPolicy
+from gangctl.model.resolve import ResolvedJob
 
 SCHEDULED = "PodGroupScheduled"
 
@@ -28,6 +31,9 @@ class Native:
     watch: Resource = NATIVE_POD_GROUPS
     gated_by_gangctl = True   # no quota system of its own: gangctl's quota gate admits
     needs_nudge = False       # the scheduler retries on pod and node events; a PodGroup cannot be touched
+    allocates_whole = False   # the gate admits on quota alone; the admitted gang then waits for nodes
+    requeues_unready = False
+    setup_hint = "check the API server"
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]:
         return {}
@@ -46,6 +52,12 @@ class Native:
 
     def group(self, job: ResolvedJob, gang: Gang, owner: dict) -> dict:
         return group_object(NATIVE_POD_GROUPS, job, owner, {"schedulingPolicy": {"gang": {"minCount": gang.min_member}}})
+
+    def quota_objects(self, policy: QuotaPolicy, text: str) -> list[dict]:
+        return coscheduling_objects(policy, text)   # gangctl's gate admits, as for coscheduling
+
+    def pytorchjob_settings(self, scheduling: SchedulingPolicy) -> dict:
+        return scheduling_priority(scheduling)
 
 
 def why_waiting(podgroup: dict | None) -> tuple[str, str] | None:

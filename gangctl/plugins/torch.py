@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import copy
 
-from gangctl.plugins.names import (COMPLETION_INDEX_ANNOTATION, MANAGED_BY, MANAGER, MASTER_PORT, REPLICATED_JOB,
+from gangctl.model.names import (COMPLETION_INDEX_ANNOTATION, MANAGED_BY, MANAGER, MASTER_PORT, REPLICATED_JOB,
                                    TRAINJOB_NAME, master_addr)
-from gangctl.policy.resolve import ResolvedJob
+from gangctl.model.resolve import ResolvedJob
 
 RDZV_PORT = 29400
 STORE_ROLE, STORE_ROLE_VALUE = "gangctl.io/role", "rendezvous-store"

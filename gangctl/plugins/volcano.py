@@ -7,16 +7,55 @@ pod's task from the annotation `volcano.sh/task-spec`, so the trainer's pods car
 
 The queue is the runtime's `podGroupPolicy.volcano.queue`, else `default` (the queue Volcano
 creates); with a quota policy applied, each team has a Queue named after it (see
-gangctl.policy.quota_volcano.queue_for_namespace). The priority class is
+`queue_for_namespace`). The priority class is
 `podGroupPolicy.volcano.priorityClassName`, else the pod template's `priorityClassName`.
+
+Quota (`gangctl policy apply --backend volcano`, `volcano_objects`): a quota policy
+(`policies/*.yaml`) as Volcano Queues. One team = one `scheduling.volcano.sh/v1beta1` Queue named after the team. Volcano has no cohorts
+(every queue may use what the others leave idle, up to its capability), so the cohort semantics are
+folded into each queue's numbers, for the resources the team limits:
+
+| Queue field | from the policy |
+|---|---|
+| `deserved` | `nominal` (the capacity plugin's share; over it a queue's jobs may be reclaimed) |
+| `guarantee.resource` | the part of `nominal` never lent: `nominal - lendingLimit` in a cohort, all of `nominal` outside one |
+| `capability` | the most the team may use: `nominal` outside a cohort; in one, `nominal` plus what the other members lend, capped by `nominal + borrowingLimit` |
+| `reclaimable` | true when a cohort member may reclaim (`reclaimWithinCohort` is not Never) |
+
+Jobs reach a queue through their PodGroup's `spec.queue`; Volcano does not tie queues to
+namespaces, so the backend builder names the team's queue (`queue_for_namespace`).
+Priorities become `scheduling.k8s.io/v1` PriorityClasses (Volcano reads the pods' and PodGroup's
+priorityClassName).
+
+Priority preemption (`preemptions`), which gangctl must do for Volcano: decided by the quota
+policy, PodGroups in, victims out. Volcano v1.10 cannot do what a policy's `preemption` asks on its own: the capacity plugin keeps a
+higher-priority PodGroup Pending while its queue's capability is used up, and Volcano's preempt
+action only considers PodGroups that are already Inqueue, so the urgent job waits behind the batch
+job it was meant to displace. gangctl fills the gap with the code its coscheduling admission and
+the simulator run (`gangctl.model.quota_plan.plan`, i.e. `admission.decide`):
+
+- a PodGroup Inqueue, Running or Unknown holds its `minResources` of its team's quota (admitted);
+- a PodGroup Pending, or not yet seen by Volcano, waits in its team's queue;
+- only the PREEMPT decisions are returned: admitting is Volcano's work (its queues carry the same
+  limits, see `volcano_objects`), evicting for priority is gangctl's. The caller evicts the victims'
+  gangs and lets them queue again; Volcano's enqueue then orders the queue by priority.
 """
 from __future__ import annotations
 
-from gangctl.api.quantity import format_quantity
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from gangctl.api.pytorchjob import SchedulingPolicy
+from gangctl.api.quantity import format_quantity, parse_quantity
 from gangctl.api.resources import Resource
-from gangctl.plugins.base import group_object, group_priority_class
-from gangctl.policy.gang import Gang
-from gangctl.policy.resolve import ResolvedJob
+from gangctl.model.admission import Amount, Decision, Quotas, Verdict, Workload
+from gangctl.model.gang import Gang
+from gangctl.model.quota import QuotaPolicy, Team
+from gangctl.model.quota_plan import Pending, plan, priority_value, timestamp
+from gangctl.model.resolve import ResolvedJob
+from gangctl.plugins.base import group_object, group_priority_class, queued_settings
+from gangctl.plugins.quota_objects import (MANAGED, RESOURCES, TEAM_LABEL, priority_classes, quantity, stored_policy,
+                                           team_namespaces)
 
 VOLCANO_POD_GROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 VOLCANO_QUEUES = Resource("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False)
@@ -34,8 +73,11 @@ class Volcano:
     name = "volcano"
     group_resource: Resource = VOLCANO_POD_GROUPS
     watch: Resource = VOLCANO_POD_GROUPS
-    gated_by_gangctl = False   # its queues enforce quota (gangctl.policy.quota_volcano writes them)
+    gated_by_gangctl = False   # its queues enforce quota (`volcano_objects` writes them)
     needs_nudge = False        # the scheduler retries every pending PodGroup each session
+    allocates_whole = True     # enqueue admits a PodGroup only when its queue has room: a waiting gang holds no quota
+    requeues_unready = False
+    setup_hint = "start the cluster with `gangctl cluster up --scheduler volcano`"
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]:
         return {}
@@ -67,6 +109,13 @@ class Volcano:
             spec["networkTopology"] = dict(job.gang_settings["networkTopology"])
         return group_object(VOLCANO_POD_GROUPS, job, owner, spec)
 
+    def quota_objects(self, policy: QuotaPolicy, text: str) -> list[dict]:
+        # The policy is stored too: gangctl preempts for priority by it (`preemptions`).
+        return [*volcano_objects(policy), *stored_policy(text)]
+
+    def pytorchjob_settings(self, scheduling: SchedulingPolicy) -> dict:
+        return queued_settings(scheduling)
+
 
 def podgroup_phase(podgroup: dict | None) -> str | None:
     """The observed phase of a Volcano PodGroup (None: not created or not yet seen by Volcano)."""
@@ -91,3 +140,100 @@ def why_waiting(podgroup: dict | None) -> tuple[str, str] | None:
     if phase == INQUEUE and said:
         return "WaitingForGang", f"admitted by Volcano queue {queue}; the gang is not placed yet{said}"
     return None
+
+
+def _amounts(team: Team, field_values: dict[str, float | None]) -> dict[str, str]:
+    return {name: quantity(field, v) for field, name in RESOURCES
+            if (v := field_values.get(field)) is not None}
+
+
+def _lendable(team: Team, field: str) -> float:
+    """What a cohort member lends of a resource. One that does not limit the resource lends none of
+    it (as in the Kueue translation, where it is covered with lendingLimit 0)."""
+    nominal = getattr(team.nominal, field)
+    if nominal is None:
+        return 0
+    lend = getattr(team.lending_limit, field) if team.lending_limit else None
+    return nominal if lend is None else lend
+
+
+def team_queue(policy: QuotaPolicy, team: Team) -> dict:
+    members = [t for t in policy.teams if team.cohort and t.cohort == team.cohort and t.name != team.name]
+    deserved: dict[str, float | None] = {}
+    guarantee: dict[str, float | None] = {}
+    capability: dict[str, float | None] = {}
+    for field, _ in RESOURCES:
+        nominal = getattr(team.nominal, field)
+        if nominal is None:
+            continue
+        deserved[field] = nominal
+        if team.cohort is None:
+            guarantee[field] = capability[field] = nominal
+            continue
+        lend = getattr(team.lending_limit, field) if team.lending_limit else None
+        if lend is not None and nominal - lend > 0:
+            guarantee[field] = nominal - lend
+        cap = nominal + sum(_lendable(m, field) for m in members)
+        borrow = getattr(team.borrowing_limit, field) if team.borrowing_limit else None
+        capability[field] = cap if borrow is None else min(cap, nominal + borrow)
+    spec: dict = {"weight": 1, "reclaimable": any(m.preemption.reclaim_within_cohort.value != "Never" for m in members)}
+    if capability:
+        spec["capability"] = _amounts(team, capability)
+    if deserved:
+        spec["deserved"] = _amounts(team, deserved)
+    if guarantee:
+        spec["guarantee"] = {"resource": _amounts(team, guarantee)}
+    return {"apiVersion": VOLCANO_QUEUES.api_version, "kind": "Queue",
+            "metadata": {"name": team.name, "labels": {**MANAGED, TEAM_LABEL: team.name}}, "spec": spec}
+
+
+def volcano_objects(policy: QuotaPolicy) -> list[dict]:
+    return [*team_namespaces(policy), *priority_classes(policy), *(team_queue(policy, t) for t in policy.teams)]
+
+
+def queue_for_namespace(policy: QuotaPolicy, namespace: str) -> str | None:
+    """The Volcano Queue of the team owning `namespace` (None: not under the policy)."""
+    return policy.team_of_namespace(namespace)
+
+
+ADMITTED_PHASES = frozenset({INQUEUE, RUNNING, "Unknown"})
+WAITING_PHASES = frozenset({None, "", PENDING})
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A gang's Volcano PodGroup as preemption sees it (`requests`: its minResources)."""
+
+    key: str            # namespace/name, the TrainJob's key
+    namespace: str
+    phase: str | None
+    priority_class: str | None
+    created: float
+    requests: Mapping[str, Amount]
+
+    @classmethod
+    def from_podgroup(cls, podgroup: Mapping) -> "Group":
+        meta, spec = podgroup["metadata"], podgroup.get("spec") or {}
+        return cls(f"{meta['namespace']}/{meta['name']}", meta["namespace"],
+                   (podgroup.get("status") or {}).get("phase"), spec.get("priorityClassName"),
+                   timestamp(meta["creationTimestamp"]) if meta.get("creationTimestamp") else 0.0,
+                   {r: parse_quantity(str(q)) for r, q in (spec.get("minResources") or {}).items()})
+
+
+def preemptions(policy: QuotaPolicy, quotas: Quotas, groups: Iterable[Group]) -> list[Decision]:
+    """The evictions the policy asks for now: PREEMPT decisions, each with its victims' keys as ids.
+    `quotas` is `policy.to_quotas(QUANTITY_UNITS)`. Gangs outside the policy's namespaces are ignored."""
+    if not quotas.preemption_enabled:
+        return []
+    pending: list[Pending] = []
+    admitted: list[Workload] = []
+    for g in groups:
+        team = policy.team_of_namespace(g.namespace)
+        if team is None:
+            continue
+        priority = priority_value(policy, g.namespace, g.priority_class)
+        if g.phase in ADMITTED_PHASES:
+            admitted.append(Workload(g.key, team, priority, g.created, g.requests))
+        elif g.phase in WAITING_PHASES:
+            pending.append(Pending(g.key, g.namespace, g.created, priority, g.requests))
+    return [d for d in plan(policy, quotas, pending, admitted).decisions if d.verdict is Verdict.PREEMPT]

@@ -13,13 +13,13 @@ import json
 
 from gangctl.plugins import base
 from gangctl.plugins.base import GangBackend
-from gangctl.plugins.names import (ANCESTOR_STEP, JOB_INDEX, MANAGED_BY, MANAGER, RESULT_FINALIZER, SPEC_HASH,
+from gangctl.model.names import (ANCESTOR_STEP, JOB_INDEX, MANAGED_BY, MANAGER, RESULT_FINALIZER, SPEC_HASH,
                                    TRAINJOB_NAME, child_job_name, child_labels)
 from gangctl.plugins.torch import torch_env
-from gangctl.policy import progress
-from gangctl.policy.gang import Gang
-from gangctl.policy.jobset import COORDINATOR
-from gangctl.policy.resolve import NODE_CONTAINER, NODE_JOB, ResolvedJob, ResolvedStep
+from gangctl.model import progress
+from gangctl.model.gang import Gang
+from gangctl.model.jobset import COORDINATOR
+from gangctl.model.resolve import NODE_CONTAINER, NODE_JOB, ResolvedJob, ResolvedStep
 
 
 # A gang cannot make progress without all its members, so a pod on a lost node is evicted after a
@@ -83,7 +83,7 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
     """The Indexed Job; `size` is an elastic job's current completions = parallelism (default: max).
 
     With `progress_url` (the controller's status endpoint), every container may report training
-    progress (gangctl.policy.progress).
+    progress (gangctl.model.progress).
 
     With `gang`, the backend's Job labels and annotations are added (Kueue's queue name, its minimum
     parallelism). A backend that owns spec.suspend (Kueue) gets the Job created suspended: its

@@ -20,7 +20,8 @@ import copy
 from dataclasses import dataclass, field
 
 from gangctl.api.pytorchjob import DEFAULT_CONTAINER, DEFAULT_PORT, DEFAULT_PORT_NAME, PyTorchJob, parse
-from gangctl.policy.pytorchjob import KUEUE_QUEUE_LABEL, PERMANENT_EXIT_CODES, UNLIMITED_RESTARTS
+from gangctl.plugins.kueue import QUEUE_LABEL as KUEUE_QUEUE_LABEL
+from gangctl.policy.pytorchjob import PERMANENT_EXIT_CODES, UNLIMITED_RESTARTS
 
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 DEFAULT_RUNTIME = "torch-distributed"   # the ClusterTrainingRuntime gangctl ships (deploy/runtimes)

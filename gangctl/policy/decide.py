@@ -26,18 +26,19 @@ from gangctl.api.resources import CONFIGMAPS, JOBS, PERSISTENT_VOLUME_CLAIMS, PO
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.plugins import base
 from gangctl.plugins.kueue import QUEUE_LABEL
-from gangctl.plugins.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, child_job_name
+from gangctl.model.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, child_job_name
 from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.torch import STORE_ROLE as TORCH_STORE_ROLE
 from gangctl.plugins.torch import rendezvous_store
 from gangctl.plugins.workload import claims, headless_service, node_job, owner_reference, step_job, with_spec_hash
-from gangctl.policy import elastic, jobset, ownership, progress
+from gangctl.policy import elastic, ownership
+from gangctl.model import jobset, progress
 from gangctl.policy import status as st
 from gangctl.policy.failure import PodFailure, Restarts, classify, parse_failure_policy
 from gangctl.policy.failure import decide as judge
-from gangctl.policy.gang import Gang, size_gang
-from gangctl.policy.quota_coscheduling import NodeRange
-from gangctl.policy.resolve import NODE_JOB, ResolveError, ResolvedJob, resolve
+from gangctl.model.gang import Gang, size_gang
+from gangctl.model.quota_plan import NodeRange
+from gangctl.model.resolve import NODE_JOB, ResolveError, ResolvedJob, resolve
 
 # managedBy values this controller serves: unset, and gangctl's own. A TrainJob naming Kubeflow
 # Trainer's controller (trainer.kubeflow.org/trainjob-controller, what Trainer's CRD defaults) is

@@ -41,7 +41,7 @@ from gangctl.api.pytorchjob import DEFAULT_CONTAINER, PyTorchJob, PyTorchJobErro
 from gangctl.api.quantity import format_quantity
 from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, SERVICES
 from gangctl.plugins import base
-from gangctl.plugins.names import MANAGED_BY, MANAGER
+from gangctl.model.names import MANAGED_BY, MANAGER
 from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.workload import (ELASTIC_BACKOFF_LIMIT, ELASTIC_SUCCESS_POLICY, gang_pod,
                                       owner_reference, with_spec_hash)
@@ -54,8 +54,8 @@ from gangctl.policy.decide import (Delete, Event, GateIntent, Metric, Patch, Pla
                                    missing_priority_class, nudge, patch_child, store_pods)
 from gangctl.policy.failure import PodFailure, Restarts, classify
 from gangctl.policy.failure import decide as judge
-from gangctl.policy.gang import Gang
-from gangctl.policy.quota_coscheduling import NodeRange
+from gangctl.model.gang import Gang
+from gangctl.model.quota_plan import NodeRange
 
 # runPolicy.managedBy values gangctl serves: unset, and Training Operator's own name (what v1 manifests
 # and the v1 SDK write). Any other manager's jobs are left alone.

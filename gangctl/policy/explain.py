@@ -11,9 +11,9 @@ from fractions import Fraction
 from typing import Mapping, Sequence
 
 from gangctl.policy import pytorchjob as pj
-from gangctl.policy.gang import Gang
-from gangctl.policy.quota_coscheduling import WAITING_FOR_QUOTA
-from gangctl.policy.resolve import pod_requests
+from gangctl.model.gang import Gang
+from gangctl.policy.quota_gate import WAITING_FOR_QUOTA
+from gangctl.model.resolve import pod_requests
 from gangctl.policy.status import COMPLETE, FAILED, PENDING, RUNNING, SUSPENDED, WAITING, gang_state
 
 TERMINAL_PHASES = ("Succeeded", "Failed")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Iterable
 
-from gangctl.plugins.names import MANAGED_BY, MANAGER
+from gangctl.model.names import MANAGED_BY, MANAGER
 
 REASON = "DeletionByGangctl"
 TERMINAL = ("Succeeded", "Failed")

@@ -43,12 +43,14 @@ from fractions import Fraction
 from typing import Any
 
 from gangctl.api.pytorchjob import (DEFAULT_CONTAINER, DEFAULT_PORT_NAME, KIND, MASTER, WORKER, PyTorchJob, ReplicaSpec,
-                                    parse)
+                                    SchedulingPolicy, parse)
 from gangctl.api.quantity import parse_quantity
+from gangctl.plugins.kueue import QUEUE_LABEL as KUEUE_QUEUE_LABEL
+from gangctl.plugins.registry import BACKENDS
 from gangctl.plugins.torch import RDZV_PORT, STORE_ROLE, STORE_ROLE_VALUE
 from gangctl.policy.failure import FAIL_JOBSET, RESTART_JOBSET, FailurePolicy, FailureRule
-from gangctl.policy.gang import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, Gang
-from gangctl.policy.resolve import ResolvedJob, pod_requests
+from gangctl.model.gang import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, Gang
+from gangctl.model.resolve import ResolvedJob, pod_requests
 from gangctl.policy.status import parse_time, timestamp
 
 # v1's label keys (training-operator pkg/apis/kubeflow.org/v1/common_types.go).
@@ -62,7 +64,6 @@ CONTROLLER_NAME = "pytorchjob-controller"   # the operator-name value v1's PyTor
 RANK_ANNOTATION = "training.kubeflow.org/rank"
 RANK_GATE = "gangctl.io/pytorchjob-rank"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # The rendezvous store pod gangctl runs for elastic jobs (gangctl.plugins.torch builds it).
 RDZV_STORE_PORT = RDZV_PORT
 UNLIMITED_RESTARTS = 2147483647
@@ -410,6 +411,8 @@ def min_resources(job: PyTorchJob, groups: list[ReplicaGroup], min_member: int) 
 
 
 def _backend(job: PyTorchJob, default_backend: str | None) -> tuple[str | None, dict]:
+    """The job's gang backend (a Kueue queue-name label means Kueue, else the controller's default)
+    and its gang settings, which the backend translates from v1's `runPolicy.schedulingPolicy`."""
     sched = job.run_policy.scheduling
     if job.labels.get(KUEUE_QUEUE_LABEL):
         if len(job.replica_specs) > 1:
@@ -418,21 +421,17 @@ def _backend(job: PyTorchJob, default_backend: str | None) -> tuple[str | None, 
                 f"a PyTorchJob with {' and '.join(job.replica_specs)} replicas would not be admitted as one gang; "
                 "use Worker replicas only (Worker 0 is rank 0), or remove the label to have gangctl's quota gate "
                 "admit it (`gangctl policy apply --backend coscheduling`)")
-        settings: dict = {"queueName": job.labels[KUEUE_QUEUE_LABEL]}
-        if sched and sched.priority_class:
-            settings["priorityClassName"] = sched.priority_class
-        return "kueue", settings
+        return "kueue", {"queueName": job.labels[KUEUE_QUEUE_LABEL], **_settings("kueue", sched)}
     if default_backend is None:
         return None, {}
-    settings = {}
-    if sched is not None:
-        if default_backend in ("volcano", "kai") and sched.queue:   # backends whose gangs name a queue
-            settings["queue"] = sched.queue
-        if sched.priority_class:
-            settings["priorityClassName"] = sched.priority_class
-        if default_backend == "coscheduling" and sched.schedule_timeout_seconds is not None:
-            settings["scheduleTimeoutSeconds"] = sched.schedule_timeout_seconds
-    return default_backend, settings
+    return default_backend, _settings(default_backend, sched)
+
+
+def _settings(backend_name: str, sched: SchedulingPolicy | None) -> dict:
+    """What the backend makes of the job's scheduling policy (an unknown backend is refused later,
+    when the gang is built)."""
+    backend = BACKENDS.get(backend_name)
+    return backend.pytorchjob_settings(sched) if backend is not None and sched is not None else {}
 
 
 def services(job: PyTorchJob) -> list[dict]:

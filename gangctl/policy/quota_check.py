@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import yaml
 from pydantic import ValidationError
 
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.quota import QuotaPolicy
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from gangctl.kube.leader import LeaderElector, identity
 from gangctl.obs.metrics import Metrics
 from gangctl.obs.server import make_app, serve
 from gangctl.plugins import base
-from gangctl.plugins.names import JOBSET_NAME, MANAGED_BY, MANAGER, TRAINJOB_NAME
+from gangctl.model.names import JOBSET_NAME, MANAGED_BY, MANAGER, TRAINJOB_NAME
 from gangctl.plugins.registry import BACKENDS
 from gangctl.kube import host_controller, serving_cert
-from gangctl.policy import progress
+from gangctl.model import progress
 from gangctl.policy.cached import node_view, pod_view
 from gangctl.policy.leader import LeaseTimings
 from gangctl.policy.status import phase

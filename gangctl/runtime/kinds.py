@@ -15,14 +15,14 @@ from gangctl.api.resources import PYTORCHJOBS, TRAINJOBS, Resource
 from gangctl.kube.client import ApiError
 from gangctl.kube.informer import Informer
 from gangctl.plugins import base
-from gangctl.plugins.names import JOBSET_NAME, TRAINJOB_NAME, child_job_name
+from gangctl.model.names import JOBSET_NAME, TRAINJOB_NAME, child_job_name
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy import decide as d
 from gangctl.policy import decide_pytorchjob as dp
 from gangctl.policy import status as st
 from gangctl.policy.pytorchjob import JOB_NAME as PYTORCHJOB_NAME
 from gangctl.policy.pytorchjob import group_name
-from gangctl.policy.resolve import NODE_JOB
+from gangctl.model.resolve import NODE_JOB
 
 if TYPE_CHECKING:
     from gangctl.runtime.reconciler import Caches, Reconciler

@@ -1,5 +1,5 @@
 """The progress endpoint: trainer pods POST their `status.trainerStatus` here (Kubeflow Trainer's
-KEP-2779 contract; the pure rules are in gangctl.policy.progress).
+KEP-2779 contract; the pure rules are in gangctl.model.progress).
 
     POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status
     Authorization: Bearer <the pod's token, audience trainer.kubeflow.org>
@@ -44,7 +44,7 @@ from gangctl.kube.access_review import Reviews
 from gangctl.kube.client import UNREACHABLE, ApiError, Kube
 from gangctl.kube.serving_cert import MalformedSecret, ServingCert
 from gangctl.obs.server import bearer_token, retry_after_header
-from gangctl.policy import progress
+from gangctl.model import progress
 from gangctl.policy.ratelimit import TokenBuckets
 from gangctl.policy.review_gate import Busy, Verdicts
 from gangctl.runtime.reconciler import Caches

@@ -4,7 +4,7 @@ It admits TrainJobs and PyTorchJobs alike, under one policy: a team's quota is s
 A job's id here is its work-queue key as text (`gangctl.runtime.kinds.JobKey`: `ns/name` for a TrainJob,
 `pytorchjob:ns/name` for a PyTorchJob), the name its messages give it.
 
-The decisions are `gangctl.policy.quota_coscheduling.plan`, i.e. `admission.decide`, the code the
+The decisions are `gangctl.model.quota_plan.plan`, i.e. `admission.decide`, the code the
 simulator runs; this module is the I/O around it:
 
 - the policy is the ConfigMap `gangctl-system/gangctl-quota-policy` (key `policy.yaml`, written by
@@ -13,7 +13,7 @@ simulator runs; this module is the I/O around it:
   last valid policy stays in force; a deleted ConfigMap turns the gate off (no quota: jobs run).
 - fail closed: an invalid ConfigMap with no valid policy before it (a controller started on a bad
   edit, or a bad policy stored where there was none) holds the coscheduling TrainJobs of every
-  namespace the invalid text still names (`quota_coscheduling.held_namespaces`: teams' namespaces,
+  namespace the invalid text still names (`gangctl.policy.quota_gate.held_namespaces`: teams' namespaces,
   else their names), or of every namespace when it names none that can be read (not YAML, no list
   of teams), with `status.gang` state `Waiting`, reason `QuotaPolicyInvalid` and the validation error; jobs
   admitted before keep their admission. A valid version admits them normally; deleting the
@@ -56,15 +56,12 @@ from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
-from gangctl.policy.admission import GPU, Amount, Decision, Quotas, Verdict, Workload
-from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
+from gangctl.model.admission import GPU, Amount, Decision, Quotas, Verdict, Workload
+from gangctl.model.quota import QUANTITY_UNITS, QuotaPolicy
 from gangctl.policy.quota_check import check_policy
-from gangctl.policy.quota_coscheduling import (ADMISSION_ANNOTATION, POLICY_CONFIGMAP, POLICY_INVALID, POLICY_KEY,
-                                               POLICY_NAMESPACE, WAITING_FOR_QUOTA, Growable, NodeRange, Pending,
-                                               admission_record, admitted_workload, awaiting_start, grow,
-                                               grown_record, held_namespaces, invalid_policy_message, job_finished,
-                                               needs_admission, plan, priority_value, recorded_admission, timestamp,
-                                               user_suspended)
+from gangctl.policy.quota_gate import ADMISSION_ANNOTATION, admission_record, admitted_workload, awaiting_start, grown_record, held_namespaces, invalid_policy_message, job_finished, needs_admission, POLICY_INVALID, recorded_admission, user_suspended, WAITING_FOR_QUOTA
+from gangctl.plugins.quota_objects import POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE
+from gangctl.model.quota_plan import grow, Growable, NodeRange, Pending, plan, priority_value, timestamp
 from gangctl.runtime.kinds import JobKey
 
 log = logging.getLogger(__name__)
@@ -169,7 +166,7 @@ class QuotaGate:
         return recorded_admission(job)
 
     def priority(self, namespace: str, priority_class: str | None) -> int:
-        """The priority to pass to `wants` (see `quota_coscheduling.priority_value`)."""
+        """The priority to pass to `wants` (see `quota_plan.priority_value`)."""
         return priority_value(self.policy, namespace, priority_class) if self.policy else 0
 
     def wants(self, key: str, trainjob: dict, gang_requests: Mapping[str, Amount], priority: int,
@@ -442,7 +439,7 @@ class QuotaGate:
 
     async def _grow(self, policy: QuotaPolicy, quotas, cache: Mapping[str, dict], by_id: dict[str, Workload]) -> None:
         """Admitted elastic jobs below their maximum take the room their team has, when no job of the
-        team waits (`quota_coscheduling.grow`); the reconciler then grows them into it."""
+        team waits (`quota_plan.grow`); the reconciler then grows them into it."""
         candidates = []
         for key, (uid, nodes) in list(self._growable.items()):
             tj, w = cache.get(key), by_id.get(key)

@@ -18,7 +18,7 @@ from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
-from gangctl.plugins.names import RESULT_FINALIZER
+from gangctl.model.names import RESULT_FINALIZER
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy import decide as d
 from gangctl.policy import ownership

@@ -1,6 +1,6 @@
 """Evicts lower-priority Volcano gangs where the quota policy allows it (Volcano v1.10 will not).
 
-The decisions are `gangctl.policy.volcano_preemption.preemptions` over the Volcano PodGroups
+The decisions are `gangctl.plugins.volcano.preemptions` over the Volcano PodGroups
 gangctl made; this module is the I/O around them. It runs in the quota gate's rounds (same policy
 ConfigMap, which `gangctl policy apply --backend volcano` stores, same coalescing and retries).
 
@@ -19,13 +19,13 @@ from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
-from gangctl.plugins.names import child_job_name
+from gangctl.model.names import child_job_name
 from gangctl.plugins.volcano import VOLCANO_POD_GROUPS
 from gangctl.policy import ownership
-from gangctl.policy.admission import Quotas
-from gangctl.policy.quota import QuotaPolicy
-from gangctl.policy.resolve import NODE_JOB
-from gangctl.policy.volcano_preemption import Group, preemptions
+from gangctl.model.admission import Quotas
+from gangctl.model.quota import QuotaPolicy
+from gangctl.model.resolve import NODE_JOB
+from gangctl.plugins.volcano import Group, preemptions
 
 log = logging.getLogger(__name__)
 

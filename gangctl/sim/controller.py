@@ -28,11 +28,11 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from gangctl.api.quantity import parse_quantity
-from gangctl.plugins.names import TRAINJOB_NAME
+from gangctl.model.names import TRAINJOB_NAME
 from gangctl.policy import status as st
 from gangctl.policy.decide import Apply, Plan, Snapshot, decide
 from gangctl.policy.failure import Restarts
-from gangctl.policy.gang import Gang
+from gangctl.model.gang import Gang
 from gangctl.sim import objects
 from gangctl.sim.replay import RUNTIME, trainjob_manifest
 from gangctl.sim.scenario import ElasticSpec

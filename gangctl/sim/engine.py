@@ -1,7 +1,7 @@
 """The discrete-event loop: arrivals, completions, failures and repairs on a heap of timed events.
 
-After every event the engine asks `gangctl.policy.admission.decide` which pending gangs the quota
-admits (gangs sized by `gangctl.policy.gang.size_gang`), then places admitted gangs on nodes
+After every event the engine asks `gangctl.model.admission.decide` which pending gangs the quota
+admits (gangs sized by `gangctl.model.gang.size_gang`), then places admitted gangs on nodes
 all-or-nothing. Backend differences are described in `gangctl.sim.scenario`.
 
 Job model: a job has `duration` seconds of work at full size. Running with fewer pods (an elastic
@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Callable
 
-from gangctl.policy.admission import Verdict, Workload, decide, explain, headroom, never_fits, queue_key
-from gangctl.policy.gang import Gang
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.admission import Verdict, Workload, decide, explain, headroom, never_fits, queue_key
+from gangctl.model.gang import Gang
+from gangctl.model.quota import QuotaPolicy
+from gangctl.plugins.registry import BACKENDS
 from gangctl.sim.clock import SimClock
 from gangctl.sim.controller import SimController
 from gangctl.sim.metrics import JobOutcome, Recorder, Series, summarize
@@ -41,12 +42,6 @@ from gangctl.sim.traces import TraceJob
 from gangctl.sim.units import SIM_UNITS
 
 _ARRIVE, _FINISH, _USER_FAIL, _NODE_DOWN, _NODE_UP, _READY_TIMEOUT, _SAMPLE, _RETRY, _RELEASE = range(9)
-# Backends that take a gang only when its quota and free nodes both hold it, in one decision (Volcano's
-# enqueue action, KAI's allocate): a waiting gang holds no quota (see gangctl.sim.scenario).
-ALLOCATES_WHOLE = frozenset({Backend.VOLCANO, Backend.KAI})
-# Backends whose quota is gangctl's own gate: it counts a job's quota until it sees the TrainJob
-# reported done (finish_seconds after its pods exit); the nodes are free at the exit already.
-GATED_UNTIL_REPORTED = frozenset({Backend.COSCHEDULING, Backend.NATIVE})
 PENDING, ADMITTED, RUNNING, DONE, FAILED = "pending", "admitted", "running", "done", "failed"
 Held = tuple[Placement, int]   # pods reserved at Coscheduling's Permit for a gang being rejected, their GPUs each
 
@@ -159,8 +154,15 @@ class Simulation:
         self.quotas = policy.to_quotas(SIM_UNITS)
         self.cluster = cluster
         self.backend = backend
-        self._allocates_whole = backend in ALLOCATES_WHOLE   # read on every scheduling round
-        self._release_on_report = backend in GATED_UNTIL_REPORTED
+        # What the backend declares (gangctl.plugins.base.GangBackend), read on every scheduling round:
+        # one that takes a gang only when its quota and free nodes both hold it, in one decision,
+        # leaves a waiting gang holding no quota; under gangctl's own gate a job's quota is counted
+        # until the TrainJob is seen reported done (finish_seconds after its pods exit), while the
+        # nodes are free at the exit already; one that requeues an unready gang frees its quota then.
+        declared = BACKENDS[Backend(backend).value]
+        self._allocates_whole = declared.allocates_whole
+        self._release_on_report = declared.gated_by_gangctl
+        self._requeues_unready = declared.requeues_unready
         self.failures = failures
         self.elastic = elastic
         self.sample_seconds = sample_seconds
@@ -403,7 +405,7 @@ class Simulation:
                 self._start(job, placement)
             return
         self._wait(job)
-        if self.backend is Backend.KUEUE:
+        if self._requeues_unready:
             self._push(now + self.ready_timeout, _READY_TIMEOUT, job, job.version)
 
     def _hold(self, job: SimJob, pods: int) -> None:
@@ -723,7 +725,7 @@ class Simulation:
         self._hold(job, job.gang.min_member)
         job.state = ADMITTED
         self._wait(job)
-        if self.backend is Backend.KUEUE:
+        if self._requeues_unready:
             self._push(self.clock.now + self.ready_timeout, _READY_TIMEOUT, job, job.version)
 
     # --- sampling -------------------------------------------------------------------------------

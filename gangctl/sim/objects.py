@@ -18,7 +18,7 @@ import yaml
 from gangctl.api import pytorchjob as v1
 from gangctl.api.trainjob import TRAINJOB_KIND
 from gangctl.config import REPO_ROOT
-from gangctl.plugins.names import COMPLETION_INDEX_ANNOTATION
+from gangctl.model.names import COMPLETION_INDEX_ANNOTATION
 from gangctl.policy.convert import DEFAULT_RUNTIME, TRAINER_API
 
 

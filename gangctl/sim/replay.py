@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from gangctl.policy.admission import CPU, GPU, MEMORY
+from gangctl.model.admission import CPU, GPU, MEMORY
 from gangctl.sim.traces import TraceJob
 from gangctl.sim.units import pod_requests
 

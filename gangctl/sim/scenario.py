@@ -29,7 +29,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.api.runtime import GANG_BACKENDS
+from gangctl.model.quota import QuotaPolicy
 from gangctl.sim.generate import Shape, generate
 from gangctl.sim.model import NodePool, Packing
 from gangctl.sim.traces import Trace, TraceFormat, load_trace
@@ -39,12 +40,8 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=to_camel)
 
 
-class Backend(str, Enum):
-    COSCHEDULING = "coscheduling"
-    KUEUE = "kueue"
-    VOLCANO = "volcano"
-    NATIVE = "native"
-    KAI = "kai"
+# A scenario's gang backend: one of gangctl.api.runtime.GANG_BACKENDS (Backend.KUEUE is "kueue").
+Backend = Enum("Backend", {name.upper(): name for name in GANG_BACKENDS}, type=str)
 
 
 class PoolSpec(_Model):

@@ -15,7 +15,7 @@ import random
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.quota import QuotaPolicy
 from gangctl.sim.generate import Shape, generate
 from gangctl.sim.scenario import Scenario
 from gangctl.sim.traces import HELIOS_COLUMNS, TraceJob

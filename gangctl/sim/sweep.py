@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from gangctl.policy.quota import QuotaPolicy, Resources
+from gangctl.model.quota import QuotaPolicy, Resources
 from gangctl.sim.engine import simulate
 from gangctl.sim.scenario import Backend, Scenario
 from gangctl.sim.traces import TraceJob

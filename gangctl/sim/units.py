@@ -9,7 +9,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Mapping
 
-from gangctl.policy.admission import CPU, GPU, MEMORY
+from gangctl.model.admission import CPU, GPU, MEMORY
 from gangctl.sim.traces import TraceJob
 
 SIM_UNITS = {GPU: 1, CPU: 1000, MEMORY: 1024}

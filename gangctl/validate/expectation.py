@@ -19,7 +19,7 @@ import dataclasses
 import statistics
 from dataclasses import dataclass
 
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.quota import QuotaPolicy
 from gangctl.sim.engine import simulate
 from gangctl.sim.metrics import JobOutcome
 from gangctl.sim.scenario import Scenario

@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
-from gangctl.policy.quota import QuotaPolicy, Resources, Team
+from gangctl.model.quota import QuotaPolicy, Resources, Team
 from gangctl.sim.model import NodePool, Packing
 from gangctl.sim.replay import compressed
 from gangctl.sim.scenario import Backend, ControlPlane, Failures, PoolSpec, Scenario

@@ -14,8 +14,8 @@ from typing import Callable
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, CONFIGMAPS, NAMESPACES, NODES, TRAINJOBS
 from gangctl.commands.policy_apply import apply_policy
 from gangctl.kube.client import ApiError, Kube
-from gangctl.policy.quota import QuotaPolicy
-from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_NAMESPACE
+from gangctl.model.quota import QuotaPolicy
+from gangctl.plugins.quota_objects import POLICY_CONFIGMAP, POLICY_NAMESPACE
 from gangctl.sim.replay import SIM_RUN_LABEL, Submission
 from gangctl.validate.measure import finished_condition
 

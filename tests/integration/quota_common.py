@@ -24,8 +24,8 @@ from gangctl.config import REPO_ROOT
 from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.informer import Informer
 from gangctl.policy import pytorchjob as pj
-from gangctl.policy.quota import QuotaPolicy
-from gangctl.policy.quota_coscheduling import ADMISSION_ANNOTATION
+from gangctl.model.quota import QuotaPolicy
+from gangctl.policy.quota_gate import ADMISSION_ANNOTATION
 from tests.integration.helpers import KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, on_kwok_nodes
 
 POLICY_FILE = REPO_ROOT / "tests/integration/data/two-teams.yaml"

@@ -26,8 +26,8 @@ from gangctl.processes import ControllerProcess, running
 from gangctl.plugins import base
 from gangctl.plugins.base import GangBackend
 from gangctl.plugins.workload import node_job
-from gangctl.policy.gang import size_gang
-from gangctl.policy.resolve import resolve
+from gangctl.model.gang import size_gang
+from gangctl.model.resolve import resolve
 from tests.integration.helpers import gangctl_cli
 
 GPU_NODES = 5

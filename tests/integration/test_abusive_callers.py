@@ -21,7 +21,7 @@ import pytest_asyncio
 from gangctl.api.resources import PODS, SECRETS
 from gangctl.kube import serving_cert
 from gangctl.kube.client import ApiError, Kube
-from gangctl.policy import progress
+from gangctl.model import progress
 from gangctl.policy.review_gate import Limits
 from gangctl.processes import ControllerProcess, free_port
 from tests.integration.conftest import wait_ready

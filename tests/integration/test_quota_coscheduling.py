@@ -16,7 +16,7 @@ from gangctl.api.resources import JOBS, POD_GROUPS, PYTORCHJOBS, TRAINING_RUNTIM
 from gangctl.config import REPO_ROOT
 from gangctl.kube.client import ApiError, Kube
 from gangctl.policy.status import phase
-from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_NAMESPACE
+from gangctl.plugins.quota_objects import POLICY_CONFIGMAP, POLICY_NAMESPACE
 from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, bound, eventually, gang_state,
                                        gangctl_cli, get_trainjob, on_kwok_nodes, pods_of, reconciles,
                                        running, settled, submit, trainjob)

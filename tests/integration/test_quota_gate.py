@@ -28,10 +28,10 @@ from gangctl.kube.client import ApiError, Kube
 from gangctl.kube.events import CORE_EVENTS, EventRecorder
 from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
-from gangctl.policy.admission import GPU
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.admission import GPU
+from gangctl.model.quota import QuotaPolicy
 from gangctl.api.resources import TRAINING_RUNTIMES
-from gangctl.policy.quota_coscheduling import POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, policy_configmap
+from gangctl.plugins.quota_objects import POLICY_CONFIGMAP, policy_configmap, POLICY_KEY, POLICY_NAMESPACE
 from gangctl.commands.policy_apply import apply_policy
 from gangctl.runtime.quota_gate import FIELD_MANAGER, QuotaGate, policy_informer
 from tests.integration.helpers import (bound, condition, eventually, gang_state, get_trainjob, pods_of, running, submit,
@@ -384,7 +384,7 @@ async def test_an_invalid_policy_at_start_holds_the_jobs_it_names_until_fixed(
 
 
 async def _later_than(kube: Kube, stamp: str) -> bool:
-    from gangctl.policy.quota_coscheduling import timestamp
+    from gangctl.model.quota_plan import timestamp
     return datetime.now(timezone.utc).timestamp() >= timestamp(stamp) + 1.05
 
 

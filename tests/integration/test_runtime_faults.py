@@ -13,7 +13,7 @@ import pytest
 
 from gangctl.api.resources import JOBS, TRAINJOBS
 from gangctl.kube.client import ApiError
-from gangctl.plugins.names import RESULT_FINALIZER
+from gangctl.model.names import RESULT_FINALIZER
 from tests.integration.conftest import APISERVER_RESTARTS, wait_ready
 from tests.integration.helpers import condition, eventually, gang_state, get_trainjob, is_running, is_true, jobs_in, submit, trainjob
 
@@ -260,7 +260,7 @@ class RunAudit:
         from gangctl.api.resources import JOBS as JOB_RESOURCE
         from gangctl.harness.audit import PodAuditor
         from gangctl.kube.informer import Informer
-        from gangctl.plugins.names import TRAINJOB_NAME
+        from gangctl.model.names import TRAINJOB_NAME
 
         self.pods = PodAuditor()
         self.job_uids: dict[str, set[str]] = {}

@@ -10,7 +10,7 @@ from gangctl.api.resources import JOBS, PYTORCHJOBS, TRAINJOBS
 from gangctl.kube.client import Kube
 from gangctl.plugins.kueue import WORKLOADS, Kueue
 from gangctl.commands.policy_apply import apply_policy
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.quota import QuotaPolicy
 from tests.integration.helpers import (bound, eventually, gang_state, get_trainjob, pods_of, running, submit,
                                        trainjob)
 from tests.integration.quota_common import (TEAMS, assert_same_jobs_within_policy, empty_teams, get_pytorchjob,

@@ -26,7 +26,7 @@ import yaml
 from gangctl.cluster.local import LocalCluster
 from gangctl.harness.netfaults import FaultyProxy
 from gangctl.kube.client import ApiError
-from gangctl.plugins.names import TRAINJOB_NAME
+from gangctl.model.names import TRAINJOB_NAME
 from gangctl.processes import ControllerProcess
 from tests.integration.conftest import wait_ready
 from tests.integration.helpers import eventually, get_trainjob, is_true, jobs_in, submit, trainjob

@@ -1,4 +1,4 @@
-"""Quota admission (gangctl.policy.admission) and the quota policy file (gangctl.policy.quota)."""
+"""Quota admission (gangctl.model.admission) and the quota policy file (gangctl.model.quota)."""
 from __future__ import annotations
 
 import json
@@ -9,10 +9,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from gangctl.policy.admission import (
+from gangctl.model.admission import (
     GPU, Quotas, Reclaim, TeamQuota, Verdict, Workload, decide, headroom, never_fits, queue_key, usage_of,
 )
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.quota import QuotaPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ from gangctl.plugins.kueue import Kueue, workload_state
 from gangctl.plugins.registry import BACKENDS
 from gangctl.plugins.volcano import Volcano, podgroup_phase
 from gangctl.plugins.workload import node_job, owner_reference
-from gangctl.policy.gang import size_gang
-from gangctl.policy.resolve import resolve
+from gangctl.model.gang import size_gang
+from gangctl.model.resolve import resolve
 from gangctl.sim.objects import runtime, trainjob
 
 RUNTIME = runtime()

@@ -8,8 +8,8 @@ import yaml
 
 from gangctl.plugins.coscheduling import Coscheduling
 from gangctl.plugins.workload import headless_service, node_job, owner_reference
-from gangctl.policy.gang import size_gang
-from gangctl.policy.resolve import ResolveError, resolve
+from gangctl.model.gang import size_gang
+from gangctl.model.resolve import ResolveError, resolve
 from gangctl.sim.objects import runtime, trainjob
 
 RUNTIME = runtime()

@@ -12,9 +12,9 @@ from gangctl.plugins.coscheduling import Coscheduling
 from gangctl.plugins.workload import node_job, owner_reference
 from gangctl.policy.cached import node_view, pod_view
 from gangctl.policy.failure import PodFailure
-from gangctl.policy.gang import size_gang
+from gangctl.model.gang import size_gang
 from gangctl.policy.lost_pods import lost_pods
-from gangctl.policy.resolve import resolve
+from gangctl.model.resolve import resolve
 from gangctl.sim import objects
 
 RUNTIME = objects.runtime()

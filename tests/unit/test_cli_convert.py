@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.cli import app
-from gangctl.policy.resolve import resolve
+from gangctl.model.resolve import resolve
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "pytorchjob" / "ddp.yaml"
 

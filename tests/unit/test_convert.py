@@ -9,7 +9,7 @@ from gangctl.api.pytorchjob import PyTorchJobError
 from gangctl.api.runtime import TrainingRuntimeSpec
 from gangctl.api.trainjob import TrainJobSpec
 from gangctl.policy.convert import convert
-from gangctl.policy.resolve import resolve
+from gangctl.model.resolve import resolve
 from gangctl.sim.objects import pytorchjob, replica
 from tests.unit.test_pytorchjob import DDP, ELASTIC
 

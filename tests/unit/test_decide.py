@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 from gangctl.api.resources import JOBS, POD_GROUPS, PODS, SERVICES
 from gangctl.plugins.kueue import QUEUE_LABEL
-from gangctl.plugins.names import REPLICATED_JOB, RESULT_FINALIZER, TRAINJOB_NAME
+from gangctl.model.names import REPLICATED_JOB, RESULT_FINALIZER, TRAINJOB_NAME
 from gangctl.policy import status as st
 from gangctl.policy.failure import PodFailure
 from gangctl.policy.decide import (Apply, CapacityFreed, Create, Delete, Event, GateView, GateWants, LetGo, Patch,

@@ -448,8 +448,7 @@ def test_an_elastic_job_with_a_master_is_charged_and_run_at_its_floor():
 
 
 def test_the_gate_reads_a_pytorchjobs_admission_and_lifecycle():
-    from gangctl.policy.quota_coscheduling import (ADMISSION_ANNOTATION, job_finished, needs_admission,
-                                                   recorded_admission, user_suspended)
+    from gangctl.policy.quota_gate import ADMISSION_ANNOTATION, job_finished, needs_admission, recorded_admission, user_suspended
     obj = pytorchjob()
     assert recorded_admission(obj) is None and needs_admission(obj, None)
     record = {"team": "a", "admittedAt": "2026-11-23T11:00:00Z"}

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 from gangctl.plugins.torch import rdzv_endpoint, rendezvous_store, torch_env
 from gangctl.plugins.workload import ELASTIC_BACKOFF_LIMIT, node_job
 from gangctl.policy.elastic import Worker, plan
-from gangctl.policy.resolve import resolve
+from gangctl.model.resolve import resolve
 from gangctl.sim.objects import runtime, trainjob
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -80,6 +80,6 @@ def test_trainjob_override_and_elastic_job_spec():
     assert spec["backoffLimit"] == ELASTIC_BACKOFF_LIMIT
     assert spec["successPolicy"] == {"rules": [{"succeededCount": 1}]}
     import pytest
-    from gangctl.policy.resolve import ResolveError
+    from gangctl.model.resolve import ResolveError
     with pytest.raises(ResolveError, match="minNodes"):
         elastic_job(elasticPolicy={"minNodes": 5})

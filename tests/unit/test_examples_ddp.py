@@ -20,7 +20,7 @@ def test_trainjob_heredoc_is_train_py():
 
 
 def test_process_node_runtime_is_listed_by_the_sdk_and_runs_one_process_per_cpu_node():
-    from gangctl.policy.resolve import procs_per_node
+    from gangctl.model.resolve import procs_per_node
 
     runtime = yaml.safe_load((REPO_ROOT / "deploy" / "runtimes" / "torch-process-nodes.yaml").read_text())
     assert runtime["metadata"]["labels"]["trainer.kubeflow.org/framework"] == "torch"

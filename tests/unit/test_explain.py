@@ -4,7 +4,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from gangctl.policy.explain import NodeRoom, diagnose, diagnose_pytorchjob, node_rooms, slots_on
-from gangctl.policy.gang import size_gang
+from gangctl.model.gang import size_gang
 from gangctl.sim import objects
 
 GPU = "nvidia.com/gpu"

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from gangctl.api.resources import JOBS, PERSISTENT_VOLUME_CLAIMS, SERVICES
-from gangctl.plugins.names import JOBSET_NAME
+from gangctl.model.names import JOBSET_NAME
 from gangctl.policy import status as st
 from gangctl.policy.decide import Apply, Create, Delete, LetGo, Snapshot, decide
 from tests.unit.test_decide import (ALL_BACKENDS, COMPLETE, NOW, OWNER, RUNTIME, child, condition, snap, step_child, trainjob,

@@ -9,12 +9,12 @@ import pytest
 from gangctl.api.runtime import MAX_NODES, REPLICATED_JOB_NAME_MAX, parse_runtime
 from gangctl.api.trainjob import MAX_NAME_LENGTH, parse_trainjob
 from gangctl.plugins import workload
-from gangctl.plugins.names import MAX_NAME, child_job_name, master_addr, pod_hostname
+from gangctl.model.names import MAX_NAME, child_job_name, master_addr, pod_hostname
 from gangctl.plugins.torch import rendezvous_store, store_name
-from gangctl.policy import name_budget
+from gangctl.model import name_budget
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy.decide import Apply, Create, decide
-from gangctl.policy.resolve import ResolveError, resolve
+from gangctl.model.resolve import ResolveError, resolve
 from tests.unit.test_decide import RUNTIME, condition, snap, trainjob, with_initializers
 from gangctl.sim.objects import pytorchjob, replica
 

@@ -1,7 +1,7 @@
 """gangctl.sim.objects: the hand-made pods, jobs, runtimes and nodes the simulator and the tests share."""
 from __future__ import annotations
 
-from gangctl.plugins.names import TRAINJOB_NAME
+from gangctl.model.names import TRAINJOB_NAME
 from gangctl.sim import objects
 from gangctl.sim.controller import worker
 

@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives import serialization
 
 from gangctl.api.resources import CONFIGMAPS, JOBS
 from gangctl.kube import serving_cert
-from gangctl.plugins.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
-from gangctl.policy import progress
+from gangctl.model.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
+from gangctl.model import progress
 from gangctl.policy.decide import Apply, Create, decide
 from gangctl.runtime import progress_server
 from gangctl.sim import objects

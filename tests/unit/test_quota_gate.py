@@ -1,4 +1,4 @@
-"""The pure half of gangctl's coscheduling quota admission (gangctl.policy.quota_coscheduling)."""
+"""The pure half of gangctl's coscheduling quota admission (gangctl.policy.quota_gate, gangctl.model.quota_plan, gangctl.plugins.coscheduling)."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -8,11 +8,12 @@ from pathlib import Path
 
 import yaml
 
-from gangctl.policy.admission import GPU, Verdict
-from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
-from gangctl.policy.quota_coscheduling import (POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE, Growable, NodeRange,
-                                               Pending, admission_record, admitted_workload, coscheduling_objects,
-                                               grow, grown_record, plan, priority_value, timestamp)
+from gangctl.model.admission import GPU, Verdict
+from gangctl.model.quota import QUANTITY_UNITS, QuotaPolicy
+from gangctl.plugins.quota_objects import POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE
+from gangctl.model.quota_plan import grow, Growable, NodeRange, Pending, plan, priority_value, timestamp
+from gangctl.policy.quota_gate import admission_record, admitted_workload, grown_record
+from gangctl.plugins.coscheduling import coscheduling_objects
 from gangctl.commands.policy_apply import objects_for, policy_text
 from gangctl.sim.objects import trainjob
 
@@ -152,7 +153,7 @@ def test_admitted_elastic_jobs_grow_into_their_team_room_unless_a_job_of_the_tea
 
 
 def test_an_invalid_policy_holds_the_namespaces_it_still_names():
-    from gangctl.policy.quota_coscheduling import held_namespaces, invalid_policy_message
+    from gangctl.policy.quota_gate import held_namespaces, invalid_policy_message
 
     # each team's namespaces (a string counts as one), else its name; whatever else is wrong
     text = ("teams:\n- {name: a, namespaces: [ns-a1, ns-a2], nominal: {gpu: -1}}\n- {name: b}\n"
@@ -169,7 +170,7 @@ def test_an_invalid_policy_holds_the_namespaces_it_still_names():
 
 
 def test_a_starting_gate_waits_for_every_job_that_may_ask():
-    from gangctl.policy.quota_coscheduling import awaiting_start, needs_admission
+    from gangctl.policy.quota_gate import awaiting_start, needs_admission
 
     tj = partial(trainjob, "x", status={})
     record = {"team": "a"}

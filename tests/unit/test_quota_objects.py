@@ -6,11 +6,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.quota import QuotaPolicy
 from gangctl.policy.quota_check import check_policy
-from gangctl.policy.quota_kueue import UNLIMITED, kueue_objects, priority_label, quantity
-from gangctl.policy.quota_kai import kai_objects, unexpressed
-from gangctl.policy.quota_volcano import queue_for_namespace, volcano_objects
+from gangctl.plugins.kueue import kueue_objects, priority_label, UNLIMITED
+from gangctl.plugins.quota_objects import quantity
+from gangctl.plugins.kai import kai_objects, unexpressed
+from gangctl.plugins.volcano import queue_for_namespace, volcano_objects
 
 EXAMPLE_TEXT = (Path(__file__).parents[2] / "policies/example-teams.yaml").read_text()
 EXAMPLE = QuotaPolicy.model_validate(yaml.safe_load(EXAMPLE_TEXT))

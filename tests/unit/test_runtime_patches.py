@@ -8,7 +8,7 @@ from kubeflow_trainer_api import models
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.plugins.coscheduling import Coscheduling
 from gangctl.plugins.workload import node_job, owner_reference
-from gangctl.policy.resolve import ResolveError, resolve
+from gangctl.model.resolve import ResolveError, resolve
 from gangctl.sim import objects
 
 RUNTIME = objects.runtime()

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gangctl.policy.admission import GPU
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.admission import GPU
+from gangctl.model.quota import QuotaPolicy
 from gangctl.sim.engine import RUNNING, Simulation, backoff_expiry, simulate
 from gangctl.sim.generate import generate
 from gangctl.sim.scenario import Backend, Scenario

@@ -26,12 +26,12 @@ from gangctl.api.quantity import parse_quantity
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.plugins.registry import backend_for
 from gangctl.plugins.workload import node_job, owner_reference
-from gangctl.policy import admission
-from gangctl.policy.admission import CPU, GPU, MEMORY, Verdict, Workload, usage_of
-from gangctl.policy.gang import size_gang
-from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy, podgroup_workload
+from gangctl.model import admission
+from gangctl.model.admission import CPU, GPU, MEMORY, Verdict, Workload, usage_of
+from gangctl.model.gang import size_gang
+from gangctl.model.quota import QUANTITY_UNITS, QuotaPolicy, podgroup_workload
 from gangctl.policy.decide import Snapshot, decide
-from gangctl.policy.resolve import resolve
+from gangctl.model.resolve import resolve
 from gangctl.sim import engine
 from gangctl.sim.controller import SimController, elastic_floor, runtime_for
 from gangctl.sim.engine import Simulation

@@ -9,9 +9,9 @@ import pytest
 from rich.console import Console
 
 from gangctl.api.trainjob import parse_trainjob
-from gangctl.policy.admission import GPU, Verdict, Workload, decide, queue_key
-from gangctl.policy.quota import QuotaPolicy
-from gangctl.policy.resolve import resolve
+from gangctl.model.admission import GPU, Verdict, Workload, decide, queue_key
+from gangctl.model.quota import QuotaPolicy
+from gangctl.model.resolve import resolve
 from gangctl.sim import objects
 from gangctl.sim.engine import simulate
 from gangctl.sim.metrics import JobOutcome

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from gangctl.policy.quota import QuotaPolicy
+from gangctl.model.quota import QuotaPolicy
 from gangctl.sim.engine import simulate
 from gangctl.sim.generate import generate
 from gangctl.sim.scenario import Backend, Scenario

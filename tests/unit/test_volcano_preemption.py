@@ -1,12 +1,12 @@
-"""Volcano priority preemption as gangctl decides it (gangctl.policy.volcano_preemption): pure."""
+"""Volcano priority preemption as gangctl decides it (gangctl.plugins.volcano.preemptions): pure."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import yaml
 
-from gangctl.policy.quota import QUANTITY_UNITS, QuotaPolicy
-from gangctl.policy.volcano_preemption import Group, preemptions
+from gangctl.model.quota import QUANTITY_UNITS, QuotaPolicy
+from gangctl.plugins.volcano import Group, preemptions
 from gangctl.commands.policy_apply import objects_for
 
 TWO_TEAMS = QuotaPolicy.model_validate(yaml.safe_load(

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from gangctl.api.resources import TRAINER_GROUP
-from gangctl.plugins.names import TRAINJOB_NAME
+from gangctl.model.names import TRAINJOB_NAME
 
 AUDIENCE = "trainer.kubeflow.org"
 VOLUME = "kubeflow-trainer-token"

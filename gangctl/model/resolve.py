@@ -24,7 +24,7 @@ from typing import Any
 
 from gangctl.api.quantity import parse_quantity
 from gangctl.api.runtime import GANG_BACKENDS, PODGROUP_ONE_BACKEND_MESSAGE
-from gangctl.policy import jobset, name_budget
+from gangctl.model import jobset, name_budget
 
 NODE_JOB = "node"  # the replicated job whose pods run torchrun (the SDK looks for this name)
 NODE_CONTAINER = "node"

@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gangctl.plugins.names import MAX_NAME, child_job_name, pod_hostname
-from gangctl.policy.progress import config_map_name
+from gangctl.model.names import MAX_NAME, child_job_name, pod_hostname
+from gangctl.model.progress import config_map_name
 
 if TYPE_CHECKING:
-    from gangctl.policy.resolve import ResolvedJob
+    from gangctl.model.resolve import ResolvedJob
 
 DNS_SUBDOMAIN = 253
 NAME_TOO_LONG = "NameTooLong"

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from gangctl.plugins.names import JOBSET_NAME
+from gangctl.model.names import JOBSET_NAME
 
 COORDINATOR = "jobset.sigs.k8s.io/coordinator"
 RETAIN = "Retain"

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, model_valid
 from pydantic.alias_generators import to_camel
 
 from gangctl.api.quantity import parse_quantity
-from gangctl.policy.admission import CPU, GPU, MEMORY, Quotas, Reclaim, TeamQuota, Workload
+from gangctl.model.admission import CPU, GPU, MEMORY, Quotas, Reclaim, TeamQuota, Workload
 
 _FIELD_RESOURCES = {"gpu": GPU, "cpu": CPU, "memory": MEMORY}
 
