@@ -28,8 +28,8 @@ lint: $(STAMP)
 unit: $(STAMP)  ## no cluster; stops at the first failure
 	$(BIN)/python -m pytest tests/unit -q -x --durations=5
 
-integration: build  ## on one real local cluster, started once
-	$(BIN)/python -m pytest tests/integration -q -ra --durations=10
+integration: build  ## on real local clusters: the scheduler backends' modules (clusters of their own) beside the rest
+	$(BIN)/python tests/run_integration.py
 
 checks: lint unit  ## everything that needs no cluster
 
