@@ -415,8 +415,7 @@ class PodGroupPolicy(K8sModel):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "[has(self.coscheduling), has(self.volcano), has(self.kueue), has(self.native), has(self.kai)]"
-                    ".filter(x, x).size() == 1",
+                    "rule": f"[{', '.join(f'has(self.{name})' for name in GANG_BACKENDS)}].filter(x, x).size() == 1",
                     "message": PODGROUP_ONE_BACKEND_MESSAGE,
                 }
             ]
