@@ -329,55 +329,24 @@ async def run_controller(settings: ControllerSettings) -> int:
     beyond those already queued, in-flight reconciles get `shutdown_grace_seconds`, and the Lease is
     released so a standby takes over within its retry period.
     """
-    kube = await Kube.connect(settings.kubeconfig)
-    # The token reviews and progress reports go through a session of their own: not behind the write
-    # fence (a standby answers its callers too) nor behind the controller's rate limit. The reviews are
-    # capped and cached (gangctl.policy.review_gate), so callers with invented tokens cannot crowd it.
-    control = await Kube.connect(settings.kubeconfig)
-    # The Lease has a session and connection pool of its own again: no burst of reconciles, reviews
-    # or reports can queue a renewal behind it (and deploy/'s FlowSchema gives it its own APF level).
-    lease_kube = await Kube.connect(settings.kubeconfig)
     me = settings.leader_elect_identity or identity()
-    for client, role in ((kube, "controller"), (control, "reviews"), (lease_kube, "leader-election")):
-        client.user_agent = f"{client.user_agent} ({me}; {role})"  # tells replicas apart in the audit log
+    kube, control, lease_kube = await _clients(settings, me)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     tasks: list[asyncio.Task] = []
     background: list[asyncio.Task] = []   # loops that never end the controller (they catch their errors)
-    runner = None
-    closing = []
+    runner, closing = None, []
     try:
         backends = await until_answered(lambda: served_backends(kube, settings.namespace), "discovery")
         log.info("gang backends served by this cluster: %s", ", ".join(sorted(backends)) or "none")
         controller = Controller(kube, settings, backends=backends,
                                 pytorchjobs=await until_answered(lambda: serves_pytorchjobs(kube), "discovery"))
-        reviews = Reviews(control, on_review=lambda kind: controller.metrics.access_reviews.labels(kind).inc(),
-                          on_refused=lambda limit: controller.metrics.access_reviews_refused.labels(limit).inc())
-        authorize = AccessReviewer(reviews).check if settings.metrics_auth else None
-        endpoint = await progress_endpoint(control, reviews, controller, settings)
-        if endpoint is not None:
-            await endpoint.refresh()
-            closing.append(endpoint.close)
-            background.append(asyncio.create_task(endpoint.run(), name="progress-endpoint"))
-
-        def degraded() -> list[str]:
-            return [p] if endpoint and (p := endpoint.problem()) else []
-        runner = await serve(make_app(controller.metrics.registry, controller.problems, authorize, degraded),
-                             settings.metrics_host, settings.metrics_port)
-        log.info("serving /metrics%s /healthz /readyz on http://%s:%d", " (token-reviewed)" if authorize else "",
-                 settings.metrics_host, settings.metrics_port)
-        elector = elector_task = None
-        if settings.leader_elect:
-            elector = LeaderElector(lease_kube, settings.leader_elect_namespace, settings.leader_elect_lease_name, me,
-                                    LeaseTimings(settings.lease_duration_seconds, settings.renew_deadline_seconds,
-                                                 settings.retry_period_seconds))
-            kube.write_fence = elector.fence_left
-            log.info("leader election: %s campaigning for lease %s/%s", elector.identity,
-                     elector.namespace, elector.name)
-            elector_task = asyncio.create_task(elector.run(), name="leader-elector")
-            tasks.append(elector_task)
+        runner = await _serve_endpoints(controller, control, settings, closing, background)
+        elector = _elector(settings, lease_kube, kube, me)
+        elector_task = asyncio.create_task(elector.run(), name="leader-elector") if elector else None
+        tasks += [elector_task] if elector_task else []
         run = asyncio.create_task(controller.run(elector.leading if elector else None), name="controller")
         tasks += [run, asyncio.create_task(stop.wait(), name="stop-signal")]
         # The elector's task ends when leadership is lost; the controller's only on a crash.
@@ -406,9 +375,56 @@ async def run_controller(settings: ControllerSettings) -> int:
             await close()
         if runner is not None:
             await runner.cleanup()
-        await lease_kube.close()
-        await control.close()
-        await kube.close()
+        for client in (lease_kube, control, kube):
+            await client.close()
+
+
+async def _clients(settings: ControllerSettings, me: str) -> tuple[Kube, Kube, Kube]:
+    """The controller's three API sessions: its own (rate-limited, behind the write fence); one for
+    token reviews and progress reports, which is neither (a standby answers its callers too, and the
+    reviews are capped and cached by gangctl.policy.review_gate, so callers with invented tokens cannot
+    crowd it); and one for the Lease alone, so that no burst of reconciles, reviews or reports queues a
+    renewal behind it (deploy/'s FlowSchema gives it its own APF level too). Each names its replica
+    and role in its user agent, which tells replicas apart in the audit log."""
+    clients = (await Kube.connect(settings.kubeconfig), await Kube.connect(settings.kubeconfig),
+               await Kube.connect(settings.kubeconfig))
+    for client, role in zip(clients, ("controller", "reviews", "leader-election")):
+        client.user_agent = f"{client.user_agent} ({me}; {role})"
+    return clients
+
+
+async def _serve_endpoints(controller: Controller, control: Kube, settings: ControllerSettings,
+                           closing: list, background: list[asyncio.Task]):
+    """Start the progress endpoint (if any) and the /metrics /healthz /readyz server; return the
+    latter's runner. What must be closed or cancelled at the end is appended to `closing`/`background`."""
+    reviews = Reviews(control, on_review=lambda kind: controller.metrics.access_reviews.labels(kind).inc(),
+                      on_refused=lambda limit: controller.metrics.access_reviews_refused.labels(limit).inc())
+    authorize = AccessReviewer(reviews).check if settings.metrics_auth else None
+    endpoint = await progress_endpoint(control, reviews, controller, settings)
+    if endpoint is not None:
+        await endpoint.refresh()
+        closing.append(endpoint.close)
+        background.append(asyncio.create_task(endpoint.run(), name="progress-endpoint"))
+
+    def degraded() -> list[str]:
+        return [p] if endpoint and (p := endpoint.problem()) else []
+    runner = await serve(make_app(controller.metrics.registry, controller.problems, authorize, degraded),
+                         settings.metrics_host, settings.metrics_port)
+    log.info("serving /metrics%s /healthz /readyz on http://%s:%d", " (token-reviewed)" if authorize else "",
+             settings.metrics_host, settings.metrics_port)
+    return runner
+
+
+def _elector(settings: ControllerSettings, lease_kube: Kube, kube: Kube, me: str) -> LeaderElector | None:
+    """The Lease campaigner when leader election is on; the controller's writes are fenced by it."""
+    if not settings.leader_elect:
+        return None
+    elector = LeaderElector(lease_kube, settings.leader_elect_namespace, settings.leader_elect_lease_name, me,
+                            LeaseTimings(settings.lease_duration_seconds, settings.renew_deadline_seconds,
+                                         settings.retry_period_seconds))
+    kube.write_fence = elector.fence_left
+    log.info("leader election: %s campaigning for lease %s/%s", elector.identity, elector.namespace, elector.name)
+    return elector
 
 
 async def progress_endpoint(control: Kube, reviews: Reviews, controller: Controller,
