@@ -74,9 +74,14 @@ def make_app(registry: CollectorRegistry, problems: Callable[[], list[str]],
     return app
 
 
+# On stop, how long a request already being answered may take (aiohttp's default is 60 s, longer than a
+# pod's grace period: a stuck scrape or report would turn a clean stop into a SIGKILL).
+SHUTDOWN_SECONDS = 2.0
+
+
 async def serve(app: web.Application, host: str, port: int) -> web.AppRunner:
     """Serve `app` on host:port; PortInUse says which process holds the port."""
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_SECONDS)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()

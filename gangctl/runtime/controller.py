@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import functools
 import logging
 import signal
+import sys
 import time
 from collections import Counter
 
@@ -243,17 +245,19 @@ class Controller:
     async def run(self, leading: asyncio.Event | None = None) -> None:
         informers = [asyncio.create_task(inf.run(), name=f"informer-{inf.resource.plural}")
                      for inf in self.informers()]
-        # The policy is read before any worker runs, or jobs would start ungated.
-        await asyncio.gather(*(inf.synced.wait() for inf in self.informers()))
-        log.info("caches synced: %d TrainJobs", len(self.caches.trainjobs.cache))
-        if leading is not None:  # a standby keeps its caches warm and starts no worker until it leads
-            await leading.wait()
-        workers = [asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.settings.workers)]
-        housekeeping = [asyncio.create_task(self._resync()), asyncio.create_task(self._gauges()),
-                        asyncio.create_task(self._retry_waiting()),
-                        asyncio.create_task(self.gate.run(), name="quota-gate"),
-                        *([asyncio.create_task(self.reaper.run(), name="lost-pod-reaper")] if self.reaper else [])]
-        try:
+        workers: list[asyncio.Task] = []
+        housekeeping: list[asyncio.Task] = []
+        try:   # stopped at any point (a standby too), none of the tasks it started outlives it
+            # The policy is read before any worker runs, or jobs would start ungated.
+            await asyncio.gather(*(inf.synced.wait() for inf in self.informers()))
+            log.info("caches synced: %d TrainJobs", len(self.caches.trainjobs.cache))
+            if leading is not None:  # a standby keeps its caches warm and starts no worker until it leads
+                await leading.wait()
+            workers = [asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.settings.workers)]
+            housekeeping = [asyncio.create_task(self._resync()), asyncio.create_task(self._gauges()),
+                            asyncio.create_task(self._retry_waiting()),
+                            asyncio.create_task(self.gate.run(), name="quota-gate"),
+                            *([asyncio.create_task(self.reaper.run(), name="lost-pod-reaper")] if self.reaper else [])]
             await asyncio.gather(*informers, *workers, *housekeeping)
         finally:
             self.queue.shutdown()
@@ -359,11 +363,7 @@ async def run_controller(settings: ControllerSettings) -> int:
                 log.error("leader election failed", exc_info=elector_task.exception())
             log.error("leadership lost: exiting so that a standby leads (writes are refused from now on)")
             return 1
-        log.info("stopping: draining in-flight reconciles (up to %.0fs)", settings.shutdown_grace_seconds)
-        await _drain(controller, settings.shutdown_grace_seconds)
-        if elector is not None and elector_task is not None:
-            elector_task.cancel()
-            await elector.release()
+        await _stop(controller, settings.shutdown_grace_seconds, elector, elector_task)
         return 0
     finally:
         for task in tasks + background:
@@ -463,6 +463,39 @@ async def local_progress_service(kube: Kube) -> tuple[str, int] | None:
         if not (err.not_found or err.status == 403):
             raise
     return None
+
+
+# What a stop usually takes after the drain (the Lease's release, closing the servers, cancelling the
+# tasks) is well under a second; 4 s more and the watchdog says where it is stuck, before a pod's
+# grace period (or a test harness) ends it with SIGKILL.
+STOP_SECONDS = 4.0
+
+
+def stuck_stop_watchdog(after: float) -> asyncio.TimerHandle:
+    """If stopping takes longer than `after` seconds, log what every task and thread is doing (once),
+    so a stop that would end in SIGKILL says where it was stuck. Armed until the process exits (it
+    never fires if the event loop closes first)."""
+    def dump() -> None:
+        log.error("still stopping after %.0fs; its tasks follow", after)
+        for task in asyncio.all_tasks():
+            task.print_stack(limit=8, file=sys.stderr)
+    # The threads' stacks from a thread of faulthandler's own: printed even if the event loop is blocked.
+    faulthandler.dump_traceback_later(after, file=sys.stderr)
+    return asyncio.get_running_loop().call_later(after, dump)
+
+
+async def _stop(controller: Controller, grace: float, elector: LeaderElector | None,
+                elector_task: asyncio.Task | None) -> None:
+    """Drain the in-flight reconciles, then give the Lease up."""
+    log.info("stopping: draining in-flight reconciles (up to %.0fs)", grace)
+    stuck_stop_watchdog(grace + STOP_SECONDS)
+    await _drain(controller, grace)
+    if elector is not None and elector_task is not None:
+        # Its last attempt may still win the Lease (a standby stopped while it acquires): let that
+        # attempt end first, so that a Lease won at the last moment is released too.
+        elector_task.cancel()
+        await asyncio.gather(elector_task, return_exceptions=True)
+        await elector.release()
 
 
 async def _drain(controller: Controller, grace: float) -> None:

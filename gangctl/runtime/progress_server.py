@@ -43,7 +43,7 @@ from gangctl.kube import serving_cert
 from gangctl.kube.access_review import Reviews
 from gangctl.kube.client import UNREACHABLE, ApiError, Kube
 from gangctl.kube.serving_cert import MalformedSecret, ServingCert
-from gangctl.obs.server import bearer_token, retry_after_header
+from gangctl.obs.server import SHUTDOWN_SECONDS, bearer_token, retry_after_header
 from gangctl.model import progress
 from gangctl.policy.ratelimit import TokenBuckets
 from gangctl.policy.review_gate import Busy, Verdicts
@@ -228,7 +228,7 @@ class ProgressEndpoint:
 
 async def serve(server: ProgressServer, context: ssl.SSLContext, host: str, port: int) -> web.AppRunner:
     """HTTPS on host:port; SO_REUSEPORT, so several replicas on one host (tests, a restart) all serve."""
-    runner = web.AppRunner(server.app(), access_log=None)
+    runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=SHUTDOWN_SECONDS)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port, ssl_context=context, reuse_port=True).start()
