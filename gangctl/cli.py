@@ -369,6 +369,7 @@ def explain_command(
     """Why a TrainJob or PyTorchJob waits (or runs, or ended): its gang's requests against what the nodes have free."""
     import asyncio
 
+    from gangctl.api.quantity import format_amount
     from gangctl.commands.explain import ExplainError, as_json, explain, explain_pytorchjob
     from gangctl.kube.client import ApiError
 
@@ -393,9 +394,15 @@ def explain_command(
         for col in ("resource", "the missing pods need", "free on schedulable nodes"):
             table.add_column(col, justify="right")
         for row in d.rows:
-            short = row.free < row.needed
-            table.add_row(row.resource, f"{float(row.needed):g}",
-                          f"[red]{float(row.free):g}[/]" if short else f"{float(row.free):g}")
+            needed, free = format_amount(row.resource, row.needed), format_amount(row.resource, row.free)
+            table.add_row(row.resource, needed, f"[red]{free}[/]" if row.free < row.needed else free)
+        out.print(table)
+    if any(e.slots for e in d.excluded):
+        table = Table(title="nodes the gang's pods may not use")
+        for col, justify in (("excluded by", "left"), ("nodes", "right"), ("room for pods", "right"), ("to use them", "left")):
+            table.add_column(col, justify=justify)
+        for e in d.excluded:
+            table.add_row(e.what, str(e.nodes), str(e.slots), e.fix)
         out.print(table)
     if d.scheduler_says:
         out.print(f"the scheduler says: {d.scheduler_says}")

@@ -71,6 +71,18 @@ def format_quantity(value: Fraction | int) -> str:
     return f"{math.ceil(value * 10**9)}n"
 
 
+def format_amount(resource: str, value: Fraction | int) -> str:
+    """An amount as a person reads it in Kubernetes: bytes (memory, storage, hugepages) in the largest
+    binary suffix that divides them ("4Gi", "1536Mi"), anything else in the canonical short form
+    ("500m" CPU, "8" GPUs)."""
+    value = Fraction(value)
+    if resource in ("memory", "ephemeral-storage", "storage") or resource.startswith("hugepages-"):
+        for suffix, scale in sorted(_BINARY.items(), key=lambda item: -item[1]):
+            if value and abs(value) >= scale and (value / scale).denominator == 1:
+                return f"{value / scale}{suffix}"
+    return format_quantity(value)
+
+
 class ResourceList(Mapping[str, Fraction]):
     """An immutable map of resource name to exact amount, e.g. {"cpu": 1/2, "nvidia.com/gpu": 8}."""
 

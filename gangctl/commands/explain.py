@@ -14,7 +14,7 @@ from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, NODES, PODS, PYTOR
 from gangctl.kube.client import ApiError, Kube
 from gangctl.model.names import TRAINJOB_NAME
 from gangctl.policy import pytorchjob as pj
-from gangctl.policy.explain import Diagnosis, diagnose, diagnose_pytorchjob, node_rooms
+from gangctl.policy.explain import Diagnosis, diagnose, diagnose_pytorchjob, screen_nodes
 from gangctl.model.gang import size_gang
 from gangctl.model.resolve import resolve
 
@@ -48,8 +48,8 @@ async def explain(kubeconfig: Path | str | None, namespace: str, name: str,
             raise
         job = resolve(trainjob, runtime)
         gang = size_gang(job.num_nodes, job.requests, min_nodes=job.min_nodes)
-        bound, rooms, says = await _room(kube, namespace, TRAINJOB_NAME, name, job.pod_template)
-        return trainjob, diagnose(trainjob.get("status"), gang, bound, rooms, says, retry_seconds)
+        bound, (rooms, excluded), says = await _room(kube, namespace, TRAINJOB_NAME, name, job.pod_template)
+        return trainjob, diagnose(trainjob.get("status"), gang, bound, rooms, says, retry_seconds, excluded)
     finally:
         await kube.close()
 
@@ -71,29 +71,23 @@ async def explain_pytorchjob(kubeconfig: Path | str | None, namespace: str, name
         except pj.PyTorchJobMappingError as err:
             return obj, Diagnosis("InvalidSpec", str(err))
         template = mapped.groups[-1].job.pod_template          # the Workers' (the gang's per-pod size)
-        bound, rooms, says = await _room(kube, namespace, pj.JOB_NAME, name, template)
-        return obj, diagnose_pytorchjob(obj.get("status"), mapped.gang(), bound, rooms, says, retry_seconds)
+        bound, (rooms, excluded), says = await _room(kube, namespace, pj.JOB_NAME, name, template)
+        return obj, diagnose_pytorchjob(obj.get("status"), mapped.gang(), bound, rooms, says, retry_seconds, excluded)
     finally:
         await kube.close()
 
 
-async def _room(kube: Kube, namespace: str, label: str, name: str, pod_template: dict) -> tuple[int, list, str]:
-    """The job's pods bound so far, the room of the nodes its pods may use, and the scheduler's word."""
+async def _room(kube: Kube, namespace: str, label: str, name: str, pod_template: dict) -> tuple[int, tuple, str]:
+    """The job's pods bound so far, the nodes its pods may use (with their free room) and those they
+    may not (with why), and the scheduler's word."""
     nodes = (await kube.get(NODES.path()))["items"]
     pods = (await kube.get(PODS.path(), fieldSelector="status.phase!=Succeeded,status.phase!=Failed"))["items"]
     mine = [p for p in pods if p["metadata"]["namespace"] == namespace
             and (p["metadata"].get("labels") or {}).get(label) == name]
     bound = sum(1 for p in mine if (p.get("spec") or {}).get("nodeName"))
-    tolerations = (pod_template.get("spec") or {}).get("tolerations") or []
-    rooms = node_rooms(_selected(nodes, pod_template), pods, tolerations)
+    screened = screen_nodes(nodes, pods, pod_template.get("spec") or {})
     says = await _scheduler_says(kube, namespace, [p["metadata"]["name"] for p in mine if not p["spec"].get("nodeName")])
-    return bound, rooms, says
-
-
-def _selected(nodes: list[dict], pod_template: dict) -> list[dict]:
-    """The nodes the pod's nodeSelector allows (affinity is left to the scheduler's own message)."""
-    selector = (pod_template.get("spec") or {}).get("nodeSelector") or {}
-    return [n for n in nodes if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())]
+    return bound, screened, says
 
 
 async def _scheduler_says(kube: Kube, namespace: str, pending: list[str]) -> str:
@@ -112,4 +106,5 @@ def as_json(job: dict, d: Diagnosis) -> dict:
     meta = job["metadata"]
     out = asdict(d)
     out["rows"] = [{"resource": r.resource, "needed": float(r.needed), "free": float(r.free)} for r in d.rows]
+    out["excluded"] = [asdict(e) for e in d.excluded]
     return {job["kind"].lower(): f"{meta['namespace']}/{meta['name']}", **out}

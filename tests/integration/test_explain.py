@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 
 import pytest
 
+from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES
+from gangctl.cluster.local import KWOK_NODE_SELECTOR
 from tests.integration.conftest import GPU_NODES, GPUS_PER_NODE
 from tests.integration.helpers import bound, eventually, gangctl_cli, get_trainjob, is_running, pods_of, submit, trainjob
 
@@ -53,3 +56,38 @@ async def test_explain_gives_the_reason_and_numbers_of_a_waiting_gang(kube, kube
 
     missing = explain(kubeconfig, f"{namespace}/no-such-job")
     assert missing.returncode == 1 and "not found" in missing.stderr
+
+
+async def test_explain_names_the_taint_that_keeps_a_gang_off_free_nodes(kube, kubeconfig, controller, namespace):
+    """A runtime that selects KWOK's GPU nodes but forgets their taint: the nodes have room, the gang
+    waits, and explain says which taint and what to add (not `0 free`)."""
+    name = f"untolerated-{uuid.uuid4().hex[:6]}"
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+               "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}},
+               "spec": {"mlPolicy": {"numNodes": 2, "torch": {"numProcPerNode": "auto"}},
+                        "podGroupPolicy": {"coscheduling": {"scheduleTimeoutSeconds": 60}},
+                        "template": {"spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {
+                            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                            "spec": {"template": {"spec": {
+                                "restartPolicy": "Never", "nodeSelector": dict(KWOK_NODE_SELECTOR),
+                                "containers": [{"name": "node", "image": "pytorch", "command": ["torchrun", "t.py"],
+                                                "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}}]}}}}
+    await kube.create(CLUSTER_TRAINING_RUNTIMES.path(), runtime)
+    try:
+        obj = trainjob("untolerated", namespace, nodes=2, runtime=name)
+        await submit(kube, obj)
+
+        async def pods_made() -> bool:
+            return len(await pods_of(kube, namespace, "untolerated")) == 2
+        await eventually(pods_made, 30, "the gang's pods created")
+        result = explain(kubeconfig, f"{namespace}/untolerated", "-o", "json")
+        assert result.returncode == 0, result.stderr
+        d = json.loads(result.stdout)
+        assert d["reason"] == "InsufficientCapacity", d
+        taint = next(e for e in d["excluded"] if e["what"] == "taint kwok.x-k8s.io/node=fake:NoSchedule")
+        assert taint["nodes"] == GPU_NODES and taint["slots"] > 0, d["excluded"]
+        assert "add a toleration" in d["message"] and "kwok.x-k8s.io/node" in d["message"]
+        text = explain(kubeconfig, f"{namespace}/untolerated")
+        assert "nodes the gang's pods may not use" in text.stdout and "kwok.x-k8s.io/node=fake" in text.stdout
+    finally:
+        await kube.delete(CLUSTER_TRAINING_RUNTIMES.path(name=name))

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from gangctl.policy.explain import NodeRoom, diagnose, diagnose_pytorchjob, node_rooms, slots_on
-from gangctl.model.gang import size_gang
+from gangctl.policy.explain import Exclusion, NodeRoom, diagnose, diagnose_pytorchjob, node_rooms, screen_nodes, slots_on
+from gangctl.model.gang import Gang, size_gang
 from gangctl.sim import objects
 
 GPU = "nvidia.com/gpu"
@@ -34,7 +34,7 @@ def test_free_room_counts_running_pods_and_skips_what_cannot_take_a_pod():
     pods = [pod("a", 6), pod("a", 1, phase="Succeeded"), pod(None, 8)]
     rooms = {r.name: r.free[GPU] for r in node_rooms(nodes, pods)}
     assert rooms == {"a": 2, "b": 8}, "finished and unbound pods hold nothing; NotReady, cordoned, tainted nodes are out"
-    tolerated = node_rooms(nodes, pods, [{"key": "gangctl.io/process-node", "operator": "Exists"}])
+    tolerated = node_rooms(nodes, pods, {"tolerations": [{"key": "gangctl.io/process-node", "operator": "Exists"}]})
     assert "tainted" in {r.name for r in tolerated}
 
 
@@ -121,3 +121,53 @@ def test_a_gang_its_backend_holds_for_quota_is_explained_by_the_backend_not_the_
     d = diagnose(held, gang(2), 0, [NodeRoom("a", {GPU: Fraction(8)})])
     assert d.reason == "WaitingForQuota" and d.message.startswith("KAI queue team-a has no room")
     assert "queue has room" in d.message and d.rows == ()
+
+
+KWOK_TAINT = {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}
+
+
+def test_a_gang_kept_off_tainted_nodes_is_told_which_taint_and_what_to_add():
+    """The case from the topology issue: 32 GPUs free, all on nodes whose taint the pods lack."""
+    nodes = [node(f"kwok-{i}", 8, taints=[KWOK_TAINT]) for i in range(4)] + [node("cpu-only", 0)]
+    rooms, excluded = screen_nodes(nodes, [], {"containers": []})
+    assert [r.name for r in rooms] == ["cpu-only"] and len(excluded) == 4
+    d = diagnose(waiting(0, 4), gang(4), 0, rooms, excluded=excluded)
+    assert d.reason == "InsufficientCapacity"
+    assert d.excluded == (Exclusion("taint kwok.x-k8s.io/node=fake:NoSchedule", d.excluded[0].fix, 4, 4),)
+    assert "4 node(s) with room for 4 pod(s) are excluded by taint kwok.x-k8s.io/node=fake:NoSchedule" in d.message
+    assert "add a toleration" in d.message and "key kwok.x-k8s.io/node" in d.message
+    tolerated, none_out = screen_nodes(nodes, [], {"tolerations": [{"operator": "Exists"}]})
+    assert len(tolerated) == 5 and not none_out, "a toleration of everything tolerates every taint"
+
+
+def test_node_selector_and_required_affinity_exclude_nodes_with_their_rule_named():
+    a = objects.node("a", labels={"pool": "train", "zone": "z1"}, allocatable={GPU: "8"})
+    b = objects.node("b", labels={"pool": "serve", "zone": "z1"}, allocatable={GPU: "8"})
+    c = objects.node("c", labels={"pool": "train", "zone": "z2"}, allocatable={GPU: "8"})
+    spec = {"nodeSelector": {"pool": "train"},
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}]}}}}
+    rooms, excluded = screen_nodes([a, b, c], [], spec)
+    assert [r.name for r in rooms] == ["a"]
+    why = {e.room.name: e.what for e in excluded}
+    assert why == {"b": "nodeSelector pool=train", "c": "required node affinity (no nodeSelectorTerm matches)"}
+    either = {"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["z1"]}]}
+    spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"].append(either)
+    assert [r.name for r in screen_nodes([a, b, c], [], spec)[0]] == ["a", "c"], "terms are ORed"
+
+
+def test_excluded_nodes_without_room_for_a_pod_are_not_offered_as_a_fix():
+    nodes = [node("a", 8), node("full", 8, taints=[KWOK_TAINT])]
+    rooms, excluded = screen_nodes(nodes, [pod("full", 8)])
+    d = diagnose(waiting(0, 2), gang(2), 0, rooms, excluded=excluded)
+    assert d.reason == "InsufficientCapacity" and d.excluded[0].slots == 0
+    assert "excluded" not in d.message
+
+
+def test_quantities_are_printed_in_kubernetes_units():
+    per_pod = {GPU: Fraction(1), "memory": Fraction(4 * 2**30), "cpu": Fraction(1, 2)}
+    rooms = [NodeRoom("n0", {GPU: Fraction(8), "memory": Fraction(6 * 2**30), "cpu": Fraction(8)})]
+    d = diagnose(waiting(0, 2), Gang(min_member=2, size=2, per_pod=per_pod), 0, rooms)
+    assert d.reason == "InsufficientCapacity"
+    assert "memory: 8Gi needed, 6Gi free" in d.message and "500m cpu, 4Gi memory" in d.message
+    assert "e+09" not in d.message
