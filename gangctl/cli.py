@@ -82,18 +82,26 @@ def cluster_up(
     gpus_per_node: int = typer.Option(8, help="nvidia.com/gpu allocatable on each GPU node"),
     process_nodes: int = typer.Option(0, help="process nodes (gangctl node-agent): pods on them run real processes"),
     scheduler: Backend = typer.Option(Backend("coscheduling"), help="also run Volcano, Kueue, KAI Scheduler or upstream kube-scheduler with gang scheduling (native; built once, cached)"),
+    topology: str | None = typer.Option(None, metavar="BLOCKSxRACKSxHOSTS",
+                                           help="label the GPU nodes with blocks and racks, e.g. 2x4x8: 64 nodes "
+                                                "(replaces --gpu-nodes)"),
 ) -> None:
     """Build the pinned binaries (once; minutes the first time), start the cluster, install CRDs and nodes."""
     from gangctl.cluster.build import BuildError
     from gangctl.cluster.lifecycle import UpOptions, up
     from gangctl.cluster.local import ClusterError
+    from gangctl.cluster.setup import parse_shape
 
     settings = ClusterSettings()
+    try:
+        shape = parse_shape(topology) if topology else None
+    except ValueError as exc:
+        _fail(str(exc))
+    options = UpOptions(shape.nodes if shape else gpu_nodes, gpus_per_node, process_nodes, scheduler.value, shape)
     bar, progress = _build_progress()
     with bar:
         try:
-            cluster = up(settings, UpOptions(gpu_nodes, gpus_per_node, process_nodes, scheduler.value),
-                         lambda m: err.print(f"• {m}"), progress)
+            cluster = up(settings, options, lambda m: err.print(f"• {m}"), progress)
         except (BuildError, ClusterError, TimeoutError, RuntimeError) as exc:
             _fail(str(exc))
     err.print(f"[green]cluster {settings.cluster_name!r} is up.[/] Use it with:\n  export KUBECONFIG={cluster.kubeconfig}")

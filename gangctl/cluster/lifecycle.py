@@ -26,6 +26,7 @@ class UpOptions:
     gpus_per_node: int = 8
     process_nodes: int = 0  # node agents: pods bound to them run as real local processes
     scheduler: str = "coscheduling"  # or "volcano" / "kueue" / "native": started beside the base cluster
+    topology: setup.Shape | None = None  # block and rack labels on the GPU nodes (then gpu_nodes = its nodes)
 
 
 def local_cluster(settings: ClusterSettings, progress: BuildProgress | None = None) -> LocalCluster:
@@ -113,12 +114,15 @@ async def prepare(cluster: LocalCluster, options: UpOptions, say: Say) -> None:
         runtimes = setup.load_manifests(settings.deploy_dir / "runtimes")
         say(f"applied ClusterTrainingRuntimes: {', '.join(await setup.apply_cluster_runtimes(kube, runtimes))}")
         if options.gpu_nodes:
-            await setup.create_gpu_nodes(kube, options.gpu_nodes, options.gpus_per_node)
+            await setup.create_gpu_nodes(kube, options.gpu_nodes, options.gpus_per_node, shape=options.topology)
 
             async def all_ready() -> bool:
                 return await setup.count_ready_nodes(kube) >= options.gpu_nodes
             await setup.wait_for(all_ready, 120, f"{options.gpu_nodes} GPU nodes to be Ready")
-            say(f"{options.gpu_nodes} KWOK GPU nodes Ready, {options.gpus_per_node} x nvidia.com/gpu each")
+            say(f"{options.gpu_nodes} KWOK GPU nodes Ready, {options.gpus_per_node} x nvidia.com/gpu each"
+                + (f", in {options.topology.blocks} block(s) of {options.topology.racks} rack(s) of "
+                   f"{options.topology.hosts} host(s) (labels {', '.join(setup.TOPOLOGY_LABELS)})"
+                   if options.topology else ""))
     finally:
         await kube.close()
 

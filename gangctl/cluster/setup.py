@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -71,9 +72,54 @@ async def apply_cluster_runtimes(kube: Kube, runtimes: Iterable[dict]) -> list[s
     return names
 
 
-def gpu_node(index: int, gpus: int, *, cpu: int = 96, memory_gi: int = 1024, prefix: str = "gpu-node") -> dict:
+# The local cluster's topology labels, widest level first (`gangctl cluster up --topology`): a block
+# (e.g. an InfiniBand spine), a rack (a leaf switch or NVLink domain), and the host, whose label every
+# node carries anyway and which Kueue's TAS asks as the lowest level.
+BLOCK_LABEL = "topology.gangctl.io/block"
+RACK_LABEL = "topology.gangctl.io/rack"
+HOST_LABEL = "kubernetes.io/hostname"
+TOPOLOGY_LABELS = (BLOCK_LABEL, RACK_LABEL, HOST_LABEL)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """BLOCKS x RACKS (per block) x HOSTS (per rack): the GPU nodes' place in the local topology."""
+
+    blocks: int
+    racks: int
+    hosts: int
+
+    @property
+    def nodes(self) -> int:
+        return self.blocks * self.racks * self.hosts
+
+    def labels(self, index: int) -> dict[str, str]:
+        """The block and rack labels of GPU node `index` (hosts fill a rack, racks fill a block, in order).
+        Rack names are unique in the cluster (`block-1-rack-0`), so a rack needs no block to be named."""
+        block, rest = divmod(index, self.racks * self.hosts)
+        return {BLOCK_LABEL: f"block-{block}", RACK_LABEL: f"block-{block}-rack-{rest // self.hosts}"}
+
+    def __str__(self) -> str:
+        return f"{self.blocks}x{self.racks}x{self.hosts}"
+
+
+def parse_shape(text: str) -> Shape:
+    """"2x4x8" -> Shape(2, 4, 8); a ValueError that shows the expected form otherwise."""
+    try:
+        numbers = [int(p) for p in text.lower().split("x")]
+    except ValueError:
+        numbers = []
+    if len(numbers) != 3 or min(numbers) < 1:
+        raise ValueError(f"--topology {text!r}: give BLOCKSxRACKSxHOSTS, three positive numbers, e.g. 2x4x8 "
+                         "(2 blocks of 4 racks of 8 hosts: 64 GPU nodes)")
+    return Shape(*numbers)
+
+
+def gpu_node(index: int, gpus: int, *, cpu: int = 96, memory_gi: int = 1024, prefix: str = "gpu-node",
+             shape: Shape | None = None) -> dict:
     """A KWOK-managed Node with `gpus` nvidia.com/gpu, labelled like a real GPU node and tainted as KWOK's
-    fake nodes are (`kwok.x-k8s.io/node=fake:NoSchedule`): only pods that tolerate it land here."""
+    fake nodes are (`kwok.x-k8s.io/node=fake:NoSchedule`): only pods that tolerate it land here. With a
+    `shape`, it also carries its block and rack labels."""
     allocatable = {"cpu": str(cpu), "memory": f"{memory_gi}Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
     name = f"{prefix}-{index:03d}"
     return {
@@ -84,13 +130,14 @@ def gpu_node(index: int, gpus: int, *, cpu: int = 96, memory_gi: int = 1024, pre
             "annotations": {KWOK_NODE_ANNOTATION[0]: KWOK_NODE_ANNOTATION[1], "node.alpha.kubernetes.io/ttl": "0"},
             "labels": {
                 "type": "kwok",
-                "kubernetes.io/hostname": name,
+                HOST_LABEL: name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
                 "nvidia.com/gpu.product": GPU_PRODUCT,
                 "nvidia.com/gpu.count": str(gpus),
                 "topology.kubernetes.io/zone": ZONES[index % len(ZONES)],
                 "gangctl.io/node-kind": "kwok-gpu",
+                **(shape.labels(index) if shape else {}),
             },
         },
         "spec": {"taints": [dict(KWOK_NODE_TAINT)]},
@@ -99,13 +146,13 @@ def gpu_node(index: int, gpus: int, *, cpu: int = 96, memory_gi: int = 1024, pre
 
 
 async def create_gpu_nodes(kube: Kube, count: int, gpus: int, on_progress: Callable[[int], None] | None = None,
-                           concurrency: int = 16) -> list[str]:
+                           concurrency: int = 16, shape: Shape | None = None) -> list[str]:
     sem = asyncio.Semaphore(concurrency)
     done = 0
 
     async def one(i: int) -> str:
         nonlocal done
-        node = gpu_node(i, gpus)
+        node = gpu_node(i, gpus, shape=shape)
         async with sem:
             try:
                 await kube.create(NODES.path(), node)
