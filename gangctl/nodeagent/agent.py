@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from gangctl.api.resources import NODES, PODS, Resource
 from gangctl.kube.client import ApiError, Kube
@@ -46,9 +47,9 @@ from gangctl.nodeagent.logs import serve_kubelet_api
 from gangctl.nodeagent.projected import ProjectedVolumes
 from gangctl.nodeagent.volumes import (KUBELET_MAX_TOKEN_AGE, container_mounts, hidden_paths,
                                        kubernetes_service_env, projected_volumes, under_secrets_root)
-from gangctl.nodeagent.spec import (ContainerState, NodeConfig, PodRuntime, SpecError, hosts_file,
-                                    keep_transition_times, lease_object, node_conditions, node_object,
-                                    pod_status, process_specs, resolv_conf)
+from gangctl.nodeagent.spec import (RESTART_ALL, RESTARTING_ALL, ContainerState, NodeConfig, PodRuntime, SpecError,
+                                    hosts_file, keep_transition_times, lease_object, node_conditions, node_object,
+                                    pod_status, process_specs, resolv_conf, restart_action)
 
 log = logging.getLogger("gangctl.nodeagent")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
@@ -96,6 +97,8 @@ class Container:
     state: ContainerState
     log_dir: Path
     proc: asyncio.subprocess.Process | None = None
+    spec: Any = None                 # its process (gangctl.nodeagent.spec.ProcessSpec), once planned
+    task: asyncio.Task | None = None  # the loop that runs (and restarts) it
 
     def log_file(self, restart: int | None = None) -> Path:
         return self.log_dir / f"{self.state.restart_count if restart is None else restart}.log"
@@ -116,6 +119,7 @@ class PodWorker:
     config_retries: int = 0
     retry_at: float = 0.0  # monotonic time of the next attempt after a config error
     binds: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # container -> (folder, mountPath)
+    restart_all_done: asyncio.Event = field(default_factory=asyncio.Event)  # set when a RestartAllContainers ends
 
 
 class NodeAgent:
@@ -294,7 +298,8 @@ class NodeAgent:
                                  f"image(s) {images} not pulled: containers run as local processes in the node "
                                  f"agent's Python environment ({sys.prefix}) on {self.name}")
         for spec in specs:
-            asyncio.create_task(self._run_container(w, pod, spec))
+            w.containers[spec.container].task = asyncio.create_task(self._run_container(w, pod, spec))
+            w.containers[spec.container].spec = spec
 
     async def _prepare_volumes(self, w: PodWorker, pod: dict) -> None:
         """Write the pod's projected volumes and plan each container's bind mounts (SpecError if a
@@ -318,7 +323,7 @@ class NodeAgent:
 
     async def _run_container(self, w: PodWorker, pod: dict, spec) -> None:
         c = w.containers[spec.container]
-        policy = pod["spec"].get("restartPolicy", "Always")
+        container = next((x for x in pod["spec"]["containers"] if x["name"] == spec.container), {})
         while True:
             work = spec.working_dir if spec.working_dir and Path(spec.working_dir).is_dir() else str(c.log_dir.parent)
             status_file = c.log_dir / f"{c.state.restart_count}.status.json"
@@ -349,15 +354,47 @@ class NodeAgent:
             c.state.reason = result.get("reason") or ("Completed" if exit_code == 0 else "Error")
             c.state.message = result.get("message", "")
             c.proc = None
-            w.wake.set()
             pod_now = self._pod(w)
-            restart = (policy == "Always" or (policy == "OnFailure" and exit_code != 0))
-            if not restart or pod_now is None or pod_now["metadata"].get("deletionTimestamp") or w.finished:
+            if pod_now is None or pod_now["metadata"].get("deletionTimestamp") or w.finished:
+                w.wake.set()
                 return
-            await asyncio.sleep(1)
+            if w.rt.restarting_all:   # stopped by another container's RestartAllContainers rule
+                c.state.reason = RESTARTING_ALL
+                w.wake.set()
+                await w.restart_all_done.wait()
+            else:
+                action = restart_action(container, pod["spec"], exit_code)
+                w.wake.set()
+                if action is None:
+                    return
+                if action == RESTART_ALL:
+                    await self._restart_all(w, pod)
+                else:
+                    await asyncio.sleep(1)
             c.state.last_terminated = {"exitCode": exit_code, "reason": c.state.reason,
                                        "startedAt": c.state.started_at, "finishedAt": c.state.finished_at}
             c.state.restart_count += 1
+
+    async def _restart_all(self, w: PodWorker, pod: dict) -> None:
+        """A container exited as a RestartAllContainers rule says: as the kubelet does, stop every other
+        container of the pod (within the pod's grace period; the pod keeps its node, IP and volumes),
+        then start them all again, the pod showing AllContainersRestarting meanwhile."""
+        w.rt.restarting_all, w.restart_all_done = True, asyncio.Event()
+        w.wake.set()
+        grace = pod["spec"].get("terminationGracePeriodSeconds", 30) or 0
+        await self._kill_containers(w, grace)
+        while any(c.state.state == "running" for c in w.containers.values()):
+            await asyncio.sleep(0.05)   # each container's own loop records its exit
+        w.rt.restarting_all = False
+        w.restart_all_done.set()
+        me = asyncio.current_task()
+        for c in w.containers.values():   # those that had ended for good start again too
+            if c.task is not None and c.task is not me and c.task.done() and c.spec is not None:
+                c.state.last_terminated = {"exitCode": c.state.exit_code, "reason": c.state.reason,
+                                           "startedAt": c.state.started_at, "finishedAt": c.state.finished_at}
+                c.state.restart_count += 1
+                c.task = asyncio.create_task(self._run_container(w, pod, c.spec))
+        w.wake.set()
 
     async def _stop_pod(self, w: PodWorker, pod: dict | None) -> None:
         w.finished = True

@@ -61,6 +61,7 @@ class PodRuntime:
     host_ip: str = "127.0.0.1"
     start_time: str | None = None
     containers: list[ContainerState] = field(default_factory=list)
+    restarting_all: bool = False   # a RestartAllContainers rule fired: its containers are being restarted
 
 
 # --- env and the downward API -------------------------------------------------------------------
@@ -225,28 +226,86 @@ def _state(c: ContainerState) -> dict:
     return {"waiting": waiting}
 
 
-def pod_phase(containers: list[ContainerState], restart_policy: str) -> str:
+# --- restarts: the kubelet's container restart rules (ContainerRestartRules, beta and on since 1.35;
+# RestartAllContainersOnContainerExits, beta and on in 1.36) ------------------------------------------
+
+RESTART = "Restart"
+RESTART_ALL = "RestartAllContainers"
+# The kubelet's reason on a container it stopped because another one asked for RestartAllContainers.
+RESTARTING_ALL = "RestartingAllContainers"
+# What a 1.36 kubelet declares in node.status.declaredFeatures for the features process nodes implement
+# (the scheduler's NodeDeclaredFeatures filter keeps pods that need one off nodes that lack it).
+DECLARED_FEATURES = ("RestartAllContainersOnContainerExits",)
+
+
+def restart_rule(container: dict, exit_code: int) -> dict | None:
+    """The first of the container's restartPolicyRules its exit code matches (the kubelet's
+    FindMatchingContainerRestartRule); a rule with an unknown operator never matches."""
+    for rule in container.get("restartPolicyRules") or []:
+        codes = rule.get("exitCodes")
+        if not codes:
+            continue
+        listed = exit_code in (codes.get("values") or [])
+        if (codes.get("operator") == "In" and listed) or (codes.get("operator") == "NotIn" and not listed):
+            return rule
+    return None
+
+
+def restart_action(container: dict, pod_spec: dict, exit_code: int) -> str | None:
+    """What the kubelet does when `container` exits with `exit_code` (its ContainerShouldRestart):
+    RESTART_ALL (every container of the pod restarts in place), RESTART, or None. Rules apply only to a
+    container with its own restartPolicy; no rule matching, that policy decides; no container
+    policy, the pod's (default Always)."""
+    own = container.get("restartPolicy")
+    if own is not None:
+        rule = restart_rule(container, exit_code)
+        if rule is not None and rule.get("action") in (RESTART, RESTART_ALL):
+            return rule["action"]
+    policy = own if own in ("Always", "OnFailure", "Never") else pod_spec.get("restartPolicy") or "Always"
+    return RESTART if policy == "Always" or (policy == "OnFailure" and exit_code != 0) else None
+
+
+def restarts_all_possible(pod_spec: dict) -> bool:
+    """Whether a container of the pod has a RestartAllContainers rule (the pod then carries the
+    AllContainersRestarting condition)."""
+    return any(rule.get("action") == RESTART_ALL for c in pod_spec.get("containers") or []
+               for rule in c.get("restartPolicyRules") or [])
+
+
+def pod_phase(containers: list[ContainerState], pod_spec: dict) -> str:
+    """The kubelet's getPhase for a pod's regular containers, restart rules included: a container that
+    exited and will restart (by its rule, its policy, the pod's, or because another asked for
+    RestartAllContainers) keeps the pod Running."""
     if not containers:
         return "Pending"
-    states = [c.state for c in containers]
-    if all(s == "terminated" for s in states):
-        if restart_policy == "Always":
-            return "Running"
-        if all(c.exit_code == 0 for c in containers):
-            return "Succeeded"
-        if restart_policy == "OnFailure":
-            return "Running"
-        return "Failed"
-    if any(s in ("running", "terminated") for s in states):
+    specs = {c.get("name"): c for c in pod_spec.get("containers") or []}
+    running = waiting = stopped = succeeded = final = 0
+    for c in containers:
+        exited = ({"exitCode": c.exit_code, "reason": c.reason} if c.state == "terminated"
+                  else c.last_terminated if c.state == "waiting" else None)
+        if c.state == "running":
+            running += 1
+        elif not exited:
+            waiting += 1
+        else:
+            stopped += 1
+            code = exited.get("exitCode") or 0
+            succeeded += c.state == "terminated" and code == 0
+            final += (restart_action(specs.get(c.name, {}), pod_spec, code) is None
+                      and exited.get("reason") != RESTARTING_ALL)
+    if waiting:
+        return "Pending"
+    if running:
         return "Running"
-    return "Pending"
+    if stopped != final:
+        return "Running"   # at least one container is restarting
+    return "Succeeded" if succeeded == stopped else "Failed"
 
 
 def pod_status(pod: dict, rt: PodRuntime, now: str, *, failed_reason: str | None = None,
                failed_message: str = "") -> dict:
     """status for a strategic-merge patch of pods/status (conditions merge by type)."""
-    policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
-    phase = "Failed" if failed_reason else pod_phase(rt.containers, policy)
+    phase = "Failed" if failed_reason else pod_phase(rt.containers, pod.get("spec") or {})
     running = [c for c in rt.containers if c.state == "running"]
     all_ready = bool(rt.containers) and len(running) == len(rt.containers)
     ready = "True" if all_ready and phase == "Running" else "False"
@@ -257,6 +316,9 @@ def pod_status(pod: dict, rt: PodRuntime, now: str, *, failed_reason: str | None
         {"type": "ContainersReady", "status": ready},
         {"type": "Ready", "status": ready},
         {"type": "PodScheduled", "status": "True"},
+        *([{"type": "AllContainersRestarting", "status": "True" if rt.restarting_all else "False",
+            **({"reason": "RestartAllContainersStarted", "message": "container exited with restart policy rule"}
+               if rt.restarting_all else {})}] if restarts_all_possible(pod.get("spec") or {}) else []),
     ]
     for cond in conditions:
         cond["lastTransitionTime"] = now
@@ -356,6 +418,7 @@ def node_status(cfg: NodeConfig, now: str) -> dict:
         # The apiserver proxies pods/log, exec… to <InternalIP>:<kubeletEndpoint.Port>.
         "addresses": [{"type": "InternalIP", "address": cfg.address}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": cfg.kubelet_port}},
+        "declaredFeatures": list(DECLARED_FEATURES),
         "nodeInfo": {"kubeletVersion": AGENT_VERSION, "kubeProxyVersion": "", "operatingSystem": "linux",
                      "architecture": "amd64", "containerRuntimeVersion": "gangctl-process://0.1",
                      "osImage": "gangctl process node", "kernelVersion": "", "machineID": "", "systemUUID": "",

@@ -229,3 +229,32 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+async def test_a_restart_all_containers_rule_restarts_every_container_in_place(kube, namespace, process_nodes):
+    """Kubernetes 1.36's RestartAllContainers rule, as a process node's kubelet carries it out: the
+    container that exits 42 restarts with its sidecar, same pod, node and IP; the second run ends it."""
+    marker = f"/tmp/gangctl-restart-all-{uuid.uuid4().hex}"
+    pod = process_pod("inplace", f"sleep 1; if [ -e {marker} ]; then exit 0; fi; touch {marker}; exit 42")
+    main = pod["spec"]["containers"][0]
+    main["restartPolicy"] = "Never"
+    main["restartPolicyRules"] = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]
+    side = {k: v for k, v in main.items() if k not in ("restartPolicy", "restartPolicyRules")}
+    pod["spec"]["containers"].append({**side, "name": "side", "command": ["bash", "-c", "sleep 3"]})
+    try:
+        await kube.create(PODS.path(namespace), pod)
+        first = await wait_phase(kube, namespace, "inplace", {"Running"})
+        done = await wait_phase(kube, namespace, "inplace", {"Succeeded", "Failed"}, timeout=60)
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        assert done["metadata"]["uid"] == first["metadata"]["uid"]
+        assert (done["spec"]["nodeName"], done["status"]["podIP"]) == (first["spec"]["nodeName"], first["status"]["podIP"])
+        statuses = {c["name"]: c for c in done["status"]["containerStatuses"]}
+        assert statuses["main"]["restartCount"] == 1 and statuses["side"]["restartCount"] == 1, statuses
+        assert statuses["main"]["lastState"]["terminated"]["exitCode"] == 42
+        assert statuses["side"]["lastState"]["terminated"]["reason"] == "RestartingAllContainers"
+        restarting = next(c for c in done["status"]["conditions"] if c["type"] == "AllContainersRestarting")
+        assert restarting["status"] == "False"
+        node = await kube.get(NODES.path(name=done["spec"]["nodeName"]))
+        assert "RestartAllContainersOnContainerExits" in node["status"].get("declaredFeatures", [])
+    finally:
+        Path(marker).unlink(missing_ok=True)

@@ -14,7 +14,8 @@ import pytest
 from gangctl.nodeagent import network
 from gangctl.nodeagent.logs import LogOptions, parse_line, read_lines, render, select
 from gangctl.nodeagent.spec import (ContainerState, NodeConfig, PodRuntime, SpecError, expand, hosts_file,
-                                    node_object, pod_phase, pod_status, process_specs, resolv_conf)
+                                    node_object, pod_phase, pod_status, process_specs, resolv_conf,
+                                    RESTARTING_ALL, restart_action)
 from gangctl.plugins.workload import NODE_LOSS_TOLERATIONS
 from gangctl.sim import objects
 
@@ -83,13 +84,49 @@ def _c(state, code=None, reason=""):
 
 
 def test_phase_follows_containers_and_restart_policy():
-    assert pod_phase([_c("waiting")], "Never") == "Pending"
-    assert pod_phase([_c("running")], "Never") == "Running"
-    assert pod_phase([_c("terminated", 0)], "Never") == "Succeeded"
-    assert pod_phase([_c("terminated", 1)], "Never") == "Failed"
-    assert pod_phase([_c("terminated", 1)], "OnFailure") == "Running"
-    assert pod_phase([_c("terminated", 0), _c("running")], "Never") == "Running"
+    assert pod_phase([_c("waiting")], {"restartPolicy": "Never"}) == "Pending"
+    assert pod_phase([_c("running")], {"restartPolicy": "Never"}) == "Running"
+    assert pod_phase([_c("terminated", 0)], {"restartPolicy": "Never"}) == "Succeeded"
+    assert pod_phase([_c("terminated", 1)], {"restartPolicy": "Never"}) == "Failed"
+    assert pod_phase([_c("terminated", 1)], {"restartPolicy": "OnFailure"}) == "Running"
+    assert pod_phase([_c("terminated", 0), _c("running")], {"restartPolicy": "Never"}) == "Running"
 
+
+
+RULE_ALL_ON_42 = {"restartPolicy": "Never", "restartPolicyRules": [
+    {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]}
+
+
+def test_restart_rules_decide_as_the_kubelet_does():
+    never = {"restartPolicy": "Never"}
+    assert restart_action({"name": "a", **RULE_ALL_ON_42}, never, 42) == "RestartAllContainers"
+    assert restart_action({"name": "a", **RULE_ALL_ON_42}, never, 1) is None, "no rule matches: the container's Never"
+    not_in = {"restartPolicy": "Never", "restartPolicyRules": [
+        {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [0, 3]}}]}
+    assert restart_action(not_in, never, 1) == "Restart" and restart_action(not_in, never, 3) is None
+    rules_only = {"restartPolicyRules": RULE_ALL_ON_42["restartPolicyRules"]}
+    assert restart_action(rules_only, never, 42) is None, "rules apply only beside a container restartPolicy"
+    assert restart_action({"restartPolicy": "OnFailure"}, never, 1) == "Restart", "the container's policy first"
+    assert restart_action({}, {}, 0) == "Restart", "the pod's policy defaults to Always"
+    first = {"restartPolicy": "Never", "restartPolicyRules": [
+        {"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}, *RULE_ALL_ON_42["restartPolicyRules"]]}
+    assert restart_action(first, never, 42) == "Restart", "the first matching rule wins"
+
+
+def test_a_pod_whose_containers_restart_by_rule_stays_running():
+    spec = {"restartPolicy": "Never", "containers": [{"name": "node", **RULE_ALL_ON_42}, {"name": "side"}]}
+    trigger = ContainerState("node", state="terminated", exit_code=42, reason="Error")
+    victim = ContainerState("side", state="terminated", exit_code=137, reason=RESTARTING_ALL)
+    assert pod_phase([trigger, victim], spec) == "Running"
+    assert pod_phase([ContainerState("node", state="terminated", exit_code=1, reason="Error"),
+                      ContainerState("side", state="terminated", exit_code=0, reason="Completed")], spec) == "Failed"
+    restarting = PodRuntime(containers=[trigger, victim], restarting_all=True)
+    cond = {c["type"]: c for c in pod_status({"spec": spec}, restarting, "2026-01-01T00:00:00Z")["conditions"]}
+    assert cond["AllContainersRestarting"]["status"] == "True"
+    assert cond["AllContainersRestarting"]["reason"] == "RestartAllContainersStarted"
+    plain = {c["type"] for c in pod_status({"spec": {"containers": [{"name": "node"}]}}, PodRuntime(),
+                                           "2026-01-01T00:00:00Z")["conditions"]}
+    assert "AllContainersRestarting" not in plain
 
 def test_pod_status_is_truthful():
     rt = PodRuntime(pod_ip="10.244.1.2", start_time="2026-01-01T00:00:00Z",
