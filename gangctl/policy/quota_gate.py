@@ -30,12 +30,14 @@ Two rules for when the gate may decide at all (the I/O side, `gangctl.runtime.qu
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Iterable, Mapping
 
 import yaml
 
 from gangctl.api.quantity import format_quantity, parse_quantity
+from gangctl.api.resources import TRAINJOBS
 from gangctl.model.admission import Amount, Workload
 from gangctl.model.quota import QuotaPolicy
 from gangctl.model.quota_plan import timestamp
@@ -88,10 +90,17 @@ def invalid_policy_message(error: str, namespaces: frozenset[str] | None) -> str
 ADMISSION_ANNOTATION = "gangctl.io/admission"
 
 
-def recorded_admission(job: Mapping) -> dict | None:
-    """The admission record stored on a TrainJob (status.admission) or a PyTorchJob (annotation)."""
-    if job.get("kind") != pj.KIND:
-        return (job.get("status") or {}).get("admission")
+@dataclass(frozen=True)
+class GatedKind:
+    """What the gate reads of one job kind: where its admission record is, whether its user suspended
+    it, whether it finished (a finished job holds no quota)."""
+
+    admission: Callable[[Mapping], dict | None]
+    suspended: Callable[[Mapping], bool]
+    finished: Callable[[Mapping], bool]
+
+
+def _annotated_admission(job: Mapping) -> dict | None:
     text = ((job.get("metadata") or {}).get("annotations") or {}).get(ADMISSION_ANNOTATION)
     try:
         record = json.loads(text) if text else None
@@ -100,18 +109,38 @@ def recorded_admission(job: Mapping) -> dict | None:
     return record if isinstance(record, dict) and record.get("admittedAt") else None
 
 
+def _spec(job: Mapping) -> Mapping:
+    return job.get("spec") or {}
+
+
+GATED_KINDS: dict[str, GatedKind] = {
+    TRAINJOBS.kind: GatedKind(admission=lambda job: (job.get("status") or {}).get("admission"),
+                              suspended=lambda job: bool(_spec(job).get("suspend")),
+                              finished=lambda job: finished(job.get("status"))),
+    pj.KIND: GatedKind(admission=_annotated_admission,
+                       suspended=lambda job: bool((_spec(job).get("runPolicy") or {}).get("suspend")),
+                       finished=lambda job: any(c.get("type") in (pj.SUCCEEDED, pj.FAILED) and c.get("status") == "True"
+                                                for c in (job.get("status") or {}).get("conditions") or [])),
+}
+
+
+def _kind(job: Mapping) -> GatedKind:
+    return GATED_KINDS.get(job.get("kind") or TRAINJOBS.kind, GATED_KINDS[TRAINJOBS.kind])
+
+
+def recorded_admission(job: Mapping) -> dict | None:
+    """The admission record stored on a TrainJob (status.admission) or a PyTorchJob (annotation)."""
+    return _kind(job).admission(job)
+
+
 def user_suspended(job: Mapping) -> bool:
     """spec.suspend of a TrainJob, spec.runPolicy.suspend of a PyTorchJob."""
-    spec = job.get("spec") or {}
-    return bool((spec.get("runPolicy") or {}).get("suspend") if job.get("kind") == pj.KIND else spec.get("suspend"))
+    return _kind(job).suspended(job)
 
 
 def job_finished(job: Mapping) -> bool:
     """Complete/Failed (TrainJob) or Succeeded/Failed (PyTorchJob): a finished job holds no quota."""
-    if job.get("kind") != pj.KIND:
-        return finished(job.get("status"))
-    return any(c.get("type") in (pj.SUCCEEDED, pj.FAILED) and c.get("status") == "True"
-               for c in (job.get("status") or {}).get("conditions") or [])
+    return _kind(job).finished(job)
 
 
 def needs_admission(job: Mapping, admission: Mapping | None) -> bool:

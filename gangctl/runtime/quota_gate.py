@@ -548,10 +548,14 @@ class QuotaGate:
                 self._admits[key] = mine
         return ok
 
-    async def _write(self, tj: dict, record: dict | None) -> bool:
-        """Record the admission (None: remove it). False when the write did not happen."""
-        if tj.get("kind") == PYTORCHJOBS.kind:
-            return await self._write_annotation(tj, record)
+    async def _write(self, job: dict, record: dict | None) -> bool:
+        """Record the admission (None: remove it) where the job's kind keeps it (gangctl.policy.quota_gate.
+        GATED_KINDS reads it back). False when the write did not happen."""
+        writers = {TRAINJOBS.kind: self._write_status, PYTORCHJOBS.kind: self._write_annotation}
+        return await writers[job.get("kind") or TRAINJOBS.kind](job, record)
+
+    async def _write_status(self, tj: dict, record: dict | None) -> bool:
+        """A TrainJob's admission: status.admission, applied under the gate's own field manager."""
         meta = tj["metadata"]
         key = self.key(tj)
         path = TRAINJOBS.path(meta["namespace"], meta["name"], "status")
