@@ -1,9 +1,9 @@
 """`make integration`: the integration tests as two pytest sessions side by side.
 
-The scheduler backends' modules (`tests/integration/test_schedulers_*.py`) start clusters of their
-own (their scheduler, their controller, five KWOK nodes) and spend most of their time waiting on
-their schedulers' cycles; every other module shares the session's cluster. One after the other they
-added up (the backends' modules took about 8 of the suite's 38 minutes on the project's 2-core
+The scheduler backends' module (`tests/integration/test_schedulers.py`) starts clusters of its own,
+one backend after another (its scheduler, its controller, five KWOK nodes), and spends most of its
+time waiting on their schedulers' cycles; every other module shares the session's cluster. One after
+the other they added up (the backends' tests took about 8 of the suite's 38 minutes on the project's 2-core
 machine, whose CPU was under 40 % busy for most of the run); side by side, the backends' session runs
 under `nice`, so the main session's tests, some of which bound how long a mechanism takes, keep the
 CPU first.
@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BACKEND_MODULES = "tests/integration/test_schedulers_*.py"
+BACKEND_MODULES = "tests/integration/test_schedulers.py"   # a pattern: the backends' session takes what matches
 NICENESS = 10
 
 
@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
     # A basetemp of its own: pytest deletes all but the newest three numbered ones, which may be the
     # main session's folders while it runs.
     basetemp = tempfile.mkdtemp(prefix="gangctl-it-backends-")
-    print(f"[integration] the scheduler backends' modules run beside the rest (nice {NICENESS}); "
+    print(f"[integration] the scheduler backends' module runs beside the rest (nice {NICENESS}); "
           f"their output is shown at the end and meanwhile in {log_name}", flush=True)
     side = _session(["-q", "-ra", "--durations=5", f"--basetemp={basetemp}", *argv, *backends],
                     stdout=log_fd, stderr=subprocess.STDOUT, preexec_fn=lambda: os.nice(NICENESS))

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from gangctl.api.resources import NODES
 from gangctl.cluster.local import KWOK_NODE_SELECTOR, KWOK_TOLERATION
 from gangctl.kube.client import ApiError, Kube
+from gangctl.sim import objects
 
 NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
 FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
@@ -121,14 +122,12 @@ def trainjob(job: ChaosJob, namespace: str, runtime: str, *, gpus: int = 8) -> d
         labels[FAIL_LABEL] = "true"
         annotations.update({FAIL_DELAY: f"{job.fail_after}s", FAIL_JITTER: f"{job.fail_after + 1}s",
                             FAIL_EXIT_CODE: str(job.exit_code)})
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": job.name, "namespace": namespace},
-            "spec": {"runtimeRef": {"name": runtime, "kind": "ClusterTrainingRuntime"},
-                     "trainer": {"numNodes": job.max_nodes,
-                                 "elasticPolicy": {"minNodes": job.min_nodes, "maxNodes": job.max_nodes},
-                                 "resourcesPerNode": {"limits": {GPU: str(gpus)}}},
-                     "podTemplateOverrides": [{"targetJobs": [{"name": "node"}],
-                                               "metadata": {"labels": labels, "annotations": annotations}}]}}
+    trainer = {"numNodes": job.max_nodes, "elasticPolicy": {"minNodes": job.min_nodes, "maxNodes": job.max_nodes},
+               "resourcesPerNode": {"limits": {GPU: str(gpus)}}}
+    return objects.trainjob(job.name, namespace=namespace, runtime=runtime, runtime_kind="ClusterTrainingRuntime",
+                            submitted=True, trainer=trainer,
+                            podTemplateOverrides=[{"targetJobs": [{"name": "node"}],
+                                                   "metadata": {"labels": labels, "annotations": annotations}}])
 
 
 # --- the driver (I/O) -------------------------------------------------------------------------------

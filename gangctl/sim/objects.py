@@ -67,12 +67,17 @@ def terminated(exit_code: int, *, container: str = "node", reason: str | None = 
 
 # --- jobs ----------------------------------------------------------------------------------------
 def trainjob(name: str = "llm", *, namespace: str = "team-a", uid: str = "u-1", runtime: str = DEFAULT_RUNTIME,
-             trainer: dict | None = None, metadata: dict | None = None, status: dict | None = None, **spec) -> dict:
-    """A TrainJob on the runtime named `runtime`; `spec` its further spec fields, `metadata` further
-    metadata fields (resourceVersion, generation, ...)."""
+             trainer: dict | None = None, metadata: dict | None = None, status: dict | None = None,
+             runtime_kind: str | None = None, submitted: bool = False, **spec) -> dict:
+    """A TrainJob on the runtime named `runtime` (of kind `runtime_kind`, when given); `spec` its
+    further spec fields, `metadata` further metadata fields (resourceVersion, generation, labels, ...).
+    `submitted`: the TrainJob as its author sends it to the API server, without a uid (the server
+    assigns one)."""
+    identity = {"name": name, "namespace": namespace, **_given(uid=None if submitted else uid)}
     return {"apiVersion": TRAINER_API, "kind": TRAINJOB_KIND,
-            "metadata": {"name": name, "namespace": namespace, "uid": uid, **(metadata or {})},
-            "spec": {"runtimeRef": {"name": runtime}, **_given(trainer=trainer), **spec}, **_given(status=status)}
+            "metadata": {**identity, **(metadata or {})},
+            "spec": {"runtimeRef": {"name": runtime, **_given(kind=runtime_kind)}, **_given(trainer=trainer), **spec},
+            **_given(status=status)}
 
 
 def replica(replicas: int | None = None, *, image: str = "pytorch/pytorch:2.5.1",

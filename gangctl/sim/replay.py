@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, replace
 
 from gangctl.model.admission import CPU, GPU, MEMORY
+from gangctl.sim import objects
 from gangctl.sim.traces import TraceJob
 from gangctl.sim.units import pod_requests
 
@@ -88,22 +89,10 @@ def trainjob_manifest(j: TraceJob, *, runtime: str, namespace: str, image: str =
     override: dict = {"targetJobs": [{"name": "node"}], "metadata": {"annotations": kwok_annotations(j.duration)}}
     if j.priority_class:
         override["spec"] = {"priorityClassName": j.priority_class}
-    return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "runtimeRef": {"name": runtime},
-            "trainer": {
-                "image": image,
-                "command": ["sleep", f"{j.duration:.3f}"],
-                "numNodes": j.num_nodes,
-                "resourcesPerNode": {"requests": requests,
-                                     "limits": {GPU: requests[GPU]} if GPU in requests else {}},
-            },
-            "podTemplateOverrides": [override],
-        },
-    }
+    trainer = {"image": image, "command": ["sleep", f"{j.duration:.3f}"], "numNodes": j.num_nodes,
+               "resourcesPerNode": {"requests": requests, "limits": {GPU: requests[GPU]} if GPU in requests else {}}}
+    return objects.trainjob(name, namespace=namespace, runtime=runtime, submitted=True, metadata={"labels": labels},
+                            trainer=trainer, podTemplateOverrides=[override])
 
 
 def trainjob_name(job_id: str) -> str:

@@ -50,8 +50,8 @@ def pytest_runtest_makereport(item, call):
             report.sections.append((f"{name} log, last {LOG_TAIL} lines ({log})", "\n".join(lines)))
 
 
-# The backend modules that start an extra scheduler built from source, in the order they run.
-PREBUILT = {"test_schedulers_kai": "kai", "test_schedulers_kueue": "kueue", "test_schedulers_volcano": "volcano"}
+# The modules that start extra schedulers built from source, and those schedulers in the order they run.
+PREBUILT = {"test_schedulers": ("kai", "kueue", "volcano")}
 # Builds that tests reach through a fixture, before and after the schedulers: CoreDNS for the process
 # nodes (whose first test runs a few modules in), and helm when one session also collects the unit
 # tests' chart checks (`pytest tests`; `make test` runs the unit tests first, in a session of their own).
@@ -71,7 +71,7 @@ def prebuilt(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     modules = {item.module.__name__.rsplit(".", 1)[-1] for item in request.session.items}
     fixtures = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
     wanted = ([name for fixture, name in PREBUILT_FIRST.items() if fixture in fixtures]
-              + [name for module, name in PREBUILT.items() if module in modules]
+              + [name for module, names in PREBUILT.items() if module in modules for name in names]
               + [name for fixture, name in PREBUILT_LAST.items() if fixture in fixtures])
     commands = ([["gangctl.cluster.build", *wanted]] if wanted else []) + (
         [["gangctl.cluster.image"]] if IMAGE_MODULE in modules else [])

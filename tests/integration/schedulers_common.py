@@ -1,11 +1,11 @@
-"""Shared by the Kueue and Volcano integration tests: a cluster of their own, and TrainJob-built gangs.
+"""Clusters of their own for the scheduler backends' tests (test_schedulers.py), and TrainJob-built gangs.
 
-Each backend's module starts its own small cluster (5 KWOK nodes x 8 GPUs) under a distinct name
-with `--scheduler kueue|volcano`, so it never disturbs the session's coscheduling cluster; Kueue
-and Volcano are built on first use (cached like the control plane) and the cluster is deleted at
-the end of the module. The gangs are what gangctl's builders make of a TrainJob (resolve ->
+Each backend gets its own small cluster (5 KWOK nodes x 8 GPUs) under a distinct name with
+`--scheduler <backend>`, so it never disturbs the session's coscheduling cluster; the extra
+schedulers are built on first use (cached like the control plane) and the cluster is deleted once
+the backend's tests are done. The gangs are what gangctl's builders make of a TrainJob (resolve ->
 size_gang -> backend + node_job), created directly, or TrainJobs run by a gangctl controller
-started against the module's cluster (`serve_backend`).
+started against the backend's cluster (`serve_backend`).
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from gangctl.plugins.base import GangBackend
 from gangctl.plugins.workload import node_job
 from gangctl.model.gang import size_gang
 from gangctl.model.resolve import resolve
+from gangctl.sim import objects
 from tests.integration.helpers import gangctl_cli
 
 GPU_NODES = 5
@@ -78,10 +79,8 @@ def gang_objects(backend: GangBackend, name: str, namespace: str, nodes: int, po
     """The group (or None) and the child Job gangctl builds for a TrainJob of `nodes` x 8 GPUs."""
     rt = copy.deepcopy(RUNTIME)
     rt["spec"]["podGroupPolicy"] = policy
-    tj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-          "metadata": {"name": name, "namespace": namespace, "uid": "not-created"},
-          "spec": {"runtimeRef": {"name": RUNTIME["metadata"]["name"]},
-                   "trainer": {"numNodes": nodes, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}}}}
+    tj = objects.trainjob(name, namespace=namespace, uid="not-created", runtime=RUNTIME["metadata"]["name"],
+                          trainer={"numNodes": nodes, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}})
     job = resolve(tj, rt)
     meta = job.pod_template.setdefault("metadata", {})
     meta["annotations"] = {**(meta.get("annotations") or {}), **RUN_FOREVER}
