@@ -324,7 +324,9 @@ def policy_apply(
     With Volcano it is stored there too: gangctl preempts lower-priority gangs where the policy
     allows it, which Volcano's own preempt action does not do for a job its full queue holds back.
     With KAI, what its Queues cannot express (lendingLimit, reclaimWithinCohort Never, ...) is
-    named on stderr."""
+    named on stderr. A policy with a `topology:` section also gets the backend's topology objects:
+    Kueue's Topology (and the flavor's topologyName), Volcano's HyperNodes (from the cluster's
+    nodes), KAI's Topology; none for native and coscheduling (docs/topology.md)."""
     import asyncio
 
     from gangctl.kube.client import ApiError, Kube
