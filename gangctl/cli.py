@@ -294,7 +294,9 @@ def policy_validate(file: str = typer.Argument(..., help="a quota policy YAML fi
         policy = None if problems else policy
     if output is Output.json:
         print(json.dumps({"file": file, "valid": policy is not None, "errors": problems,
-                          "teams": [t.name for t in policy.teams] if policy else []}, indent=2))
+                          "teams": [t.name for t in policy.teams] if policy else [],
+                          "topology": [lv.name for lv in policy.topology.levels] if policy and policy.topology else []},
+                         indent=2))
     elif policy is not None:
         teams = ", ".join(f"{t.name} ({len(t.namespaces or [t.name])} ns)" for t in policy.teams)
         out.print(f"[green]{file}: valid[/] — {len(policy.teams)} teams: {teams}; "

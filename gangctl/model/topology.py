@@ -58,11 +58,11 @@ class Topology(BaseModel):
 
     @model_validator(mode="after")
     def _unique(self) -> Topology:
-        for what in ("name", "node_label"):
-            values = [getattr(level, what) for level in self.levels]
+        for attribute, field_name in (("name", "name"), ("node_label", "nodeLabel")):
+            values = [getattr(level, attribute) for level in self.levels]
             twice = sorted({v for v in values if values.count(v) > 1})
             if twice:
-                raise ValueError(f"topology levels: {what.replace('_l', 'L')} {twice[0]!r} appears twice")
+                raise ValueError(f"topology levels: {field_name} {twice[0]!r} appears twice")
         return self
 
     def level(self, ref: str) -> TopologyLevel | None:

@@ -134,3 +134,38 @@ def test_a_policy_without_topology_makes_the_same_objects_as_before():
     plain = POLICY.model_copy(update={"topology": None})
     for backend in BACKENDS:
         assert not {"Topology", "HyperNode"} & set(kinds(objects_for(plain, backend, "text\n", NODES)))
+
+
+class NodesOnlyKube:
+    """An API server with nodes and nothing else yet: records the paths read and the objects applied."""
+
+    def __init__(self, nodes: list[dict]):
+        self.nodes, self.read, self.applied = nodes, [], []
+
+    async def get(self, path: str) -> dict:
+        from gangctl.kube.client import ApiError
+
+        self.read.append(path)
+        if path == "/api/v1/nodes":
+            return {"items": self.nodes}
+        raise ApiError(404, "NotFound", f"{path} not found")
+
+    async def apply(self, path: str, body: dict, field_manager: str) -> dict:
+        self.applied.append(body)
+        return body
+
+
+def test_apply_lists_nodes_only_for_a_policy_with_a_topology():
+    import asyncio
+
+    from gangctl.commands.policy_apply import apply_policy
+
+    kube = NodesOnlyKube(NODES)
+    changes = asyncio.run(apply_policy(kube, POLICY, "volcano", dry_run=False, text="text\n"))
+    assert "/api/v1/nodes" in kube.read
+    assert [c.name for c in changes if c.kind == "HyperNode"][:1] == ["datacenter-rack-r1"]
+    assert all(c.action == "created" for c in changes)
+    plain = NodesOnlyKube(NODES)
+    asyncio.run(apply_policy(plain, POLICY.model_copy(update={"topology": None}), "volcano", dry_run=False,
+                             text="text\n"))
+    assert "/api/v1/nodes" not in plain.read

@@ -87,6 +87,13 @@ def test_policy_validate_checks_nodes(tmp_path):
     assert "topology: block > rack > host" in result.output
 
 
+def test_policy_validate_json_names_the_levels():
+    import json
+
+    result = CliRunner().invoke(app, ["policy", "validate", str(EXAMPLE), "-o", "json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["topology"] == ["block", "rack", "host"]
+
+
 def test_policy_validate_without_topology_ignores_nodes(tmp_path):
     nodes = tmp_path / "nodes.yaml"
     nodes.write_text(yaml.safe_dump({"items": [{"metadata": {"name": "bare"}}]}))
