@@ -273,18 +273,44 @@ def _read_policy(path: str):
     return policy, [p.format(path) for p in problems]
 
 
+def _topology_problems(topology, path: str) -> list[str]:
+    from pathlib import Path
+
+    import yaml
+
+    from gangctl.model.topology import check_nodes
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        _fail(f"cannot read nodes from {path}: {exc}")
+    items = data.get("items") if isinstance(data, dict) and "items" in data else [data]
+    return [f"{path}: {problem}" for problem in check_nodes(topology, items or [])]
+
+
 @policy_app.command("validate")
 def policy_validate(file: str = typer.Argument(..., help="a quota policy YAML file (schema: policies/schema.json)"),
+                    nodes: str = typer.Option(None, "--nodes", help="a NodeList file (`kubectl get nodes -o yaml`): "
+                                              "check the policy's topology against its nodes' labels"),
                     output: Output = typer.Option(Output.text, "-o", "--output")) -> None:
-    """Check a quota policy: schema and semantic errors, each with its field and line. Exit 1 if any."""
+    """Check a quota policy: schema and semantic errors, each with its field and line. Exit 1 if any.
+    With --nodes and a `topology:` section, also every node labelled at every level and every domain
+    inside one domain of the level above."""
     policy, problems = _read_policy(file)
+    if policy is not None and policy.topology is not None and nodes:
+        problems = _topology_problems(policy.topology, nodes)
+        policy = None if problems else policy
     if output is Output.json:
         print(json.dumps({"file": file, "valid": policy is not None, "errors": problems,
-                          "teams": [t.name for t in policy.teams] if policy else []}, indent=2))
+                          "teams": [t.name for t in policy.teams] if policy else [],
+                          "topology": [lv.name for lv in policy.topology.levels] if policy and policy.topology else []},
+                         indent=2))
     elif policy is not None:
         teams = ", ".join(f"{t.name} ({len(t.namespaces or [t.name])} ns)" for t in policy.teams)
         out.print(f"[green]{file}: valid[/] — {len(policy.teams)} teams: {teams}; "
-                  f"priorities: {', '.join(f'{k}={v}' for k, v in policy.priorities.items())}", soft_wrap=True)
+                  f"priorities: {', '.join(f'{k}={v}' for k, v in policy.priorities.items())}"
+                  + (f"; topology: {' > '.join(lv.name for lv in policy.topology.levels)}" if policy.topology else ""),
+                  soft_wrap=True)
     else:
         for line in problems:
             print(line, file=sys.stderr)
@@ -308,7 +334,9 @@ def policy_apply(
     With Volcano it is stored there too: gangctl preempts lower-priority gangs where the policy
     allows it, which Volcano's own preempt action does not do for a job its full queue holds back.
     With KAI, what its Queues cannot express (lendingLimit, reclaimWithinCohort Never, ...) is
-    named on stderr."""
+    named on stderr. A policy with a `topology:` section also gets the backend's topology objects:
+    Kueue's Topology (and the flavor's topologyName), Volcano's HyperNodes (from the cluster's
+    nodes), KAI's Topology; none for native and coscheduling (docs/topology.md)."""
     import asyncio
 
     from gangctl.kube.client import ApiError, Kube

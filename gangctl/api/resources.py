@@ -66,6 +66,10 @@ APPLIED_KINDS = {(r.api_version, r.kind): r for r in (
     Resource("kueue.x-k8s.io", "v1alpha1", "cohorts", "Cohort", namespaced=False),
     Resource("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False),
     Resource("scheduling.run.ai", "v2", "queues", "Queue", namespaced=False),
+    # the policy's topology (`gangctl policy apply`, docs/topology.md)
+    Resource("kueue.x-k8s.io", "v1beta1", "topologies", "Topology", namespaced=False),
+    Resource("topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode", namespaced=False),
+    Resource("kai.scheduler", "v1alpha1", "topologies", "Topology", namespaced=False),
 )}
 
 

@@ -15,9 +15,10 @@ from typing import Literal
 
 import yaml
 
-from gangctl.api.resources import object_path
+from gangctl.api.resources import NODES, object_path
 from gangctl.kube.client import ApiError, Kube
 from gangctl.model.quota import QuotaPolicy
+from gangctl.plugins.base import topology_objects
 from gangctl.plugins.registry import BACKENDS
 
 FIELD_MANAGER = "gangctl-policy"
@@ -30,11 +31,15 @@ def policy_text(policy: QuotaPolicy) -> str:
     return yaml.safe_dump(policy.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False)
 
 
-def objects_for(policy: QuotaPolicy, backend: str, text: str | None = None) -> list[dict]:
+def objects_for(policy: QuotaPolicy, backend: str, text: str | None = None, nodes: list[dict] | None = None) -> list[dict]:
     """The backend's objects for `policy` (`backend`: one of gangctl.api.runtime.GANG_BACKENDS).
     `text`: the policy file as written (coscheduling, native and Volcano store it verbatim, comments
-    included: gangctl admits their jobs by it, and preempts for priority under Volcano)."""
-    return BACKENDS[backend].quota_objects(policy, text if text is not None else policy_text(policy))
+    included: gangctl admits their jobs by it, and preempts for priority under Volcano). With a
+    topology, its objects come first (the flavor that names Kueue's Topology after it); `nodes`: the
+    cluster's Node objects, which Volcano's HyperNodes list by name."""
+    plugin = BACKENDS[backend]
+    return [*topology_objects(plugin, policy.topology, nodes or []),
+            *plugin.quota_objects(policy, text if text is not None else policy_text(policy))]
 
 
 def ref(obj: dict) -> str:
@@ -100,7 +105,8 @@ async def _get(kube: Kube, path: str) -> dict | None:
 async def apply_policy(kube: Kube, policy: QuotaPolicy, backend: str, *, dry_run: bool,
                        text: str | None = None) -> list[Change]:
     changes = []
-    for obj in objects_for(policy, backend, text):
+    nodes = (await kube.get(NODES.path()))["items"] if policy.topology is not None else []
+    for obj in objects_for(policy, backend, text, nodes):
         path, meta = object_path(obj), obj["metadata"]
         try:
             current = await _get(kube, path)

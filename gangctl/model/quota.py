@@ -1,4 +1,5 @@
-"""The quota policy file (`policies/*.yaml`): teams, their namespaces, quotas, cohorts, priorities.
+"""The quota policy file (`policies/*.yaml`): teams, their namespaces, quotas, cohorts, priorities,
+and optionally the cluster's topology (gangctl.model.topology).
 
 The file speaks in GPUs, CPU cores and GiB of memory. `QuotaPolicy.to_quotas(scale)` compiles it
 into the plain `admission.Quotas` that `admission.decide` reads, in the integer units the caller
@@ -14,6 +15,7 @@ from pydantic.alias_generators import to_camel
 
 from gangctl.api.quantity import parse_quantity
 from gangctl.model.admission import CPU, GPU, MEMORY, Quotas, Reclaim, TeamQuota, Workload
+from gangctl.model.topology import Topology
 
 _FIELD_RESOURCES = {"gpu": GPU, "cpu": CPU, "memory": MEMORY}
 
@@ -78,6 +80,8 @@ class QuotaPolicy(_Model):
                                        description="priority class name -> value (higher goes first)")
     default_priority: str = "default"
     teams: list[Team] = Field(min_length=1)
+    topology: Topology | None = Field(None, description="the cluster's topology levels, widest first (absent: gangctl "
+                                                         "places no gang by topology)")
 
     @model_validator(mode="after")
     def _consistent(self) -> QuotaPolicy:

@@ -25,6 +25,7 @@ from typing import Any
 from gangctl.api.quantity import parse_quantity
 from gangctl.api.runtime import GANG_BACKENDS, PODGROUP_ONE_BACKEND_MESSAGE
 from gangctl.model import jobset, name_budget
+from gangctl.model.topology import PlacementIntent, TopologyError, template_intent
 
 NODE_JOB = "node"  # the replicated job whose pods run torchrun (the SDK looks for this name)
 NODE_CONTAINER = "node"
@@ -88,6 +89,8 @@ class ResolvedJob:
     claims: tuple[jobset.Claim, ...] = ()  # volumeClaimPolicies' claims some replicated job mounts
     coordinator: str | None = None      # JobSet coordinator's address (label/annotation on children)
     publish_not_ready: bool = True      # network.publishNotReadyAddresses of the headless Service
+    placement: PlacementIntent | None = None  # the topology placement the job asks for, levels as written
+    #                                           (`placement.on(topology)` checks them against the cluster's)
 
     @property
     def gang_name(self) -> str:
@@ -185,6 +188,8 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
                            f"over the node container's): {err}") from None
     nproc = trainer.get("numProcPerNode", torch.get("numProcPerNode", "auto"))
     backend, settings = _gang_policy(rspec.get("podGroupPolicy"))
+    placement = _placement(pod_template, settings.get("networkTopology") if backend == "volcano" else None,
+                           own=bool(spec.get("podTemplateOverrides") or spec.get("runtimePatches")))
     resolved = ResolvedJob(
         name=meta["name"], namespace=meta["namespace"], uid=meta.get("uid", ""),
         runtime_kind=(spec.get("runtimeRef") or {}).get("kind", "ClusterTrainingRuntime"),
@@ -205,6 +210,7 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
                              if target.get("jobName") == NODE_JOB for name in target.get("containerNames") or []),
         claims=claims, coordinator=jobset.coordinator(js, meta["name"]),
         publish_not_ready=(js.get("network") or {}).get("publishNotReadyAddresses") is not False,
+        placement=placement,
     )
     if (message := name_budget.too_long(resolved)) is not None:
         raise ResolveError(message, reason=name_budget.NAME_TOO_LONG)
@@ -475,6 +481,17 @@ def procs_per_node(value: Any, container: dict) -> str:
     if "cpu" in merged:
         return str(max(1, math.floor(parse_quantity(str(merged["cpu"])))))
     return "auto"
+
+
+def _placement(pod_template: dict, network_topology: dict | None, *, own: bool) -> PlacementIntent | None:
+    """The node job's placement intent (its pod template with podTemplateOverrides and runtimePatches
+    applied, and the runtime's Volcano networkTopology). `own`: the TrainJob patches the template, so
+    a bad intent may be its own fault (InvalidSpec) rather than the runtime's."""
+    try:
+        return template_intent(pod_template, network_topology)
+    except TopologyError as err:
+        raise ResolveError(f"replicatedJob {NODE_JOB} pod template: {err}",
+                           reason="InvalidSpec" if own else "InvalidRuntime") from None
 
 
 def _gang_policy(policy: dict | None) -> tuple[str | None, dict]:

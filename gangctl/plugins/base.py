@@ -23,6 +23,7 @@ from gangctl.model.names import MANAGED_BY, MANAGER, TRAINJOB_NAME
 from gangctl.model.gang import Gang
 from gangctl.model.quota import QuotaPolicy
 from gangctl.model.resolve import ResolvedJob
+from gangctl.model.topology import PlacementIntent, Topology
 
 
 class GangBackend(Protocol):
@@ -65,6 +66,9 @@ class GangBackend(Protocol):
     #   watched_selector(job_uid) -> dict[str, str]    labels of the watched object made from the child Job
     #   unexpressed(policy) -> list[str]               what of a quota policy it cannot express (KAI)
     #   pod_spec(job) -> dict                          fields set on every pod's spec (native: schedulingGroup)
+    #   placement_spec(intent, topology) -> dict        fields of the gang's group spec for a placement intent
+    #   placement_annotations(intent) -> dict[str, str] pod template annotations for it (Kueue)
+    #   topology_objects(topology, nodes) -> list[dict] what `policy apply` writes for the policy's topology
 
 
 def group_object(resource: Resource, job: ResolvedJob, owner: dict, spec: dict) -> dict:
@@ -148,3 +152,25 @@ def watched_selector(backend: GangBackend | None, job_uid: str) -> dict[str, str
     None for a backend whose watched object is gangctl's own group, found by the TrainJob's name."""
     hook = getattr(backend, "watched_selector", None)
     return hook(job_uid) if hook else None
+
+
+def placement_spec(backend: GangBackend | None, intent: PlacementIntent | None, topology: Topology) -> dict:
+    """The fields of the gang's group spec that ask the backend's scheduler for `intent` (its levels
+    already the topology's node labels: `intent.on(topology)`); {} when the backend has no such
+    field (coscheduling: gangctl places the gang itself) or the job asks for nothing."""
+    hook = getattr(backend, "placement_spec", None)
+    return dict(hook(intent, topology)) if hook and intent is not None else {}
+
+
+def placement_annotations(backend: GangBackend | None, intent: PlacementIntent | None) -> dict[str, str]:
+    """The pod template annotations that ask the backend's scheduler for `intent` (Kueue's)."""
+    hook = getattr(backend, "placement_annotations", None)
+    return dict(hook(intent)) if hook and intent is not None else {}
+
+
+def topology_objects(backend: GangBackend, topology: Topology | None, nodes: list[dict]) -> list[dict]:
+    """What `gangctl policy apply` writes for the policy's topology (`nodes`: the cluster's Node
+    objects, for a backend that lists them by name); [] without a topology or for a backend whose
+    scheduler reads the node labels directly (native) or has no topology (coscheduling)."""
+    hook = getattr(backend, "topology_objects", None)
+    return list(hook(topology, nodes)) if hook and topology is not None else []

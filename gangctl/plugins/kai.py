@@ -42,6 +42,7 @@ from gangctl.plugins.base import group_object, group_priority_class, queued_sett
 from gangctl.model.gang import Gang
 from gangctl.model.resolve import ResolvedJob
 from gangctl.model.quota import QuotaPolicy, Team
+from gangctl.model.topology import PlacementIntent, Topology
 from gangctl.plugins.quota_objects import MANAGED, TEAM_LABEL, priority_classes, team_namespaces
 
 KAI_POD_GROUPS = Resource("scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup")
@@ -97,6 +98,12 @@ class Kai:
 
     def unexpressed(self, policy: QuotaPolicy) -> list[str]:
         return unexpressed(policy)
+
+    def placement_spec(self, intent: PlacementIntent, topology: Topology) -> dict:
+        return topology_constraint(intent, topology)
+
+    def topology_objects(self, topology: Topology, nodes: list[dict]) -> list[dict]:
+        return [topology_object(topology)]
 
 
 def why_waiting(podgroup: dict | None) -> tuple[str, str] | None:
@@ -206,3 +213,24 @@ def unexpressed(policy: QuotaPolicy) -> list[str]:
             notes.append(f"team {t.name}: withinTeam Never is not enforced by KAI (it preempts lower-priority "
                          "preemptible gangs in a queue; run them non-preemptible to protect them)")
     return notes
+
+
+KAI_TOPOLOGY_API = "kai.scheduler/v1alpha1"
+
+
+def topology_object(topology: Topology) -> dict:
+    """KAI's Topology: the levels' node labels, widest first (what a PodGroup's constraint names)."""
+    return {"apiVersion": KAI_TOPOLOGY_API, "kind": "Topology",
+            "metadata": {"name": topology.name, "labels": dict(MANAGED)},
+            "spec": {"levels": [{"nodeLabel": level.node_label} for level in topology.levels]}}
+
+
+def topology_constraint(intent: PlacementIntent, topology: Topology) -> dict:
+    """The PodGroup's `topologyConstraint` for `intent` (levels as node labels): KAI takes both a
+    required level (the widest domain allowed) and a preferred, narrower one."""
+    constraint = {"topology": topology.name}
+    if intent.required is not None:
+        constraint["requiredTopologyLevel"] = str(intent.required)
+    if intent.preferred is not None:
+        constraint["preferredTopologyLevel"] = str(intent.preferred)
+    return {"topologyConstraint": constraint} if len(constraint) > 1 else {}

@@ -45,6 +45,8 @@ from gangctl.model.gang import Gang
 from gangctl.model.resolve import ResolvedJob
 from gangctl.plugins.base import scheduling_priority
 from gangctl.model.quota import QuotaPolicy, Resources, Team
+from gangctl.model.topology import (KUEUE_PREFERRED, KUEUE_REQUIRED, KUEUE_SLICE_REQUIRED, KUEUE_SLICE_SIZE,
+                                    PlacementIntent, Topology)
 from gangctl.plugins.quota_objects import MANAGED, RESOURCES, TEAM_LABEL, quantity, team_namespaces
 
 GROUP = "kueue.x-k8s.io"
@@ -104,6 +106,19 @@ class Kueue:
 
     def quota_objects(self, policy: QuotaPolicy, text: str) -> list[dict]:
         return kueue_objects(policy)
+
+    def unexpressed(self, policy: QuotaPolicy) -> list[str]:
+        if policy.topology is not None and not policy.topology.node_labels:
+            return [f"topology {policy.topology.name}: Kueue ties a ResourceFlavor to a Topology only with "
+                    f"nodeLabels; add topology.nodeLabels (a label every node of the topology carries) so the "
+                    f"flavor gets topologyName {policy.topology.name}"]
+        return []
+
+    def placement_annotations(self, intent: PlacementIntent) -> dict[str, str]:
+        return topology_annotations(intent)
+
+    def topology_objects(self, topology: Topology, nodes: list[dict]) -> list[dict]:
+        return [topology_object(topology)]
 
     def pytorchjob_settings(self, scheduling: SchedulingPolicy) -> dict:
         return scheduling_priority(scheduling)   # the LocalQueue is the job's queue-name label
@@ -182,8 +197,33 @@ def _meta(name: str, namespace: str | None = None, team: str | None = None) -> d
     return meta
 
 
-def resource_flavor() -> dict:
-    return {"apiVersion": V1BETA1, "kind": "ResourceFlavor", "metadata": _meta(FLAVOR), "spec": {}}
+def resource_flavor(topology: Topology | None = None) -> dict:
+    """The one flavor; with a topology that names its nodes' labels, a Topology Aware Scheduling
+    flavor (Kueue requires nodeLabels beside topologyName)."""
+    spec: dict = {}
+    if topology is not None and topology.node_labels:
+        spec = {"nodeLabels": dict(topology.node_labels), "topologyName": topology.name}
+    return {"apiVersion": V1BETA1, "kind": "ResourceFlavor", "metadata": _meta(FLAVOR), "spec": spec}
+
+
+def topology_object(topology: Topology) -> dict:
+    """Kueue's Topology: the levels' node labels, widest first (what ResourceFlavor.topologyName names)."""
+    return {"apiVersion": V1BETA1, "kind": "Topology", "metadata": _meta(topology.name),
+            "spec": {"levels": [{"nodeLabel": level.node_label} for level in topology.levels]}}
+
+
+def topology_annotations(intent: PlacementIntent) -> dict[str, str]:
+    """Kueue's pod set annotations for `intent` (levels as node labels). Kueue takes one of required
+    and preferred: required wins, since Kueue already packs a required pod set as narrowly as it can."""
+    out: dict[str, str] = {}
+    if intent.required is not None:
+        out[KUEUE_REQUIRED] = str(intent.required)
+    elif intent.preferred is not None:
+        out[KUEUE_PREFERRED] = str(intent.preferred)
+    if intent.slice_level is not None and intent.slice_size is not None:
+        out[KUEUE_SLICE_REQUIRED] = intent.slice_level
+        out[KUEUE_SLICE_SIZE] = str(intent.slice_size)
+    return out
 
 
 def cluster_queue(policy: QuotaPolicy, team: Team) -> dict:
@@ -224,7 +264,7 @@ def workload_priority_classes(policy: QuotaPolicy) -> list[dict]:
 
 def kueue_objects(policy: QuotaPolicy) -> list[dict]:
     """Everything the policy needs in Kueue, in an order that applies cleanly (referenced first)."""
-    return [*team_namespaces(policy), resource_flavor(), *workload_priority_classes(policy), *cohorts(policy),
+    return [*team_namespaces(policy), resource_flavor(policy.topology), *workload_priority_classes(policy), *cohorts(policy),
             *(cluster_queue(policy, t) for t in policy.teams),
             *(q for t in policy.teams for q in local_queues(t))]
 

@@ -21,6 +21,7 @@ from gangctl.plugins.coscheduling import coscheduling_objects
 from gangctl.model.gang import Gang
 from gangctl.model.quota import QuotaPolicy
 from gangctl.model.resolve import ResolvedJob
+from gangctl.model.topology import PlacementIntent, Topology
 
 SCHEDULED = "PodGroupScheduled"
 
@@ -58,6 +59,18 @@ class Native:
 
     def pytorchjob_settings(self, scheduling: SchedulingPolicy) -> dict:
         return scheduling_priority(scheduling)
+
+    def placement_spec(self, intent: PlacementIntent, topology: Topology) -> dict:
+        return scheduling_constraints(intent)
+
+
+def scheduling_constraints(intent: PlacementIntent) -> dict:
+    """The PodGroup's `schedulingConstraints.topology` for `intent` (levels as node labels): the
+    alpha takes one required key and has no preferred mode, so a preferred level is gangctl's own
+    placement to make (not here: {})."""
+    if intent.required is None:
+        return {}
+    return {"schedulingConstraints": {"topology": [{"key": str(intent.required)}]}}
 
 
 def why_waiting(podgroup: dict | None) -> tuple[str, str] | None:

@@ -42,6 +42,7 @@ the simulator run (`gangctl.model.quota_plan.plan`, i.e. `admission.decide`):
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -53,6 +54,7 @@ from gangctl.model.gang import Gang
 from gangctl.model.quota import QuotaPolicy, Team
 from gangctl.model.quota_plan import Pending, plan, priority_value, timestamp
 from gangctl.model.resolve import ResolvedJob
+from gangctl.model.topology import PlacementIntent, Topology
 from gangctl.plugins.base import group_object, group_priority_class, queued_settings
 from gangctl.plugins.quota_objects import (MANAGED, RESOURCES, TEAM_LABEL, priority_classes, quantity, stored_policy,
                                            team_namespaces)
@@ -115,6 +117,12 @@ class Volcano:
 
     def pytorchjob_settings(self, scheduling: SchedulingPolicy) -> dict:
         return queued_settings(scheduling)
+
+    def placement_spec(self, intent: PlacementIntent, topology: Topology) -> dict:
+        return network_topology(intent, topology)
+
+    def topology_objects(self, topology: Topology, nodes: list[dict]) -> list[dict]:
+        return hypernodes(topology, nodes)
 
 
 def podgroup_phase(podgroup: dict | None) -> str | None:
@@ -237,3 +245,49 @@ def preemptions(policy: QuotaPolicy, quotas: Quotas, groups: Iterable[Group]) ->
         elif g.phase in WAITING_PHASES:
             pending.append(Pending(g.key, g.namespace, g.created, priority, g.requests))
     return [d for d in plan(policy, quotas, pending, admitted).decisions if d.verdict is Verdict.PREEMPT]
+
+
+HYPERNODE_API = "topology.volcano.sh/v1alpha1"
+
+
+def network_topology(intent: PlacementIntent, topology: Topology) -> dict:
+    """The PodGroup's `networkTopology` for `intent` (levels as node labels): hard up to the required
+    level's tier; soft (Volcano keeps the gang as low in the tiers as it can) for a preferred level.
+    A level Volcano has no tier for (the host level) is required as tier 1, the narrowest it has."""
+    if intent.required is not None:
+        level = topology.level(str(intent.required))
+        tier = topology.tier_of(level) if level is not None else None
+        return {"networkTopology": {"mode": "hard", "highestTierAllowed": tier or 1}}
+    if intent.preferred is not None:
+        return {"networkTopology": {"mode": "soft"}}
+    return {}
+
+
+def _hypernode_name(topology: Topology, level: str, domain: str) -> str:
+    raw = f"{topology.name}-{level}-{domain}".lower()
+    return re.sub(r"[^a-z0-9.-]+", "-", raw).strip("-.")[:253]
+
+
+def hypernodes(topology: Topology, nodes: list[dict]) -> list[dict]:
+    """Volcano's HyperNodes for the topology: one per domain of each level above the hosts, tier 1 the
+    narrowest; a tier-1 HyperNode lists its nodes by name, a higher one its HyperNodes. Nodes without
+    the labels are left out (`gangctl policy validate --nodes` names them). Children come first."""
+    tiered = topology.tiered
+    members: dict[tuple[int, str], set[tuple[str, str]]] = {}
+    for node in nodes:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if any(lv.node_label not in labels for lv in tiered):
+            continue
+        child = ("Node", node["metadata"]["name"])
+        for i in range(len(tiered) - 1, -1, -1):
+            level = tiered[i]
+            members.setdefault((i, labels[level.node_label]), set()).add(child)
+            child = ("HyperNode", _hypernode_name(topology, level.name, labels[level.node_label]))
+    out = []
+    for (i, domain), children in sorted(members.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
+        level = tiered[i]
+        out.append({"apiVersion": HYPERNODE_API, "kind": "HyperNode",
+                    "metadata": {"name": _hypernode_name(topology, level.name, domain), "labels": dict(MANAGED)},
+                    "spec": {"tier": topology.tier_of(level), "members": [
+                        {"type": kind, "selector": {"exactMatch": {"name": name}}} for kind, name in sorted(children)]}})
+    return out

@@ -1,0 +1,157 @@
+"""gangctl's own topology placement of a gang (for a scheduler without one: coscheduling, and native's
+missing preferred mode). Pure: the caller passes the nodes as it sees them.
+
+Given the nodes (labels, allocatable and free amounts; taints are not looked at yet), the cluster's
+topology, the job's placement intent (levels as node labels: `intent.on(topology)`) and the gang's
+floor (its pods and one pod's requests), `choose` answers one of:
+- `Placed`: the narrowest domain, at the intent's level or below it, that holds the floor now; among
+  the domains of that level that do, the one that leaves the fewest GPUs stranded (free but unused),
+  then the first by name. A preferred intent with no domain holding it now is placed on the whole
+  cluster (domain None) if the cluster holds it.
+- `Waiting`: no domain holds the floor now; the message names the best one (the most pods it has
+  room for now) and its numbers.
+- `Unsatisfiable`: no domain of the required level could hold the floor even empty (allocatable, not
+  free): waiting would be forever.
+Wiring this into the decision (node affinity before the pods are released) is not done yet.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from gangctl.model.topology import PlacementIntent, Topology
+
+GPU = "nvidia.com/gpu"
+UNSATISFIABLE = "TopologyUnsatisfiable"
+WAITING = "WaitingForTopology"
+
+
+@dataclass(frozen=True)
+class NodeRoom:
+    """One node as the placement sees it: its labels and, per resource, allocatable and free amounts."""
+    name: str
+    labels: Mapping[str, str]
+    allocatable: Mapping[str, Fraction | int]
+    free: Mapping[str, Fraction | int]
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The gang's floor: `pods` pods of `requests` each."""
+    pods: int
+    requests: Mapping[str, Fraction | int]
+
+
+@dataclass(frozen=True)
+class Placed:
+    level: str | None          # the node label of the chosen domain's level (None: the whole cluster)
+    domain: str | None         # the label's value
+    nodes: tuple[str, ...] = field(default=())   # the domain's nodes (what a node affinity would name)
+    stranded_gpus: Fraction | int = 0
+
+
+@dataclass(frozen=True)
+class Waiting:
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Unsatisfiable:
+    reason: str
+    message: str
+
+
+def pods_fitting(amounts: Mapping[str, Fraction | int], requests: Mapping[str, Fraction | int]) -> int:
+    """How many pods of `requests` fit in `amounts` (one node's); unbounded requests count as one node's worth."""
+    counts = [int(Fraction(amounts.get(r, 0)) // Fraction(q)) for r, q in requests.items() if q]
+    return max(0, min(counts)) if counts else 1
+
+
+@dataclass(frozen=True)
+class _Domain:
+    label: str
+    value: str | None
+    nodes: tuple[NodeRoom, ...]
+
+    def room(self, floor: Floor, now: bool = True) -> int:
+        return sum(pods_fitting(n.free if now else n.allocatable, floor.requests) for n in self.nodes)
+
+    def hosts_with_room(self, floor: Floor) -> int:
+        return sum(pods_fitting(n.free, floor.requests) > 0 for n in self.nodes)
+
+    def gpus(self, now: bool = True) -> Fraction | int:
+        return sum((Fraction(n.free.get(GPU, 0) if now else n.allocatable.get(GPU, 0)) for n in self.nodes), Fraction(0))
+
+    def stranded(self, floor: Floor) -> Fraction | int:
+        return self.gpus() - floor.pods * Fraction(floor.requests.get(GPU, 0))
+
+    def placed(self, floor: Floor) -> Placed:
+        stranded = self.stranded(floor)
+        return Placed(self.label if self.value is not None else None, self.value,
+                      tuple(sorted(n.name for n in self.nodes)), _plain(stranded))
+
+
+def _plain(value: Fraction | int) -> Fraction | int:
+    return int(value) if Fraction(value).denominator == 1 else value
+
+
+def domains(nodes: list[NodeRoom], label: str) -> list[_Domain]:
+    """The domains of one level (by the label's value), in name order; unlabelled nodes are in none."""
+    by_value: dict[str, list[NodeRoom]] = {}
+    for node in nodes:
+        if label in node.labels:
+            by_value.setdefault(node.labels[label], []).append(node)
+    return [_Domain(label, value, tuple(members)) for value, members in sorted(by_value.items())]
+
+
+def _best_fit(candidates: list[_Domain], floor: Floor) -> _Domain | None:
+    fitting = [d for d in candidates if d.room(floor) >= floor.pods]
+    return min(fitting, key=lambda d: (d.stranded(floor), d.value or "")) if fitting else None
+
+
+def choose(nodes: list[NodeRoom], topology: Topology, intent: PlacementIntent,
+           floor: Floor) -> Placed | Waiting | Unsatisfiable:
+    """Where the gang's floor goes now under `intent` (see the module docstring)."""
+    target = intent.required if intent.required is not None else intent.preferred
+    labels = [lv.node_label for lv in topology.levels]
+    if target is None or str(target) not in labels:
+        raise ValueError(f"placement level {target!r} is not one of the topology's node labels {labels}")
+    at = labels.index(str(target))
+    for label in reversed(labels[at:]):          # the narrowest level first, up to the intent's
+        found = _best_fit(domains(nodes, label), floor)
+        if found is not None:
+            return found.placed(floor)
+    level_domains = domains(nodes, str(target))
+    name = topology.levels[at].name
+    if intent.required is None:
+        whole = _Domain("", None, tuple(nodes))
+        if whole.room(floor) >= floor.pods:
+            return whole.placed(floor)
+    elif not any(d.room(floor, now=False) >= floor.pods for d in level_domains):
+        return Unsatisfiable(UNSATISFIABLE, _never_message(level_domains, name, floor))
+    return Waiting(WAITING, _waiting_message(level_domains, name, floor))
+
+
+def _floor_text(floor: Floor) -> str:
+    each = ", ".join(f"{_plain(Fraction(q))} {r}" for r, q in sorted(floor.requests.items()))
+    return f"{floor.pods} pods of {each}"
+
+
+def _waiting_message(level_domains: list[_Domain], name: str, floor: Floor) -> str:
+    if not level_domains:
+        return f"no node carries the {name} label; the gang's floor ({_floor_text(floor)}) cannot be placed"
+    best = max(level_domains, key=lambda d: (d.room(floor), -d.stranded(floor)))
+    return (f"no {name} has room for the gang's floor ({_floor_text(floor)}) now; best {name} {best.value}: "
+            f"{best.hosts_with_room(floor)} of {len(best.nodes)} hosts free, room for {best.room(floor)} of "
+            f"{floor.pods} pods ({_plain(best.gpus())} GPUs free)")
+
+
+def _never_message(level_domains: list[_Domain], name: str, floor: Floor) -> str:
+    if not level_domains:
+        return f"no node carries the {name} label; the gang's floor ({_floor_text(floor)}) can never be placed"
+    best = max(level_domains, key=lambda d: d.room(floor, now=False))
+    return (f"no {name} can ever hold the gang's floor ({_floor_text(floor)}): the largest, {name} {best.value}, "
+            f"has {len(best.nodes)} hosts with room for {best.room(floor, now=False)} pods "
+            f"({_plain(best.gpus(now=False))} GPUs allocatable)")
