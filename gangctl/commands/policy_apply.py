@@ -105,7 +105,9 @@ async def _get(kube: Kube, path: str) -> dict | None:
 async def apply_policy(kube: Kube, policy: QuotaPolicy, backend: str, *, dry_run: bool,
                        text: str | None = None) -> list[Change]:
     changes = []
-    nodes = (await kube.get(NODES.path()))["items"] if policy.topology is not None else []
+    # Only a backend whose topology objects name the nodes needs them (a list of every node, at 5,000 nodes).
+    needs_nodes = policy.topology is not None and getattr(BACKENDS[backend], "topology_from_nodes", False)
+    nodes = (await kube.get(NODES.path()))["items"] if needs_nodes else []
     for obj in objects_for(policy, backend, text, nodes):
         path, meta = object_path(obj), obj["metadata"]
         try:

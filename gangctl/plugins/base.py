@@ -69,6 +69,7 @@ class GangBackend(Protocol):
     #   placement_spec(intent, topology) -> dict        fields of the gang's group spec for a placement intent
     #   placement_annotations(intent) -> dict[str, str] pod template annotations for it (Kueue)
     #   topology_objects(topology, nodes) -> list[dict] what `policy apply` writes for the policy's topology
+    #   topology_from_nodes: bool                      those objects name the cluster's nodes (Volcano's HyperNodes)
 
 
 def group_object(resource: Resource, job: ResolvedJob, owner: dict, spec: dict) -> dict:

@@ -79,6 +79,7 @@ class Volcano:
     needs_nudge = False        # the scheduler retries every pending PodGroup each session
     allocates_whole = True     # enqueue admits a PodGroup only when its queue has room: a waiting gang holds no quota
     requeues_unready = False
+    topology_from_nodes = True   # its HyperNodes name the nodes: `policy apply` lists them for a topology
     setup_hint = "start the cluster with `gangctl cluster up --scheduler volcano`"
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]:

@@ -13,19 +13,12 @@ from typing import Mapping, Sequence
 from gangctl.api.quantity import format_amount
 from gangctl.policy import pytorchjob as pj
 from gangctl.model.gang import Gang
+from gangctl.model.room import NodeRoom, pods_fitting
 from gangctl.policy.quota_gate import WAITING_FOR_QUOTA
 from gangctl.model.resolve import pod_requests
 from gangctl.policy.status import COMPLETE, FAILED, PENDING, RUNNING, SUSPENDED, WAITING, gang_state
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
-
-
-@dataclass(frozen=True)
-class NodeRoom:
-    """One node that could take a pod of the gang, and what is free on it."""
-
-    name: str
-    free: Mapping[str, Fraction]
 
 
 @dataclass(frozen=True)
@@ -88,11 +81,12 @@ def screen_nodes(nodes: Sequence[Mapping], pods: Sequence[Mapping],
             "allocatable") or {}}}]})
         taken = used.get(node["metadata"]["name"], {})
         free = {r: q - taken.get(r, Fraction(0)) for r, q in allocatable.items()}
+        room = NodeRoom(node["metadata"]["name"], free, node["metadata"].get("labels") or {}, allocatable)
         why = _excluded_by(node, pod_spec or {})
         if why is None:
-            rooms.append(NodeRoom(node["metadata"]["name"], free))
+            rooms.append(room)
         else:
-            excluded.append(Excluded(NodeRoom(node["metadata"]["name"], free), *why))
+            excluded.append(Excluded(room, *why))
     return rooms, excluded
 
 
@@ -172,9 +166,8 @@ def exclusions(excluded: Sequence[Excluded], per_pod: Mapping[str, Fraction]) ->
 
 
 def slots_on(room: NodeRoom, per_pod: Mapping[str, Fraction]) -> int:
-    """How many pods of `per_pod` fit on the node."""
-    counts = [room.free.get(r, Fraction(0)) // q for r, q in per_pod.items() if q > 0]
-    return max(0, int(min(counts))) if counts else 0
+    """How many pods of `per_pod` fit on the node now."""
+    return pods_fitting(room.free, per_pod)
 
 
 def diagnose(status: Mapping | None, gang: Gang, bound: int, rooms: Sequence[NodeRoom],

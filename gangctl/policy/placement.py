@@ -1,7 +1,8 @@
 """gangctl's own topology placement of a gang (for a scheduler without one: coscheduling, and native's
 missing preferred mode). Pure: the caller passes the nodes as it sees them.
 
-Given the nodes (labels, allocatable and free amounts; taints are not looked at yet), the cluster's
+Given the nodes (`model.room.NodeRoom` with labels, allocatable and free amounts, as
+`policy.explain.screen_nodes` reads them; taints are not looked at yet), the cluster's
 topology, the job's placement intent (levels as node labels: `intent.on(topology)`) and the gang's
 floor (its pods and one pod's requests), `choose` answers one of:
 - `Placed`: the narrowest domain, at the intent's level or below it, that holds the floor now; among
@@ -20,20 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from gangctl.model.room import NodeRoom, pods_fitting
 from gangctl.model.topology import PlacementIntent, Topology
 
 GPU = "nvidia.com/gpu"
 UNSATISFIABLE = "TopologyUnsatisfiable"
 WAITING = "WaitingForTopology"
-
-
-@dataclass(frozen=True)
-class NodeRoom:
-    """One node as the placement sees it: its labels and, per resource, allocatable and free amounts."""
-    name: str
-    labels: Mapping[str, str]
-    allocatable: Mapping[str, Fraction | int]
-    free: Mapping[str, Fraction | int]
 
 
 @dataclass(frozen=True)
@@ -61,12 +54,6 @@ class Waiting:
 class Unsatisfiable:
     reason: str
     message: str
-
-
-def pods_fitting(amounts: Mapping[str, Fraction | int], requests: Mapping[str, Fraction | int]) -> int:
-    """How many pods of `requests` fit in `amounts` (one node's); unbounded requests count as one node's worth."""
-    counts = [int(Fraction(amounts.get(r, 0)) // Fraction(q)) for r, q in requests.items() if q]
-    return max(0, min(counts)) if counts else 1
 
 
 @dataclass(frozen=True)

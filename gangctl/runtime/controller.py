@@ -471,17 +471,17 @@ async def local_progress_service(kube: Kube) -> tuple[str, int] | None:
 STOP_SECONDS = 4.0
 
 
-def stuck_stop_watchdog(after: float) -> asyncio.TimerHandle:
+def stuck_stop_watchdog(after: float) -> None:
     """If stopping takes longer than `after` seconds, log what every task and thread is doing (once),
     so a stop that would end in SIGKILL says where it was stuck. Armed until the process exits (it
-    never fires if the event loop closes first)."""
+    never fires if the process ends first)."""
     def dump() -> None:
         log.error("still stopping after %.0fs; its tasks follow", after)
         for task in asyncio.all_tasks():
             task.print_stack(limit=8, file=sys.stderr)
     # The threads' stacks from a thread of faulthandler's own: printed even if the event loop is blocked.
     faulthandler.dump_traceback_later(after, file=sys.stderr)
-    return asyncio.get_running_loop().call_later(after, dump)
+    asyncio.get_running_loop().call_later(after, dump)
 
 
 async def _stop(controller: Controller, grace: float, elector: LeaderElector | None,

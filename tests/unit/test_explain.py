@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from gangctl.policy.explain import Exclusion, NodeRoom, diagnose, diagnose_pytorchjob, node_rooms, screen_nodes, slots_on
+from gangctl.model.room import NodeRoom
+from gangctl.policy.explain import Exclusion, diagnose, diagnose_pytorchjob, node_rooms, screen_nodes, slots_on
 from gangctl.model.gang import Gang, size_gang
 from gangctl.sim import objects
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gangctl.model.topology import PlacementIntent, Topology
-from gangctl.policy.placement import (GPU, UNSATISFIABLE, WAITING, Floor, NodeRoom, Placed, Unsatisfiable, Waiting,
-                                      choose, pods_fitting)
+from gangctl.model.room import NodeRoom, pods_fitting
+from gangctl.policy.placement import GPU, UNSATISFIABLE, WAITING, Floor, Placed, Unsatisfiable, Waiting, choose
 
 BLOCK, RACK, HOST = "topology.gangctl.io/block", "topology.gangctl.io/rack", "kubernetes.io/hostname"
 TOPOLOGY = Topology.model_validate({"levels": [{"name": "block", "nodeLabel": BLOCK},
@@ -21,8 +21,8 @@ def cluster(free: dict[str, int], racks: int = 4, hosts: int = 4, gpus: int = 8)
     for r in range(racks):
         for h in range(hosts):
             name = f"r{r}-h{h}"
-            nodes.append(NodeRoom(name, {BLOCK: f"b{r // 2}", RACK: f"r{r}", HOST: name},
-                                  {GPU: gpus}, {GPU: free.get(name, gpus)}))
+            nodes.append(NodeRoom(name, free={GPU: free.get(name, gpus)},
+                                  labels={BLOCK: f"b{r // 2}", RACK: f"r{r}", HOST: name}, allocatable={GPU: gpus}))
     return nodes
 
 
