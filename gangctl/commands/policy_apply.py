@@ -19,6 +19,7 @@ from gangctl.api.resources import NODES, object_path
 from gangctl.kube.client import ApiError, Kube
 from gangctl.model.quota import QuotaPolicy
 from gangctl.plugins.base import topology_objects
+from gangctl.plugins.quota_objects import stored_topology
 from gangctl.plugins.registry import BACKENDS
 
 FIELD_MANAGER = "gangctl-policy"
@@ -36,10 +37,16 @@ def objects_for(policy: QuotaPolicy, backend: str, text: str | None = None, node
     `text`: the policy file as written (coscheduling, native and Volcano store it verbatim, comments
     included: gangctl admits their jobs by it, and preempts for priority under Volcano). With a
     topology, its objects come first (the flavor that names Kueue's Topology after it); `nodes`: the
-    cluster's Node objects, which Volcano's HyperNodes list by name."""
+    cluster's Node objects, which Volcano's HyperNodes list by name. The topology is also stored where
+    gangctl's controller reads it (ConfigMap gangctl-system/gangctl-topology), for every backend."""
     plugin = BACKENDS[backend]
-    return [*topology_objects(plugin, policy.topology, nodes or []),
-            *plugin.quota_objects(policy, text if text is not None else policy_text(policy))]
+    objects = [*topology_objects(plugin, policy.topology, nodes or []),
+               *(stored_topology(policy.topology) if policy.topology is not None else []),
+               *plugin.quota_objects(policy, text if text is not None else policy_text(policy))]
+    unique: dict[str, dict] = {}
+    for obj in objects:   # gangctl-system comes with the stored topology and the stored policy alike
+        unique.setdefault(ref(obj), obj)
+    return list(unique.values())
 
 
 def ref(obj: dict) -> str:

@@ -210,16 +210,16 @@ class Kube:
     async def merge_patch(self, path: str, patch: dict) -> dict:
         return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
 
-    async def list_pages(self, path: str, *, label_selector: str | None = None, limit: int = 500,
-                         page_timeout: float = 60) -> AsyncIterator[dict]:
+    async def list_pages(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
+                         limit: int = 500, page_timeout: float = 60) -> AsyncIterator[dict]:
         """A LIST in pages of `limit` (`limit`/`continue`), each page a dict with items and metadata.
 
         Each page has its own timeout, so a long list is not a failure. A continue token that expired
         (410) raises ApiError: the caller starts the list again."""
         token: str | None = None
         while True:
-            page = await self.request("GET", path, params={"labelSelector": label_selector, "limit": limit,
-                                                            "continue": token}, timeout=page_timeout)
+            page = await self.request("GET", path, params={"labelSelector": label_selector, "fieldSelector": field_selector,
+                                                            "limit": limit, "continue": token}, timeout=page_timeout)
             yield page
             token = (page.get("metadata") or {}).get("continue")
             if not token:

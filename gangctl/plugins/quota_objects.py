@@ -9,6 +9,8 @@ Each backend module says which of these it applies (its `quota_objects`).
 """
 from __future__ import annotations
 
+import yaml
+
 from gangctl.model.quota import QuotaPolicy
 
 
@@ -49,12 +51,25 @@ def priority_classes(policy: QuotaPolicy) -> list[dict]:
 POLICY_NAMESPACE = "gangctl-system"
 POLICY_CONFIGMAP = "gangctl-quota-policy"
 POLICY_KEY = "policy.yaml"
+# The cluster's topology, where the controller reads it (gangctl.runtime.cluster_view): written by
+# `gangctl policy apply` for every backend when the policy has a topology section.
+TOPOLOGY_CONFIGMAP = "gangctl-topology"
+TOPOLOGY_KEY = "topology.yaml"
 
 
 def policy_configmap(text: str) -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": POLICY_CONFIGMAP, "namespace": POLICY_NAMESPACE, "labels": dict(MANAGED)},
             "data": {POLICY_KEY: text}}
+
+
+def stored_topology(topology) -> list[dict]:
+    """The policy's topology (gangctl.model.topology.Topology) where the controller reads it."""
+    system = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": POLICY_NAMESPACE}}
+    text = yaml.safe_dump(topology.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False)
+    return [system, {"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": TOPOLOGY_CONFIGMAP, "namespace": POLICY_NAMESPACE, "labels": dict(MANAGED)},
+                     "data": {TOPOLOGY_KEY: text}}]
 
 
 def stored_policy(text: str) -> list[dict]:

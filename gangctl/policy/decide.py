@@ -39,6 +39,9 @@ from gangctl.policy.failure import decide as judge
 from gangctl.model.gang import Gang, size_gang
 from gangctl.model.quota_plan import NodeRange
 from gangctl.model.resolve import NODE_JOB, ResolveError, ResolvedJob, resolve
+from gangctl.model.topology import Topology, TopologyError
+from gangctl.policy import placement
+from gangctl.policy.explain import node_rooms
 
 # managedBy values this controller serves: unset, and gangctl's own. A TrainJob naming Kubeflow
 # Trainer's controller (trainer.kubeflow.org/trainjob-controller, what Trainer's CRD defaults) is
@@ -54,6 +57,12 @@ STORE_ROLE = "rendezvous-store"
 
 
 # --- what one pass reads ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ClusterView:
+    nodes: tuple[dict, ...]
+    pods: tuple[dict, ...]
+
+
 @dataclass(frozen=True)
 class GateView:
     """The quota gate's answer for a TrainJob of a namespace it governs."""
@@ -88,6 +97,10 @@ class Snapshot:
     priority_classes: frozenset[str] | None = None  # the PriorityClasses that exist (None: not checked)
     progress: progress.Endpoint | None = None   # (TrainJob) where trainer pods report status.trainerStatus
     claims: tuple[dict, ...] = ()          # (TrainJob) PVCs labelled with its name (volumeClaimPolicies)
+    topology: Topology | None = None       # the cluster's topology (policy apply's ConfigMap; None: none)
+    # (TrainJob) every Node and every pod bound to one, listed only when a plan asked (`wants_nodes`):
+    # gangctl's own topology placement weighs what is free where.
+    cluster: ClusterView | None = None
 
     @property
     def obj(self) -> dict:
@@ -233,6 +246,8 @@ class Plan:
     # dropped after them (`drop_hints`: the attempt was judged and deleted).
     hints: tuple[str, Mapping[str, PodFailure]] | None = None
     drop_hints: str | None = None
+    # Decide again with the snapshot's `cluster` listed (gangctl's own topology placement); no step runs.
+    wants_nodes: bool = False
 
     @property
     def status(self) -> dict | None:
@@ -576,7 +591,10 @@ def ask_gate(gate: GateView | None, backend, suspend: bool, requests: Mapping, p
 
 def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
     quota = _quota(s, job, backend, gang)
-    job, observed = quota.job, s.node_job
+    placed = _place(s, quota.job, backend, gang)
+    if isinstance(placed, Plan):
+        return dataclasses.replace(placed, gate=quota.intents)
+    job, observed = placed, s.node_job
     plan = Plan(gate=quota.intents)
     resize: elastic.Resize | None = None
     size: int | None = None
@@ -603,6 +621,51 @@ def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
     return _converge(s, plan, job, backend, gang, quota, size, resize, lost_gone)
 
 
+PLACEMENT_RECHECK_SECONDS = 5.0   # a gang waiting for a domain with room looks again this often
+
+
+def _place(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> ResolvedJob | Plan:
+    """The job with its placement intent on the cluster's topology (levels as node labels) and, where
+    the backend cannot place it itself, its pod template pinned by gangctl (`placement.pin`); or the
+    plan of a job that cannot start so: its intent names no level of the topology (failed), it needs
+    the nodes listed first, no domain has room now (waiting), or none ever will (failed)."""
+    if job.placement is None or s.topology is None:
+        return job
+    try:
+        intent = job.placement.on(s.topology)
+    except TopologyError as err:
+        return _fail(s, "InvalidPlacement", str(err))
+    template = job.pod_template
+    if asked := base.placement_annotations(backend, intent):
+        meta = template.get("metadata") or {}
+        template = {**template, "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}), **asked}}}
+    job = dataclasses.replace(job, placement=intent, pod_template=template)
+    observed = (s.node_job or {}).get("spec") or {}
+    if job.suspend or placement.places_itself(backend, intent, s.topology) or (
+            s.node_job is not None and not _may_pin(s.node_job)):
+        return job
+    floor = placement.Floor(gang.min_member, gang.per_pod)
+    rooms = None if s.cluster is None else node_rooms(s.cluster.nodes, s.cluster.pods, template.get("spec"))
+    chosen = placement.pin(template, observed.get("template"), intent, s.topology, floor, rooms)
+    if isinstance(chosen, placement.NeedNodes):
+        return Plan(wants_nodes=True)
+    if isinstance(chosen, placement.Unsatisfiable):
+        return _fail(s, chosen.reason, chosen.message)
+    if isinstance(chosen, placement.Waiting):
+        return dataclasses.replace(_not_created(s, chosen.reason, chosen.message),
+                                   requeue_after=PLACEMENT_RECHECK_SECONDS)
+    return dataclasses.replace(job, pod_template=chosen)
+
+
+def _may_pin(node_job: dict) -> bool:
+    """Whether the node Job's pod template carries gangctl's placement or may still get it: a Job
+    whose pods never started (suspended, no startTime) may have its node affinity changed."""
+    template = (node_job.get("spec") or {}).get("template") or {}
+    if placement.PLACEMENT_ANNOTATION in ((template.get("metadata") or {}).get("annotations") or {}):
+        return True
+    return bool((node_job.get("spec") or {}).get("suspend")) and not (node_job.get("status") or {}).get("startTime")
+
+
 def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, quota: _Quota, size: int | None,
               resize: elastic.Resize | None, lost_gone: int) -> Plan:
     """Apply the children, release what a suspended job holds, report, and release what a finished
@@ -618,7 +681,7 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
         steps += _claims(job, owner)
     applied_group, gang_after = None, s.groups.get(backend.name) if backend is not None else None
     if base.wants_group(backend) and not job.suspend:
-        group = with_spec_hash(backend.group(job, gang, owner))
+        group = with_spec_hash(_with_placement(backend.group(job, gang, owner), backend, job, s.topology))
         steps += ensure(backend.group_resource, gang_after, group, first)
         applied_group, gang_after = backend.name, gang_after or group
     progress_url = _progress_url(s, job)
@@ -659,6 +722,14 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
                 and _refused(s, observed, gang)):
             steps.append(nudge(backend.group_resource, job.namespace, job.name, s.now))
     return dataclasses.replace(plan, steps=tuple(steps), metrics=tuple(metrics))
+
+
+def _with_placement(group: dict, backend, job: ResolvedJob, topology: Topology | None) -> dict:
+    """The gang's group object asking its scheduler for the job's placement (`_place` put the intent
+    on the topology), where the backend has a field for it."""
+    if topology is None or job.placement is None:
+        return group
+    return {**group, "spec": {**(group.get("spec") or {}), **base.placement_spec(backend, job.placement, topology)}}
 
 
 def nudge(resource: Resource, namespace: str, name: str, now: datetime) -> Patch:

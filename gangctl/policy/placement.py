@@ -13,7 +13,12 @@ floor (its pods and one pod's requests), `choose` answers one of:
   room for now) and its numbers.
 - `Unsatisfiable`: no domain of the required level could hold the floor even empty (allocatable, not
   free): waiting would be forever.
-Wiring this into the decision (node affinity before the pods are released) is not done yet.
+
+`pin` is what the decision asks: for a job whose backend cannot place its intent itself, the pod
+template pinned to the chosen domain by node affinity (required for a required intent, preferred
+for a preferred one) and marked with the domain (`PLACEMENT_ANNOTATION`), or why it cannot start.
+A template already marked (the node Job exists) keeps its domain: a Job's pod template cannot change
+once it started, and its replacement pods must land where the gang is.
 """
 from __future__ import annotations
 
@@ -23,10 +28,16 @@ from fractions import Fraction
 
 from gangctl.model.room import NodeRoom, pods_fitting
 from gangctl.model.topology import PlacementIntent, Topology
+from gangctl.plugins import base
 
 GPU = "nvidia.com/gpu"
 UNSATISFIABLE = "TopologyUnsatisfiable"
 WAITING = "WaitingForTopology"
+# On the node Job's pod template (so on every pod): where gangctl placed the gang, `<label>=<value>`,
+# or `*` for a preferred intent placed on the whole cluster (no domain held it).
+PLACEMENT_ANNOTATION = "gangctl.io/placement"
+ANYWHERE = "*"
+PREFERRED_WEIGHT = 100   # the node affinity weight of a preferred domain (the most a term may have)
 
 
 @dataclass(frozen=True)
@@ -142,3 +153,60 @@ def _never_message(level_domains: list[_Domain], name: str, floor: Floor) -> str
     return (f"no {name} can ever hold the gang's floor ({_floor_text(floor)}): the largest, {name} {best.value}, "
             f"has {len(best.nodes)} hosts with room for {best.room(floor, now=False)} pods "
             f"({_plain(best.gpus(now=False))} GPUs allocatable)")
+
+
+@dataclass(frozen=True)
+class NeedNodes:
+    """The decision needs the cluster's nodes and their pods to choose (the caller lists them)."""
+
+
+def places_itself(backend, intent: PlacementIntent, topology: Topology) -> bool:
+    """Whether the backend's scheduler takes this intent (levels as node labels) on its own objects."""
+    return bool(base.placement_spec(backend, intent, topology) or base.placement_annotations(backend, intent))
+
+
+def pin(template: dict, observed_template: dict | None, intent: PlacementIntent, topology: Topology,
+        floor: Floor, rooms: list[NodeRoom] | None) -> dict | NeedNodes | Waiting | Unsatisfiable:
+    """The node job's pod `template` pinned for `intent` (levels as node labels): to the domain the
+    observed Job's template was pinned to, when there is one; else to the one `choose` picks from
+    `rooms` (None: not listed yet, `NeedNodes`)."""
+    marked = ((observed_template or {}).get("metadata") or {}).get("annotations", {}).get(PLACEMENT_ANNOTATION)
+    if marked is not None:
+        return pinned(template, marked, required=intent.required is not None)
+    if rooms is None:
+        return NeedNodes()
+    chosen = choose(rooms, topology, intent, floor)
+    if not isinstance(chosen, Placed):
+        return chosen
+    mark = ANYWHERE if chosen.domain is None else f"{chosen.level}={chosen.domain}"
+    return pinned(template, mark, required=intent.required is not None)
+
+
+def pinned(template: dict, mark: str, *, required: bool) -> dict:
+    """A copy of `template` with the placement mark and, unless it is `ANYWHERE`, node affinity to the
+    domain: added to every required term (terms are ORed, so each must name the domain), or as a
+    preferred term."""
+    meta = dict(template.get("metadata") or {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), PLACEMENT_ANNOTATION: mark}
+    out = {**template, "metadata": meta}
+    if mark == ANYWHERE:
+        return out
+    label, _, value = mark.partition("=")
+    expression = {"key": label, "operator": "In", "values": [value]}
+    spec = dict(template.get("spec") or {})
+    affinity = dict(spec.get("affinity") or {})
+    node = dict(affinity.get("nodeAffinity") or {})
+    if required:
+        need = dict(node.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+        terms = need.get("nodeSelectorTerms") or [{}]
+        need["nodeSelectorTerms"] = [{**t, "matchExpressions": [*(t.get("matchExpressions") or []), expression]}
+                                     for t in terms]
+        node["requiredDuringSchedulingIgnoredDuringExecution"] = need
+    else:
+        node["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            *(node.get("preferredDuringSchedulingIgnoredDuringExecution") or []),
+            {"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": [expression]}}]
+    affinity["nodeAffinity"] = node
+    spec["affinity"] = affinity
+    out["spec"] = spec
+    return out

@@ -31,6 +31,7 @@ from gangctl.policy.cached import node_view, pod_view
 from gangctl.policy.leader import LeaseTimings
 from gangctl.policy.status import phase
 from gangctl.runtime import progress_server
+from gangctl.runtime.cluster_view import ClusterLister, TopologySource
 from gangctl.runtime.kinds import JobKey, JobKind, PyTorchJobKind, TrainJobKind
 from gangctl.runtime.quota_gate import QuotaGate, policy_informer
 from gangctl.runtime.reconciler import Caches, Reconciler
@@ -126,6 +127,8 @@ class Controller:
         self.reconciler = Reconciler(kube, self.caches, self.metrics, events, kinds=self.kinds,
                                      field_manager=settings.field_manager, scheduler_name=settings.scheduler_name)
         self.reconciler.gate = self.gate
+        self.reconciler.topology = TopologySource(self.policy_configmaps)
+        self.reconciler.list_cluster = ClusterLister(kube)
         self.reconciler.on_capacity_freed = self.capacity_changed
         self.reconciler.requeue_after = self.queue.add_after
         self._retry_timer: asyncio.TimerHandle | None = None

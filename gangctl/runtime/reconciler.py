@@ -8,10 +8,11 @@ two writes.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Mapping
+from typing import Awaitable, Callable, Mapping
 
 from gangctl.api.resources import JOBS, SERVICES, Resource
 from gangctl.kube.client import ApiError, Kube
@@ -19,6 +20,7 @@ from gangctl.kube.events import EventRecorder
 from gangctl.kube.informer import Informer
 from gangctl.obs.metrics import Metrics
 from gangctl.model.names import RESULT_FINALIZER
+from gangctl.model.topology import Topology
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy import decide as d
 from gangctl.policy import ownership
@@ -26,6 +28,10 @@ from gangctl.policy.failure import PodFailure
 from gangctl.runtime.kinds import JobKey, JobKind
 
 log = logging.getLogger(__name__)
+
+
+async def _no_cluster() -> d.ClusterView:
+    raise RuntimeError("no cluster lister wired: gangctl's own topology placement cannot list the nodes")
 
 @dataclass
 class Caches:
@@ -76,6 +82,10 @@ class Reconciler:
         self.gate = None
         # Where trainer pods report status.trainerStatus (the controller sets it when it serves it).
         self.progress = None
+        # The cluster's topology, and the nodes and pods gangctl's own placement weighs (the
+        # controller wires gangctl.runtime.cluster_view's sources).
+        self.topology: Callable[[], Topology | None] = lambda: None
+        self.list_cluster: Callable[[], Awaitable[d.ClusterView]] = _no_cluster
         # Status is the only memory of what was decided (restart counters, the failed attempt already
         # judged): every status write carries the uid and resourceVersion it was decided from, so a
         # decision made on a stale cache fails with 409 and is made again on fresh data, and the
@@ -101,7 +111,10 @@ class Reconciler:
 
     async def reconcile(self, key: JobKey) -> None:
         kind = self.kinds[key.kind]
-        plan = kind.decide(kind.observe(self, key))
+        snapshot = kind.observe(self, key)
+        plan = kind.decide(snapshot)
+        if plan.wants_nodes:   # gangctl places this gang itself: decided again with the nodes listed
+            plan = kind.decide(dataclasses.replace(snapshot, cluster=await self.list_cluster()))
         try:
             await self.apply(key, plan)
         except _Rejected as err:

@@ -1,0 +1,76 @@
+"""What gangctl's own topology placement reads besides its caches: the cluster's topology and, when a
+gang is about to be placed, every Node and every pod bound to one.
+
+- The topology is the ConfigMap gangctl-system/gangctl-topology (key `topology.yaml`) that
+  `gangctl policy apply` writes from the policy's `topology:` section, read from the informer the
+  quota gate already keeps on gangctl-system; parsed once per version. An invalid one is logged and
+  treated as absent (no gang is placed by topology) rather than stopping the controller.
+- Nodes and pods are listed only when a decision asks (`Plan.wants_nodes`: a gang with a placement
+  intent whose backend cannot place it), in pages, pods by field selector (bound, not finished), and reused for `max_age` seconds so a burst of gangs costs
+  one listing. Gangs placed within one listing do not see each other's pods yet: the later one may be
+  refused by its scheduler and waits (documented in docs/topology.md).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import yaml
+from pydantic import ValidationError
+
+from gangctl.api.resources import NODES, PODS
+from gangctl.kube.client import Kube
+from gangctl.kube.informer import Informer
+from gangctl.model.topology import Topology
+from gangctl.plugins.quota_objects import POLICY_NAMESPACE, TOPOLOGY_CONFIGMAP, TOPOLOGY_KEY
+from gangctl.policy.decide import ClusterView
+
+log = logging.getLogger(__name__)
+
+BOUND_UNFINISHED = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+class TopologySource:
+    """The cluster's topology from the ConfigMap, parsed once per resourceVersion."""
+
+    def __init__(self, configmaps: Informer):
+        self.configmaps = configmaps
+        self._seen: tuple[str, Topology | None] = ("", None)
+
+    def __call__(self) -> Topology | None:
+        cm = self.configmaps.get(f"{POLICY_NAMESPACE}/{TOPOLOGY_CONFIGMAP}")
+        if cm is None:
+            return None
+        version = cm["metadata"].get("resourceVersion", "")
+        if version != self._seen[0]:
+            self._seen = (version, _parse(cm))
+        return self._seen[1]
+
+
+def _parse(cm: dict) -> Topology | None:
+    try:
+        return Topology.model_validate(yaml.safe_load((cm.get("data") or {}).get(TOPOLOGY_KEY) or ""))
+    except (yaml.YAMLError, ValidationError) as err:
+        log.error("ConfigMap %s/%s is not a valid topology (no gang is placed by topology until it is): %s",
+                  POLICY_NAMESPACE, TOPOLOGY_CONFIGMAP, err)
+        return None
+
+
+class ClusterLister:
+    """Nodes and bound unfinished pods, listed on demand and shared for `max_age` seconds."""
+
+    def __init__(self, kube: Kube, max_age: float = 2.0):
+        self.kube = kube
+        self.max_age = max_age
+        self._view: tuple[float, ClusterView] | None = None
+        self._lock = asyncio.Lock()
+
+    async def __call__(self) -> ClusterView:
+        async with self._lock:
+            if self._view is None or time.monotonic() - self._view[0] > self.max_age:
+                nodes = [n async for page in self.kube.list_pages(NODES.path()) for n in page["items"]]
+                pods = [p async for page in self.kube.list_pages(PODS.path(), field_selector=BOUND_UNFINISHED)
+                        for p in page["items"]]
+                self._view = (time.monotonic(), ClusterView(tuple(nodes), tuple(pods)))
+            return self._view[1]

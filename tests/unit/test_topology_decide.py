@@ -1,0 +1,132 @@
+"""gangctl's own topology placement inside the decision (issue 36 item 3): a gang whose backend has no
+placement of its own is pinned by node affinity to the domain `placement.choose` picks, before its
+pods exist; it waits naming the best domain, or fails with TopologyUnsatisfiable; a backend with a
+mechanism gets the intent on its own object instead."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from gangctl.api.resources import JOBS
+from gangctl.plugins.registry import BACKENDS
+from gangctl.model.topology import KUEUE_REQUIRED, KUEUE_PREFERRED, Topology
+from gangctl.policy import status as st
+from gangctl.policy.decide import Apply, ClusterView, Snapshot, WriteStatus, decide
+from gangctl.policy.placement import PLACEMENT_ANNOTATION, UNSATISFIABLE, WAITING
+from gangctl.sim import objects
+
+NOW = datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)
+BLOCK, RACK, HOST = "topology.gangctl.io/block", "topology.gangctl.io/rack", "kubernetes.io/hostname"
+TOPOLOGY = Topology.model_validate({"name": "gpus", "levels": [{"name": "block", "nodeLabel": BLOCK},
+                                                               {"name": "rack", "nodeLabel": RACK},
+                                                               {"name": "host", "nodeLabel": HOST}]})
+GPU = "nvidia.com/gpu"
+
+
+def runtime(annotations: dict[str, str], gang: dict | None = None) -> dict:
+    rt = objects.runtime(gang=gang)
+    template = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    template.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
+    return rt
+
+
+def trainjob(nodes: int = 3) -> dict:
+    return objects.trainjob(uid="tj-1", metadata={"resourceVersion": "7", "generation": 1}, status={},
+                            trainer={"numNodes": nodes, "resourcesPerNode": {"limits": {GPU: "8"}}})
+
+
+def cluster(racks: int = 2, hosts: int = 4, busy: tuple[str, ...] = ()) -> ClusterView:
+    """`racks` racks of `hosts` 8-GPU hosts; each host in `busy` runs a pod that takes all 8."""
+    nodes, pods = [], []
+    for r in range(racks):
+        for h in range(hosts):
+            name = f"r{r}-h{h}"
+            nodes.append(objects.node(name, allocatable={GPU: "8", "cpu": "64", "memory": "512Gi", "pods": "110"},
+                                      labels={BLOCK: "b0", RACK: f"r{r}", HOST: name}))
+            if name in busy:
+                pods.append({"metadata": {"name": f"other-{name}", "namespace": "other"},
+                             "spec": {"nodeName": name, "containers": [{"name": "c", "resources": {
+                                 "requests": {GPU: "8"}}}]}, "status": {"phase": "Running"}})
+    return ClusterView(tuple(nodes), tuple(pods))
+
+
+def snap(rt: dict, *, view: ClusterView | None = None, node_job: dict | None = None, topology=TOPOLOGY,
+         groups: dict | None = None) -> Snapshot:
+    return Snapshot("team-a/llm", NOW, trainjob(), runtime=rt, groups=groups or {"coscheduling": None},
+                    topology=topology, cluster=view, node_job=node_job)
+
+
+def applied_job(plan) -> dict:
+    return next(s.obj for s in plan.steps if isinstance(s, Apply) and s.resource == JOBS)
+
+
+def node_terms(job: dict) -> list[dict]:
+    affinity = job["spec"]["template"]["spec"].get("affinity") or {}
+    return affinity.get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution", {}).get(
+        "nodeSelectorTerms", [])
+
+
+def test_a_required_rack_asks_for_the_nodes_then_pins_the_gang_to_the_rack_with_room():
+    rt = runtime({KUEUE_REQUIRED: RACK})
+    first = decide(snap(rt))
+    assert first.wants_nodes and not first.steps, "the nodes are listed before anything is created"
+    plan = decide(snap(rt, view=cluster(busy=("r0-h0", "r0-h1"))))   # r0 has room for 2 of 3 pods, r1 for 4
+    job = applied_job(plan)
+    assert node_terms(job) == [{"matchExpressions": [{"key": RACK, "operator": "In", "values": ["r1"]}]}]
+    assert job["spec"]["template"]["metadata"]["annotations"][PLACEMENT_ANNOTATION] == f"{RACK}=r1"
+
+
+def test_an_existing_job_keeps_its_domain_whatever_the_nodes_say_now():
+    rt = runtime({KUEUE_REQUIRED: RACK})
+    job = applied_job(decide(snap(rt, view=cluster())))          # placed on r0 (the first by name)
+    assert node_terms(job)[0]["matchExpressions"][0]["values"] == ["r0"]
+    again = decide(snap(rt, node_job=job, view=None))
+    assert not again.wants_nodes
+    assert not [s for s in again.steps if isinstance(s, Apply) and s.resource == JOBS], "unchanged Job not reapplied"
+
+
+def test_a_preferred_rack_is_a_preferred_node_affinity():
+    job = applied_job(decide(snap(runtime({KUEUE_PREFERRED: RACK}), view=cluster())))
+    preferred = job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred == [{"weight": 100, "preference": {"matchExpressions": [
+        {"key": RACK, "operator": "In", "values": ["r0"]}]}}]
+    assert not node_terms(job)
+
+
+def test_no_rack_with_room_now_waits_naming_the_best_rack_and_creates_nothing():
+    busy = ("r0-h0", "r0-h1", "r1-h0", "r1-h1", "r1-h2")
+    plan = decide(snap(runtime({KUEUE_REQUIRED: RACK}), view=cluster(busy=busy)))
+    gang = st.gang_state(plan.status)
+    assert gang["reason"] == WAITING, gang
+    assert "rack r0: 2 of 4 hosts free" in gang["message"], gang["message"]
+    assert not [s for s in plan.steps if isinstance(s, Apply)], "nothing is created while no rack has room"
+    assert plan.requeue_after is not None
+
+
+def test_a_rack_smaller_than_the_floor_fails_at_once_with_the_numbers():
+    plan = decide(snap(runtime({KUEUE_REQUIRED: RACK}), view=cluster(hosts=2)))   # 2 hosts per rack, 3 pods
+    failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == UNSATISFIABLE
+    assert "no rack can ever hold the gang's floor (3 pods of" in failed["message"]
+    assert "2 hosts with room for 2 pods" in failed["message"]
+
+
+def test_a_level_the_topology_lacks_fails_naming_the_annotation():
+    plan = decide(snap(runtime({KUEUE_REQUIRED: "example.com/row"}), view=cluster()))
+    failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidPlacement"
+    assert KUEUE_REQUIRED in failed["message"] and "example.com/row" in failed["message"]
+
+
+def test_without_a_cluster_topology_nothing_is_pinned():
+    plan = decide(snap(runtime({KUEUE_REQUIRED: RACK}), topology=None))
+    assert not plan.wants_nodes
+    assert not node_terms(applied_job(plan))
+
+
+def test_volcano_places_the_gang_itself_from_its_podgroup():
+    rt = runtime({KUEUE_REQUIRED: RACK}, gang={"volcano": {"queue": "team-a"}})
+    plan = decide(snap(rt, groups={"volcano": None}))
+    assert not plan.wants_nodes, "gangctl does not list nodes for a backend that places gangs itself"
+    group = next(s.obj for s in plan.steps if isinstance(s, Apply) and s.resource == BACKENDS["volcano"].group_resource)
+    assert group["spec"]["networkTopology"] == {"mode": "hard", "highestTierAllowed": 1}
+    assert not node_terms(applied_job(plan))
