@@ -440,6 +440,15 @@ def explain_command(
         for e in d.excluded:
             table.add_row(e.what, str(e.nodes), str(e.slots), e.fix)
         out.print(table)
+    if d.domains:
+        table = Table(title=f"free room per {d.level}" + (f"; {d.next_domain} would hold the gang next"
+                                                            if d.next_domain else "; none holds the gang's floor now"))
+        for col, justify in ((d.level, "left"), ("hosts", "right"), ("hosts with room", "right"),
+                             ("room for pods", "right"), ("GPUs free", "right")):
+            table.add_column(col, justify=justify)
+        for r in d.domains:
+            table.add_row(r.domain, str(r.hosts), str(r.hosts_with_room), str(r.room), format_amount("nvidia.com/gpu", r.gpus_free))
+        out.print(table)
     if d.scheduler_says:
         out.print(f"the scheduler says: {d.scheduler_says}")
 

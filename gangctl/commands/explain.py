@@ -6,16 +6,19 @@ the PodGroup carries.
 """
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
-from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, NODES, PODS, PYTORCHJOBS, TRAINING_RUNTIMES, TRAINJOBS,
-                                   Resource)
+from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, CONFIGMAPS, NODES, PODS, PYTORCHJOBS, TRAINING_RUNTIMES,
+                                   TRAINJOBS, Resource)
 from gangctl.kube.client import ApiError, Kube
 from gangctl.model.names import TRAINJOB_NAME
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy.explain import Diagnosis, diagnose, diagnose_pytorchjob, screen_nodes
-from gangctl.model.gang import size_gang
+from gangctl.model.gang import Gang, size_gang
+from gangctl.model.topology import PlacementIntent, Topology, TopologyError
+from gangctl.plugins.quota_objects import POLICY_NAMESPACE, TOPOLOGY_CONFIGMAP, topology_of
+from gangctl.policy.placement import Floor, domain_rooms
 from gangctl.model.resolve import resolve
 
 
@@ -49,7 +52,8 @@ async def explain(kubeconfig: Path | str | None, namespace: str, name: str,
         job = resolve(trainjob, runtime)
         gang = size_gang(job.num_nodes, job.requests, min_nodes=job.min_nodes)
         bound, (rooms, excluded), says = await _room(kube, namespace, TRAINJOB_NAME, name, job.pod_template)
-        return trainjob, diagnose(trainjob.get("status"), gang, bound, rooms, says, retry_seconds, excluded)
+        d = diagnose(trainjob.get("status"), gang, bound, rooms, says, retry_seconds, excluded)
+        return trainjob, with_domains(d, job.placement, await _topology(kube), rooms, gang)
     finally:
         await kube.close()
 
@@ -90,6 +94,32 @@ async def _room(kube: Kube, namespace: str, label: str, name: str, pod_template:
     return bound, screened, says
 
 
+async def _topology(kube: Kube) -> Topology | None:
+    """The cluster's topology as gangctl's controller reads it (None: none stored, or not readable by
+    this user)."""
+    try:
+        return topology_of(await kube.get(CONFIGMAPS.path(POLICY_NAMESPACE, TOPOLOGY_CONFIGMAP)))
+    except ApiError as err:
+        if err.not_found or err.status == 403:
+            return None
+        raise
+    except ValueError:
+        return None
+
+
+def with_domains(d: Diagnosis, intent: PlacementIntent | None, topology: Topology | None,
+                 rooms: list, gang: Gang) -> Diagnosis:
+    """The diagnosis of a gang with a placement intent, with the free room per domain at its level."""
+    if intent is None or topology is None or d.reason in ("GangScheduled", "Complete", "Failed"):
+        return d
+    try:
+        on = intent.on(topology)
+    except TopologyError:
+        return d
+    level, domains, nxt = domain_rooms(rooms, topology, on, Floor(gang.min_member, gang.per_pod))
+    return replace(d, level=level, domains=tuple(domains), next_domain=nxt)
+
+
 async def _scheduler_says(kube: Kube, namespace: str, pending: list[str]) -> str:
     """The newest FailedScheduling message about one of the job's unbound pods."""
     if not pending:
@@ -107,4 +137,5 @@ def as_json(job: dict, d: Diagnosis) -> dict:
     out = asdict(d)
     out["rows"] = [{"resource": r.resource, "needed": float(r.needed), "free": float(r.free)} for r in d.rows]
     out["excluded"] = [asdict(e) for e in d.excluded]
+    out["domains"] = [{**asdict(r), "gpus_free": float(r.gpus_free)} for r in d.domains]
     return {job["kind"].lower(): f"{meta['namespace']}/{meta['name']}", **out}

@@ -10,8 +10,10 @@ Each backend module says which of these it applies (its `quota_objects`).
 from __future__ import annotations
 
 import yaml
+from pydantic import ValidationError
 
 from gangctl.model.quota import QuotaPolicy
+from gangctl.model.topology import Topology
 
 
 MANAGED = {"gangctl.io/managed-by": "gangctl-policy"}
@@ -63,13 +65,21 @@ def policy_configmap(text: str) -> dict:
             "data": {POLICY_KEY: text}}
 
 
-def stored_topology(topology) -> list[dict]:
-    """The policy's topology (gangctl.model.topology.Topology) where the controller reads it."""
+def stored_topology(topology: Topology) -> list[dict]:
+    """The policy's topology where the controller reads it."""
     system = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": POLICY_NAMESPACE}}
     text = yaml.safe_dump(topology.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False)
     return [system, {"apiVersion": "v1", "kind": "ConfigMap",
                      "metadata": {"name": TOPOLOGY_CONFIGMAP, "namespace": POLICY_NAMESPACE, "labels": dict(MANAGED)},
                      "data": {TOPOLOGY_KEY: text}}]
+
+
+def topology_of(configmap: dict) -> Topology:
+    """The topology a stored ConfigMap holds (ValueError naming the ConfigMap when it holds none that is valid)."""
+    try:
+        return Topology.model_validate(yaml.safe_load((configmap.get("data") or {}).get(TOPOLOGY_KEY) or ""))
+    except (yaml.YAMLError, ValidationError) as err:
+        raise ValueError(f"ConfigMap {POLICY_NAMESPACE}/{TOPOLOGY_CONFIGMAP} is not a valid topology: {err}") from None
 
 
 def stored_policy(text: str) -> list[dict]:

@@ -60,7 +60,8 @@ STORE_ROLE = "rendezvous-store"
 @dataclass(frozen=True)
 class ClusterView:
     nodes: tuple[dict, ...]
-    pods: tuple[dict, ...]
+    pods: tuple[dict, ...]                   # bound and unfinished
+    reserved: tuple[placement.Reserved, ...] = ()   # gangs gangctl pinned that are not all bound yet
 
 
 @dataclass(frozen=True)
@@ -645,7 +646,8 @@ def _place(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> ResolvedJob | 
             s.node_job is not None and not _may_pin(s.node_job)):
         return job
     floor = placement.Floor(gang.min_member, gang.per_pod)
-    rooms = None if s.cluster is None else node_rooms(s.cluster.nodes, s.cluster.pods, template.get("spec"))
+    rooms = None if s.cluster is None else placement.reserve(
+        node_rooms(s.cluster.nodes, s.cluster.pods, template.get("spec")), list(s.cluster.reserved))
     chosen = placement.pin(template, observed.get("template"), intent, s.topology, floor, rooms)
     if isinstance(chosen, placement.NeedNodes):
         return Plan(wants_nodes=True)

@@ -14,6 +14,7 @@ from gangctl.api.quantity import format_amount
 from gangctl.policy import pytorchjob as pj
 from gangctl.model.gang import Gang
 from gangctl.model.room import NodeRoom, pods_fitting
+from gangctl.policy.placement import DomainRoom
 from gangctl.policy.quota_gate import WAITING_FOR_QUOTA
 from gangctl.model.resolve import pod_requests
 from gangctl.policy.status import COMPLETE, FAILED, PENDING, RUNNING, SUSPENDED, WAITING, gang_state
@@ -39,6 +40,9 @@ class Diagnosis:
     rows: tuple[Row, ...] = field(default_factory=tuple)
     scheduler_says: str = ""
     excluded: tuple[Exclusion, ...] = ()   # nodes the gang's pods may not use, by reason
+    level: str = ""                        # a gang with a placement intent: its topology level's name,
+    domains: tuple[DomainRoom, ...] = ()   # the free room of each domain at that level,
+    next_domain: str = ""                  # and the domain that would hold its floor now ("" none)
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,11 @@ once it started, and its replacement pods must land where the gang is.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from gangctl.model.resolve import pod_requests
 from gangctl.model.room import NodeRoom, pods_fitting
 from gangctl.model.topology import PlacementIntent, Topology
 from gangctl.plugins import base
@@ -153,6 +154,84 @@ def _never_message(level_domains: list[_Domain], name: str, floor: Floor) -> str
     return (f"no {name} can ever hold the gang's floor ({_floor_text(floor)}): the largest, {name} {best.value}, "
             f"has {len(best.nodes)} hosts with room for {best.room(floor, now=False)} pods "
             f"({_plain(best.gpus(now=False))} GPUs allocatable)")
+
+
+@dataclass(frozen=True)
+class DomainRoom:
+    """One domain at a gang's level, as `gangctl explain` shows it."""
+    domain: str
+    hosts: int
+    hosts_with_room: int     # hosts with room for at least one pod of the gang
+    room: int                # pods of the gang it has room for now
+    gpus_free: Fraction | int
+
+
+def domain_rooms(nodes: list[NodeRoom], topology: Topology, intent: PlacementIntent,
+                 floor: Floor) -> tuple[str, list[DomainRoom], str]:
+    """The level's name, free room per domain at the intent's level (levels as node labels), and the
+    domain `choose` would place the gang's floor in now ("" when none would)."""
+    target = str(intent.required if intent.required is not None else intent.preferred)
+    level = topology.level(target)
+    name = level.name if level is not None else target
+    rows = [DomainRoom(str(d.value), len(d.nodes), d.hosts_with_room(floor), d.room(floor), _plain(d.gpus()))
+            for d in domains(nodes, target)]
+    chosen = choose(nodes, topology, intent, floor)
+    label_name = {lv.node_label: lv.name for lv in topology.levels}
+    nxt = (f"{label_name.get(chosen.level or '', chosen.level)} {chosen.domain}" if isinstance(chosen, Placed)
+           and chosen.domain is not None else "")
+    return name, rows, nxt
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """A gang gangctl pinned whose pods are not all bound yet: `pods` more of `requests` will land in
+    the domain `mark` (`<label>=<value>`). Listed nodes do not show them, so a choice made before they
+    bind would count their room twice."""
+    mark: str
+    pods: int
+    requests: Mapping[str, Fraction | int]
+
+
+def reserve(rooms: list[NodeRoom], reserved: list[Reserved]) -> list[NodeRoom]:
+    """The rooms with each reserved gang's unbound pods taken from its domain's nodes, filling the
+    nodes in name order (as many of its pods as each holds): what the next choice may count on."""
+    free = {room.name: dict(room.free) for room in rooms}
+    for gang in reserved:
+        label, _, value = gang.mark.partition("=")
+        left = gang.pods
+        for room in sorted(rooms, key=lambda r: r.name):
+            if left <= 0:
+                break
+            if room.labels.get(label) != value:
+                continue
+            taking = min(left, pods_fitting(free[room.name], gang.requests))
+            for resource, amount in gang.requests.items():
+                free[room.name][resource] = Fraction(free[room.name].get(resource, 0)) - taking * Fraction(amount)
+            left -= taking
+    return [NodeRoom(r.name, free[r.name], r.labels, r.allocatable) for r in rooms]
+
+
+def pinned_gangs(jobs: Iterable[dict], pods: Iterable[dict]) -> list[Reserved]:
+    """The gangs gangctl pinned (Jobs whose pod template carries a domain mark) that run, or are about
+    to, with fewer bound pods in `pods` (the listing the choice weighs) than they ask for."""
+    bound: dict[str, int] = {}
+    for pod in pods:
+        if (pod.get("spec") or {}).get("nodeName") and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            for ref in pod["metadata"].get("ownerReferences") or []:
+                bound[ref.get("uid", "")] = bound.get(ref.get("uid", ""), 0) + 1
+    out = []
+    for job in jobs:
+        spec, meta = job.get("spec") or {}, job["metadata"]
+        template = spec.get("template") or {}
+        mark = ((template.get("metadata") or {}).get("annotations") or {}).get(PLACEMENT_ANNOTATION)
+        if (mark in (None, ANYWHERE) or spec.get("suspend") or meta.get("deletionTimestamp")
+                or any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                       for c in (job.get("status") or {}).get("conditions") or [])):
+            continue
+        unbound = int(spec.get("parallelism") or 1) - bound.get(meta.get("uid", ""), 0)
+        if unbound > 0:
+            out.append(Reserved(mark, unbound, pod_requests(template.get("spec") or {})))
+    return out
 
 
 @dataclass(frozen=True)

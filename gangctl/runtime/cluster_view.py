@@ -16,14 +16,11 @@ import asyncio
 import logging
 import time
 
-import yaml
-from pydantic import ValidationError
-
 from gangctl.api.resources import NODES, PODS
 from gangctl.kube.client import Kube
 from gangctl.kube.informer import Informer
 from gangctl.model.topology import Topology
-from gangctl.plugins.quota_objects import POLICY_NAMESPACE, TOPOLOGY_CONFIGMAP, TOPOLOGY_KEY
+from gangctl.plugins.quota_objects import POLICY_NAMESPACE, TOPOLOGY_CONFIGMAP, topology_of
 from gangctl.policy.decide import ClusterView
 
 log = logging.getLogger(__name__)
@@ -50,10 +47,9 @@ class TopologySource:
 
 def _parse(cm: dict) -> Topology | None:
     try:
-        return Topology.model_validate(yaml.safe_load((cm.get("data") or {}).get(TOPOLOGY_KEY) or ""))
-    except (yaml.YAMLError, ValidationError) as err:
-        log.error("ConfigMap %s/%s is not a valid topology (no gang is placed by topology until it is): %s",
-                  POLICY_NAMESPACE, TOPOLOGY_CONFIGMAP, err)
+        return topology_of(cm)
+    except ValueError as err:
+        log.error("%s (no gang is placed by topology until it is)", err)
         return None
 
 

@@ -8,6 +8,7 @@ two writes.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from gangctl.model.names import RESULT_FINALIZER
 from gangctl.model.topology import Topology
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy import decide as d
-from gangctl.policy import ownership
+from gangctl.policy import ownership, placement
 from gangctl.policy.failure import PodFailure
 from gangctl.runtime.kinds import JobKey, JobKind
 
@@ -86,12 +87,21 @@ class Reconciler:
         # controller wires gangctl.runtime.cluster_view's sources).
         self.topology: Callable[[], Topology | None] = lambda: None
         self.list_cluster: Callable[[], Awaitable[d.ClusterView]] = _no_cluster
+        self._placing = asyncio.Lock()
         # Status is the only memory of what was decided (restart counters, the failed attempt already
         # judged): every status write carries the uid and resourceVersion it was decided from, so a
         # decision made on a stale cache fails with 409 and is made again on fresh data, and the
         # written object goes straight into the cache (a write-through, as client-go's mutation
         # cache). Pods seen disrupted before they vanished are only a hint for elastic sizing.
         self._disruptions: dict[str, dict[str, PodFailure]] = {}  # Job uid -> pod name -> disruption
+
+    async def cluster_view(self) -> d.ClusterView:
+        """The listed nodes and bound pods, and the gangs this controller pinned (from its Job cache)
+        that have fewer pods bound in that listing than they ask for."""
+        view = await self.list_cluster()
+        # Bound as of the listing (not the newer pod cache): a pod bound since is reserved, not lost.
+        reserved = placement.pinned_gangs(self.caches.jobs.cache.values(), view.pods)
+        return dataclasses.replace(view, reserved=tuple(reserved))
 
     def forget(self, key: JobKey) -> None:
         """A job is gone: drop what this process kept about it, and its metric series."""
@@ -111,10 +121,17 @@ class Reconciler:
 
     async def reconcile(self, key: JobKey) -> None:
         kind = self.kinds[key.kind]
-        snapshot = kind.observe(self, key)
-        plan = kind.decide(snapshot)
-        if plan.wants_nodes:   # gangctl places this gang itself: decided again with the nodes listed
-            plan = kind.decide(dataclasses.replace(snapshot, cluster=await self.list_cluster()))
+        plan = kind.decide(kind.observe(self, key))
+        if not plan.wants_nodes:
+            await self._carry_out(kind, key, plan)
+            return
+        # gangctl places this gang itself: one placement at a time, each decided with the nodes listed
+        # and every gang placed before it (its Job written through to the cache before the next one).
+        async with self._placing:
+            plan = kind.decide(dataclasses.replace(kind.observe(self, key), cluster=await self.cluster_view()))
+            await self._carry_out(kind, key, plan)
+
+    async def _carry_out(self, kind: JobKind, key: JobKey, plan: d.Plan) -> None:
         try:
             await self.apply(key, plan)
         except _Rejected as err:

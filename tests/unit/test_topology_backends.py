@@ -169,3 +169,16 @@ def test_apply_lists_nodes_only_for_a_policy_with_a_topology():
     asyncio.run(apply_policy(plain, POLICY.model_copy(update={"topology": None}), "volcano", dry_run=False,
                              text="text\n"))
     assert "/api/v1/nodes" not in plain.read
+
+
+def test_every_backend_stores_the_topology_where_the_controller_reads_it_once():
+    from gangctl.plugins.quota_objects import TOPOLOGY_CONFIGMAP, topology_of
+
+    for backend in BACKENDS:
+        objs = objects_for(POLICY, backend, "text\n", NODES)
+        stored = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == TOPOLOGY_CONFIGMAP]
+        assert len(stored) == 1 and topology_of(stored[0]) == TOPOLOGY, backend
+        names = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objs]
+        assert len(names) == len(set(names)), f"{backend}: an object twice in {names}"
+    plain = POLICY.model_copy(update={"topology": None})
+    assert not [o for o in objects_for(plain, "kueue") if o["metadata"]["name"] == TOPOLOGY_CONFIGMAP]

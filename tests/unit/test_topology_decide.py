@@ -11,6 +11,8 @@ from gangctl.plugins.registry import BACKENDS
 from gangctl.model.topology import KUEUE_REQUIRED, KUEUE_PREFERRED, Topology
 from gangctl.policy import status as st
 from gangctl.policy.decide import Apply, ClusterView, Snapshot, WriteStatus, decide
+from gangctl.model.room import NodeRoom
+from gangctl.policy import placement
 from gangctl.policy.placement import PLACEMENT_ANNOTATION, UNSATISFIABLE, WAITING
 from gangctl.sim import objects
 
@@ -130,3 +132,60 @@ def test_volcano_places_the_gang_itself_from_its_podgroup():
     group = next(s.obj for s in plan.steps if isinstance(s, Apply) and s.resource == BACKENDS["volcano"].group_resource)
     assert group["spec"]["networkTopology"] == {"mode": "hard", "highestTierAllowed": 1}
     assert not node_terms(applied_job(plan))
+
+
+def test_a_gang_pinned_but_not_yet_bound_keeps_its_room_from_the_next_choice():
+    rt = runtime({KUEUE_REQUIRED: RACK})
+    first = applied_job(decide(snap(rt, view=cluster())))          # r0; its pods not created yet
+    first = {**first, "metadata": {**first["metadata"], "uid": "job-a"}}
+    view = cluster()
+    view = ClusterView(view.nodes, view.pods, tuple(placement.pinned_gangs([first], [])))
+    assert view.reserved == (placement.Reserved(f"{RACK}=r0", 3, {GPU: 8}),)
+    second = applied_job(decide(snap(rt, view=view)))
+    assert node_terms(second)[0]["matchExpressions"][0]["values"] == ["r1"], "r0 has room for 1 pod, not 3"
+
+
+def test_bound_pods_and_finished_or_suspended_jobs_reserve_nothing():
+    job = applied_job(decide(snap(runtime({KUEUE_REQUIRED: RACK}), view=cluster())))
+    job = {**job, "metadata": {**job["metadata"], "uid": "job-a"}}
+    pods = [{"metadata": {"name": f"p{i}", "ownerReferences": [{"uid": "job-a"}]}, "spec": {"nodeName": f"r0-h{i}"},
+             "status": {"phase": "Running"}} for i in range(2)]
+    assert [r.pods for r in placement.pinned_gangs([job], pods)] == [1]
+    done = {**job, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    held = {**job, "spec": {**job["spec"], "suspend": True}}
+    assert placement.pinned_gangs([done, held], []) == []
+
+
+def test_reserve_fills_the_domains_nodes_in_name_order():
+    rooms = [NodeRoom(f"n{i}", {GPU: 8}, {RACK: "r0"}, {GPU: 8}) for i in range(3)]
+    left = placement.reserve(rooms, [placement.Reserved(f"{RACK}=r0", 3, {GPU: 4})])
+    assert [r.free[GPU] for r in left] == [0, 4, 8]
+    assert placement.reserve(rooms, [placement.Reserved(f"{RACK}=r9", 3, {GPU: 4})]) == rooms
+
+
+def test_a_job_created_while_held_by_quota_is_pinned_when_admitted():
+    rt = runtime({KUEUE_REQUIRED: RACK})
+    held = applied_job(decide(snap(rt, view=cluster())))
+    held = {**held, "spec": {**held["spec"], "suspend": True}}
+    held["spec"]["template"] = objects.runtime()["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    plan = decide(snap(rt, node_job=held, view=cluster(busy=("r0-h0", "r0-h1"))))
+    assert node_terms(applied_job(plan))[0]["matchExpressions"][0]["values"] == ["r1"]
+    started = {**held, "status": {"startTime": "2026-11-28T11:00:00Z"}}
+    plan = decide(snap(rt, node_job=started, view=None))
+    assert not plan.wants_nodes, "a Job whose pods started keeps its template: nothing to choose"
+
+
+def test_explain_shows_each_racks_room_and_the_rack_that_would_hold_the_gang():
+    from gangctl.commands.explain import with_domains
+    from gangctl.model.gang import size_gang
+    from gangctl.model.topology import PlacementIntent
+    from gangctl.policy.explain import Diagnosis, node_rooms
+
+    view = cluster(busy=("r0-h0", "r0-h1", "r1-h0"))
+    rooms = node_rooms(view.nodes, view.pods)
+    gang = size_gang(3, {GPU: 8})
+    d = with_domains(Diagnosis(WAITING, "waiting"), PlacementIntent(required="rack"), TOPOLOGY, rooms, gang)
+    assert d.level == "rack" and d.next_domain == "rack r1"
+    assert [(r.domain, r.hosts, r.hosts_with_room, r.room, r.gpus_free) for r in d.domains] == [
+        ("r0", 4, 2, 2, 16), ("r1", 4, 3, 3, 24)]
+    assert with_domains(Diagnosis(WAITING, "waiting"), None, TOPOLOGY, rooms, gang).domains == (), "no intent, no domains"
