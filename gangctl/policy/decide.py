@@ -645,6 +645,8 @@ def _place(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> ResolvedJob | 
     if job.suspend or placement.places_itself(backend, intent, s.topology) or (
             s.node_job is not None and not _may_pin(s.node_job)):
         return job
+    if (again := _place_again(s, gang)) is not None:
+        return again
     floor = placement.Floor(gang.min_member, gang.per_pod)
     rooms = None if s.cluster is None else placement.reserve(
         node_rooms(s.cluster.nodes, s.cluster.pods, template.get("spec")), list(s.cluster.reserved))
@@ -657,6 +659,25 @@ def _place(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> ResolvedJob | 
         return dataclasses.replace(_not_created(s, chosen.reason, chosen.message),
                                    requeue_after=PLACEMENT_RECHECK_SECONDS)
     return dataclasses.replace(job, pod_template=chosen)
+
+
+def _place_again(s: Snapshot, gang: Gang) -> Plan | None:
+    """A gang pinned to a domain that its scheduler still refuses after the gang's schedule timeout
+    (counted from its Job's creation): its Job goes (not charged: no pod ran) and the next pass
+    chooses again, once its pods are gone, weighing the nodes as they are then."""
+    node_job = s.node_job
+    template = ((node_job or {}).get("spec") or {}).get("template") or {}
+    mark = ((template.get("metadata") or {}).get("annotations") or {}).get(placement.PLACEMENT_ANNOTATION)
+    if node_job is None or mark in (None, placement.ANYWHERE) or node_job["metadata"].get("deletionTimestamp"):
+        return None
+    created = node_job["metadata"].get("creationTimestamp")
+    waited = (s.now - st.parse_time(created)).total_seconds() if created else 0.0
+    if waited < gang.schedule_timeout_seconds or not _refused(s, node_job, gang):
+        return None
+    message = (f"the gang was refused in {mark} for {waited:.0f}s (schedule timeout "
+               f"{gang.schedule_timeout_seconds}s); placing it again")
+    return Plan(steps=(delete_child(JOBS, node_job, "Foreground"), Event("Normal", "PlacingAgain", message)),
+                requeue_after=PLACEMENT_RECHECK_SECONDS)
 
 
 def _may_pin(node_job: dict) -> bool:

@@ -4,6 +4,7 @@ pods exist; it waits naming the best domain, or fails with TopologyUnsatisfiable
 mechanism gets the intent on its own object instead."""
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timezone
 
 from gangctl.api.resources import JOBS
@@ -189,3 +190,27 @@ def test_explain_shows_each_racks_room_and_the_rack_that_would_hold_the_gang():
     assert [(r.domain, r.hosts, r.hosts_with_room, r.room, r.gpus_free) for r in d.domains] == [
         ("r0", 4, 2, 2, 16), ("r1", 4, 3, 3, 24)]
     assert with_domains(Diagnosis(WAITING, "waiting"), None, TOPOLOGY, rooms, gang).domains == (), "no intent, no domains"
+
+
+def test_a_gang_refused_in_its_rack_past_the_schedule_timeout_is_placed_again():
+    from datetime import timedelta
+
+    from gangctl.policy.decide import Delete, Event
+
+    rt = runtime({KUEUE_REQUIRED: RACK})          # the shipped runtime: scheduleTimeoutSeconds 120
+    job = applied_job(decide(snap(rt, view=cluster())))
+    job = {**job, "metadata": {**job["metadata"], "uid": "job-a", "creationTimestamp": st.timestamp(NOW)}}
+    unschedulable = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    pods = tuple(objects.pod(f"llm-node-0-{i}", namespace="team-a", index=i, owners=[{"uid": "job-a"}],
+                             phase="Pending", conditions=unschedulable) for i in range(3))
+
+    def at(seconds: float) -> Snapshot:
+        return Snapshot("team-a/llm", NOW + timedelta(seconds=seconds), trainjob(), runtime=rt,
+                        groups={"coscheduling": None}, topology=TOPOLOGY, node_job=job, pods=pods)
+    assert not decide(at(60)).of(Delete), "still within the schedule timeout"
+    plan = decide(at(121))
+    assert [(d.name, d.uid) for d in plan.of(Delete)] == [("llm-node-0", "job-a")]
+    assert [e.reason for e in plan.of(Event)] == ["PlacingAgain"]
+    assert f"refused in {RACK}=r0 for 121s" in plan.of(Event)[0].message
+    bound = tuple({**p, "spec": {**p["spec"], "nodeName": "r0-h0"}} if i == 0 else p for i, p in enumerate(pods))
+    assert not decide(dataclasses.replace(at(121), pods=bound)).of(Delete), "a gang being bound is left alone"
