@@ -39,7 +39,7 @@ from gangctl.policy.failure import decide as judge
 from gangctl.model.gang import Gang, size_gang
 from gangctl.model.quota_plan import NodeRange
 from gangctl.model.resolve import NODE_JOB, ResolveError, ResolvedJob, resolve
-from gangctl.model.topology import Topology, TopologyError
+from gangctl.model.topology import PlacementIntent, Topology, TopologyError
 from gangctl.policy import placement
 from gangctl.policy.explain import node_rooms
 
@@ -99,7 +99,7 @@ class Snapshot:
     progress: progress.Endpoint | None = None   # (TrainJob) where trainer pods report status.trainerStatus
     claims: tuple[dict, ...] = ()          # (TrainJob) PVCs labelled with its name (volumeClaimPolicies)
     topology: Topology | None = None       # the cluster's topology (policy apply's ConfigMap; None: none)
-    # (TrainJob) every Node and every pod bound to one, listed only when a plan asked (`wants_nodes`):
+    # Every Node and every pod bound to one, listed only when a plan asked (`wants_nodes`):
     # gangctl's own topology placement weighs what is free where.
     cluster: ClusterView | None = None
 
@@ -625,40 +625,64 @@ def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
 PLACEMENT_RECHECK_SECONDS = 5.0   # a gang waiting for a domain with room looks again this often
 
 
-def _place(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> ResolvedJob | Plan:
-    """The job with its placement intent on the cluster's topology (levels as node labels) and, where
-    the backend cannot place it itself, its pod template pinned by gangctl (`placement.pin`); or the
-    plan of a job that cannot start so: its intent names no level of the topology (failed), it needs
-    the nodes listed first, no domain has room now (waiting), or none ever will (failed)."""
-    if job.placement is None or s.topology is None:
-        return job
+@dataclass(frozen=True)
+class Placing:
+    """What the topology means for a job's pod template, for either job kind (`place`)."""
+    template: dict                        # with the backend's annotations and gangctl's pin, if any
+    intent: PlacementIntent | None = None  # on the cluster's topology (levels as node labels)
+    problem: str = ""                      # the intent names no level of the topology (the job fails)
+    # gangctl's own placement could not pin the template: the nodes must be listed first, no domain
+    # has room now (the job waits), or none ever will (the job fails).
+    blocked: placement.NeedNodes | placement.Waiting | placement.Unsatisfiable | None = None
+
+
+def place(s: Snapshot, intent: PlacementIntent | None, template: dict, observed: dict | None, backend,
+          floor: placement.Floor, held: bool) -> Placing:
+    """The pod `template` of a job asking for `intent`, whose Job carrying it is `observed` (None: not
+    made yet): with the backend's own annotations for it (Kueue) or, where the backend cannot place
+    it and the job is not `held`, pinned by gangctl (`placement.pin`)."""
+    if intent is None or s.topology is None:
+        return Placing(template)
     try:
-        intent = job.placement.on(s.topology)
+        intent = intent.on(s.topology)
     except TopologyError as err:
-        return _fail(s, "InvalidPlacement", str(err))
-    template = job.pod_template
-    if asked := base.placement_annotations(backend, intent):
-        meta = template.get("metadata") or {}
-        template = {**template, "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}), **asked}}}
-    job = dataclasses.replace(job, placement=intent, pod_template=template)
-    observed = (s.node_job or {}).get("spec") or {}
-    if job.suspend or placement.places_itself(backend, intent, s.topology) or (
-            s.node_job is not None and not _may_pin(s.node_job)):
-        return job
-    if (again := _place_again(s, gang)) is not None:
-        return again
-    floor = placement.Floor(gang.min_member, gang.per_pod)
+        return Placing(template, problem=str(err))
+    template = with_annotations(template, base.placement_annotations(backend, intent))
+    if held or placement.places_itself(backend, intent, s.topology) or (observed is not None
+                                                                         and not _may_pin(observed)):
+        return Placing(template, intent)
     rooms = None if s.cluster is None else placement.reserve(
         node_rooms(s.cluster.nodes, s.cluster.pods, template.get("spec")), list(s.cluster.reserved))
-    chosen = placement.pin(template, observed.get("template"), intent, s.topology, floor, rooms)
-    if isinstance(chosen, placement.NeedNodes):
+    chosen = placement.pin(template, ((observed or {}).get("spec") or {}).get("template"), intent, s.topology,
+                           floor, rooms)
+    if isinstance(chosen, dict):
+        return Placing(chosen, intent)
+    return Placing(template, intent, blocked=chosen)
+
+
+def with_annotations(template: dict, annotations: Mapping[str, str]) -> dict:
+    if not annotations:
+        return template
+    meta = template.get("metadata") or {}
+    return {**template, "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}), **annotations}}}
+
+
+def _place(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> ResolvedJob | Plan:
+    """The TrainJob's node job placed (`place`), or the plan of a job that cannot start so."""
+    if (again := _place_again(s, gang)) is not None and not job.suspend:
+        return again
+    placing = place(s, job.placement, job.pod_template, s.node_job, backend,
+                    placement.Floor(gang.min_member, gang.per_pod), job.suspend)
+    if placing.problem:
+        return _fail(s, "InvalidPlacement", placing.problem)
+    if isinstance(placing.blocked, placement.NeedNodes):
         return Plan(wants_nodes=True)
-    if isinstance(chosen, placement.Unsatisfiable):
-        return _fail(s, chosen.reason, chosen.message)
-    if isinstance(chosen, placement.Waiting):
-        return dataclasses.replace(_not_created(s, chosen.reason, chosen.message),
+    if isinstance(placing.blocked, placement.Unsatisfiable):
+        return _fail(s, placing.blocked.reason, placing.blocked.message)
+    if isinstance(placing.blocked, placement.Waiting):
+        return dataclasses.replace(_not_created(s, placing.blocked.reason, placing.blocked.message),
                                    requeue_after=PLACEMENT_RECHECK_SECONDS)
-    return dataclasses.replace(job, pod_template=chosen)
+    return dataclasses.replace(job, placement=placing.intent, pod_template=placing.template)
 
 
 def _place_again(s: Snapshot, gang: Gang) -> Plan | None:
@@ -704,7 +728,7 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
         steps += _claims(job, owner)
     applied_group, gang_after = None, s.groups.get(backend.name) if backend is not None else None
     if base.wants_group(backend) and not job.suspend:
-        group = with_spec_hash(_with_placement(backend.group(job, gang, owner), backend, job, s.topology))
+        group = with_spec_hash(with_placement(backend.group(job, gang, owner), backend, job, s.topology))
         steps += ensure(backend.group_resource, gang_after, group, first)
         applied_group, gang_after = backend.name, gang_after or group
     progress_url = _progress_url(s, job)
@@ -747,7 +771,7 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
     return dataclasses.replace(plan, steps=tuple(steps), metrics=tuple(metrics))
 
 
-def _with_placement(group: dict, backend, job: ResolvedJob, topology: Topology | None) -> dict:
+def with_placement(group: dict, backend, job: ResolvedJob, topology: Topology | None) -> dict:
     """The gang's group object asking its scheduler for the job's placement (`_place` put the intent
     on the topology), where the backend has a field for it."""
     if topology is None or job.placement is None:

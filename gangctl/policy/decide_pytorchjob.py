@@ -45,16 +45,18 @@ from gangctl.model.names import MANAGED_BY, MANAGER
 from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.workload import (ELASTIC_BACKOFF_LIMIT, ELASTIC_SUCCESS_POLICY, gang_pod,
                                       owner_reference, with_spec_hash)
-from gangctl.policy import elastic, ownership
+from gangctl.policy import elastic, ownership, placement
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store
 from gangctl.policy.decide import (Delete, Event, GateIntent, Metric, Patch, Plan, Snapshot, Step, WriteStatus,
                                    ask_gate, cache_grace_left, delete_child, ensure, ensure_store, let_go_of_store,
-                                   missing_priority_class, nudge, patch_child, store_pods)
+                                   missing_priority_class, nudge, patch_child, place, PLACEMENT_RECHECK_SECONDS, store_pods, with_annotations,
+                                   with_placement)
 from gangctl.policy.failure import PodFailure, Restarts, classify
 from gangctl.policy.failure import decide as judge
 from gangctl.model.gang import Gang
+from gangctl.model.topology import Topology
 from gangctl.model.quota_plan import NodeRange
 
 # runPolicy.managedBy values gangctl serves: unset, and Training Operator's own name (what v1 manifests
@@ -365,26 +367,79 @@ def _service(svc: dict, owner: dict) -> dict:
     return with_spec_hash(out)
 
 
-def gang_group(gang: pj.PyTorchGang, backend, owner: dict) -> dict:
+def gang_group(gang: pj.PyTorchGang, backend, owner: dict, topology: Topology | None = None) -> dict:
     """The backend's group for the whole job (both replica types): minMember is the gang floor, and
-    minResources what the floor holds (Master and Workers may differ in size)."""
-    group = backend.group(gang.groups[-1].job, gang.gang(), owner)
+    minResources what the floor holds (Master and Workers may differ in size); it asks the backend's
+    scheduler for the job's placement where the backend has a field for it."""
+    group = with_placement(backend.group(gang.groups[-1].job, gang.gang(), owner), backend, gang.groups[-1].job,
+                           topology)
     if "minResources" in (group.get("spec") or {}):
         group["spec"]["minResources"] = {k: format_quantity(v) for k, v in sorted(gang.min_resources.items())}
     group["metadata"]["labels"] = {MANAGED_BY: MANAGER, pj.JOB_NAME: gang.name}  # not a TrainJob's
     return with_spec_hash(group)
 
 
-def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None],
-         quota: _Quota) -> Plan:
-    owner = owner_reference(s.obj)
-    admits = base.controls_suspend(backend)   # Kueue: it unsuspends the Job it admits
+def _hold_and_place(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None],
+                    quota: _Quota) -> tuple[pj.PyTorchGang, _Quota, bool, placement.Waiting | None] | Plan:
+    """The gang as this pass applies it: held (its Jobs suspended) while its user, the quota gate or
+    Kueue holds it, or while no topology domain has room for it; else placed (`_place`)."""
+    admits = base.controls_suspend(backend)
     if admits and quota.held is None:
         quota = dataclasses.replace(quota, held=_admission_wait(s, backend, current))
     held = job.run_policy.suspend or quota.held is not None
     if quota.held is not None and not admits:   # held like a suspended job: its child Jobs are applied suspended
-        gang = dataclasses.replace(gang, groups=tuple(
-            dataclasses.replace(g, job=dataclasses.replace(g.job, suspend=True)) for g in gang.groups))
+        gang = _suspended(gang)
+    placed = _place(s, job, gang, backend, current, held)
+    if isinstance(placed, Plan):
+        return placed
+    gang, waits = placed
+    if waits is not None:   # no domain has room now: held like a suspended job until one has
+        quota, held, gang = dataclasses.replace(quota, held=(waits.reason, waits.message)), True, _suspended(gang)
+    return gang, quota, held, waits
+
+
+def _suspended(gang: pj.PyTorchGang) -> pj.PyTorchGang:
+    return dataclasses.replace(gang, groups=tuple(
+        dataclasses.replace(g, job=dataclasses.replace(g.job, suspend=True)) for g in gang.groups))
+
+
+def _place(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None],
+           held: bool) -> tuple[pj.PyTorchGang, placement.Waiting | None] | Plan:
+    """The gang with every replica type's template placed as one (`gangctl.policy.decide.place`, on
+    the Workers' Job; the Master gets the same domain), and the wait when no domain has room now; or
+    the plan of a job that cannot start so."""
+    workers = gang.groups[-1]
+    placing = place(s, workers.job.placement, workers.job.pod_template, current[workers.child_name], backend,
+                    placement.Floor(gang.min_member, workers.job.requests), held)
+    if placing.problem:
+        return _fail(s, job, f"spec.pytorchReplicaSpecs: {placing.problem}")
+    if isinstance(placing.blocked, placement.NeedNodes):
+        return Plan(wants_nodes=True)
+    if isinstance(placing.blocked, placement.Unsatisfiable):
+        return _fail(s, job, f"{placing.blocked.reason}: {placing.blocked.message}")
+    if placing.intent is None:
+        return gang, None
+    mark = (placing.template.get("metadata") or {}).get("annotations", {}).get(placement.PLACEMENT_ANNOTATION)
+    asked = base.placement_annotations(backend, placing.intent)
+
+    def placed(group: pj.ReplicaGroup) -> pj.ReplicaGroup:
+        template = placing.template if group is workers else with_annotations(group.job.pod_template, asked)
+        if mark is not None and group is not workers:
+            template = placement.pinned(template, mark, required=placing.intent.required is not None)
+        return dataclasses.replace(group, job=dataclasses.replace(group.job, placement=placing.intent,
+                                                                  pod_template=template))
+    waits = placing.blocked if isinstance(placing.blocked, placement.Waiting) else None
+    return dataclasses.replace(gang, groups=tuple(placed(g) for g in gang.groups)), waits
+
+
+def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None],
+         quota: _Quota) -> Plan:
+    owner = owner_reference(s.obj)
+    admits = base.controls_suspend(backend)   # Kueue: it unsuspends the Job it admits
+    prepared = _hold_and_place(s, job, gang, backend, current, quota)
+    if isinstance(prepared, Plan):
+        return prepared
+    gang, quota, held, waits = prepared
     workers = gang.groups[-1]
     size, recheck = None, False
     if workers.job.elastic and not held and not admits:   # under Kueue its admission sets the size
@@ -400,7 +455,8 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
         steps += _let_go_of_gang(s)
     else:
         if base.wants_group(backend):
-            steps += ensure(backend.group_resource, s.groups.get(backend.name), gang_group(gang, backend, owner))
+            steps += ensure(backend.group_resource, s.groups.get(backend.name),
+                            gang_group(gang, backend, owner, s.topology))
         if gang.rdzv_store:
             steps += ensure_store(store_pods(s.pods), store_pod(gang, owner), s.scheduler_name)
     for group in gang.groups:
@@ -427,6 +483,8 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
         if base.needs_nudge(backend) and not held and not _finished(status) and not _running(status):
             steps.append(nudge(backend.group_resource, job.namespace, pj.group_name(job.name), s.now))
     requeue = ELASTIC_RECHECK_SECONDS if recheck and not _finished(status) else None
+    if waits is not None:   # a domain may have room by then (capacity freed also nudges us sooner)
+        requeue = PLACEMENT_RECHECK_SECONDS
     limit, start = job.run_policy.active_deadline_seconds, status.get("startTime")
     if limit is not None and start is not None and not _finished(status):
         left = max(0.0, limit - (s.now - st.parse_time(start)).total_seconds())

@@ -36,6 +36,7 @@ gangctl.api.pytorchjob):
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -51,6 +52,7 @@ from gangctl.plugins.torch import RDZV_PORT, STORE_ROLE, STORE_ROLE_VALUE
 from gangctl.policy.failure import FAIL_JOBSET, RESTART_JOBSET, FailurePolicy, FailureRule
 from gangctl.model.gang import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, Gang
 from gangctl.model.resolve import ResolvedJob, pod_requests
+from gangctl.model.topology import PlacementIntent, TopologyError, template_intent
 from gangctl.policy.status import parse_time, timestamp
 
 # v1's label keys (training-operator pkg/apis/kubeflow.org/v1/common_types.go).
@@ -334,9 +336,10 @@ def to_gang(obj: dict | PyTorchJob, *, default_backend: str | None = None) -> Py
             suspend=job.run_policy.suspend, gang_backend=backend, gang_settings=settings,
             pod_template=template, job_spec=job_spec, requests=pod_requests(pod_spec),
             failure_policy=_jobset_failure_policy(failure), success_policy=success_policy(job), elastic=elastic,
-            group_name=group_name(job.name),
+            group_name=group_name(job.name), placement=_replica_intent(rtype, template),
         )
         groups.append(ReplicaGroup(rtype, resolved, offset, gated))
+    groups = _one_placement(groups)
     min_member, size = gang_floor(job)
     return PyTorchGang(
         name=job.name, namespace=job.namespace, uid=job.uid, groups=tuple(groups),
@@ -345,6 +348,27 @@ def to_gang(obj: dict | PyTorchJob, *, default_backend: str | None = None) -> Py
         success_policy=success_policy(job), suspend=job.run_policy.suspend, rdzv_store=uses_store(job),
         services=tuple(services(job)) + ((store_service(job),) if uses_store(job) else ()),
     )
+
+
+def _replica_intent(rtype: str, template: dict) -> PlacementIntent | None:
+    try:
+        return template_intent(template)
+    except TopologyError as err:
+        raise PyTorchJobMappingError(f"spec.pytorchReplicaSpecs.{rtype}.template.metadata: {err}") from None
+
+
+def _one_placement(groups: list[ReplicaGroup]) -> list[ReplicaGroup]:
+    """The gang is placed as one: an intent on one replica type applies to all; two that differ are
+    refused, naming both."""
+    asked = [(g.replica_type, g.job.placement) for g in groups if g.job.placement is not None]
+    if not asked:
+        return groups
+    if len({dataclasses.replace(intent, fields=()) for _, intent in asked}) > 1:
+        names = " and ".join(f"spec.pytorchReplicaSpecs.{t}.template.metadata.annotations" for t, _ in asked)
+        raise PyTorchJobMappingError(f"{names} ask for different topology placements; the gang is placed as "
+                                     "one: give the same annotations on every replica type, or on one")
+    intent = asked[0][1]
+    return [dataclasses.replace(g, job=dataclasses.replace(g.job, placement=intent)) for g in groups]
 
 
 def _check_names(job: PyTorchJob) -> None:

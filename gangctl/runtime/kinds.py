@@ -213,7 +213,7 @@ class PyTorchJobKind(JobKind):
             key.object_key, rec.clock(), obj, scheduler_name=rec.scheduler_name, gang_scheduler=self.gang_scheduler,
             jobs=jobs, pods=tuple(caches.pods.list(ns, selector)), services=tuple(caches.services.list(ns, selector)),
             groups=groups, priority_classes=caches.priority_class_names(), gate=_gate_view(rec, key, obj),
-            nudge=key in rec.nudge)
+            nudge=key in rec.nudge, topology=rec.topology())
 
     def decide(self, snapshot: d.Snapshot) -> d.Plan:
         return dp.decide(snapshot)

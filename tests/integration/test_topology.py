@@ -10,7 +10,7 @@ import json
 import pytest
 import pytest_asyncio
 
-from gangctl.api.resources import CONFIGMAPS, NODES, TRAINJOBS, object_path
+from gangctl.api.resources import CONFIGMAPS, NODES, PYTORCHJOBS, TRAINJOBS, object_path
 from gangctl.cluster.local import KWOK_NODE_SELECTOR
 from gangctl.model.topology import KUEUE_REQUIRED, Topology
 from gangctl.plugins.quota_objects import POLICY_NAMESPACE, TOPOLOGY_CONFIGMAP, stored_topology
@@ -112,3 +112,23 @@ async def test_a_level_the_cluster_topology_lacks_fails_naming_the_annotation(ku
     await eventually(failed, 30, "the gang failed")
     cond = condition(await get_trainjob(kube, namespace, "row"), "Failed")
     assert cond["reason"] == "InvalidPlacement" and KUEUE_REQUIRED in cond["message"], cond
+
+
+async def test_a_pytorchjob_with_a_required_rack_runs_its_master_and_workers_in_one_rack(kube, namespace, racks):
+    from tests.integration.quota_common import get_pytorchjob, pj_pods, pytorchjob, v1_condition
+
+    job = pytorchjob("ranked", namespace, masters=1, workers=2)
+    del job["spec"]["runPolicy"]["schedulingPolicy"]["priorityClass"]   # the shared cluster's own classes vary
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"][KUEUE_REQUIRED] = RACK
+    await kube.create(PYTORCHJOBS.path(namespace), job)
+
+    async def running() -> bool:
+        obj = await get_pytorchjob(kube, namespace, "ranked")
+        assert v1_condition(obj, "Failed").get("status") != "True", obj.get("status")
+        return v1_condition(obj, "Running").get("status") == "True"
+    await eventually(running, 90, "the PyTorchJob running")
+    pods = await pj_pods(kube, namespace, "ranked")
+    assert len(pods) == 3
+    in_racks = {racks.get(p["spec"]["nodeName"], "elsewhere") for p in pods}
+    assert len(in_racks) == 1 and in_racks <= {"t0", "t1"}, in_racks
+    assert {p["metadata"]["annotations"][PLACEMENT_ANNOTATION] for p in pods} == {f"{RACK}={in_racks.pop()}"}

@@ -214,3 +214,61 @@ def test_a_gang_refused_in_its_rack_past_the_schedule_timeout_is_placed_again():
     assert f"refused in {RACK}=r0 for 121s" in plan.of(Event)[0].message
     bound = tuple({**p, "spec": {**p["spec"], "nodeName": "r0-h0"}} if i == 0 else p for i, p in enumerate(pods))
     assert not decide(dataclasses.replace(at(121), pods=bound)).of(Delete), "a gang being bound is left alone"
+
+
+# --- PyTorchJobs: the same annotations on a replica template, the gang placed as one
+
+def pytorchjob(master: dict | None = None, worker: dict | None = None, workers: int = 3) -> dict:
+    def replica(replicas: int, annotations: dict | None) -> dict:
+        out = objects.replica(replicas, image="x", command=["python", "train.py"], requests={GPU: "8"})
+        if annotations:
+            out["template"].setdefault("metadata", {})["annotations"] = annotations
+        return out
+    return objects.pytorchjob("ddp", uid="pj-1", metadata={"resourceVersion": "7"},
+                              replicas={"Master": replica(1, master), "Worker": replica(workers, worker)})
+
+
+def pj_snap(obj: dict, view: ClusterView | None = None, jobs: tuple[dict, ...] = ()) -> Snapshot:
+    return Snapshot("team-a/ddp", NOW, obj, scheduler_name="sched", gang_scheduler="coscheduling",
+                    groups={"coscheduling": None}, topology=TOPOLOGY, cluster=view, jobs=jobs)
+
+
+def test_a_pytorchjob_with_a_required_rack_is_placed_as_one_gang():
+    from gangctl.policy import decide_pytorchjob as dp
+
+    obj = pytorchjob(worker={KUEUE_REQUIRED: RACK})
+    assert dp.decide(pj_snap(obj)).wants_nodes
+    plan = dp.decide(pj_snap(obj, cluster(busy=("r0-h0",))))   # r0 has 3 free hosts: the gang needs 4
+    jobs = {s.obj["metadata"]["name"]: s.obj for s in plan.steps if isinstance(s, Apply) and s.resource == JOBS}
+    assert set(jobs) == {"ddp-master", "ddp-worker"}
+    for job in jobs.values():
+        assert node_terms(job) == [{"matchExpressions": [{"key": RACK, "operator": "In", "values": ["r1"]}]}]
+        assert job["spec"]["template"]["metadata"]["annotations"][PLACEMENT_ANNOTATION] == f"{RACK}=r1"
+
+
+def test_a_pytorchjob_no_rack_can_hold_fails_with_the_numbers():
+    from gangctl.policy import decide_pytorchjob as dp
+
+    plan = dp.decide(pj_snap(pytorchjob(master={KUEUE_REQUIRED: RACK}, workers=5), cluster()))
+    failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
+    assert UNSATISFIABLE in failed["message"] and "no rack can ever hold the gang's floor (6 pods" in failed["message"]
+
+
+def test_a_pytorchjob_waiting_for_a_rack_is_held_suspended_and_says_why():
+    from gangctl.policy import decide_pytorchjob as dp
+
+    busy = ("r0-h0", "r0-h1", "r1-h0", "r1-h1")
+    plan = dp.decide(pj_snap(pytorchjob(worker={KUEUE_REQUIRED: RACK}), cluster(busy=busy)))
+    jobs = [s.obj for s in plan.steps if isinstance(s, Apply) and s.resource == JOBS]
+    assert jobs and all(j["spec"]["suspend"] for j in jobs), "made suspended: no pod until a rack has room"
+    suspended = next(c for c in plan.status["conditions"] if c["type"] == "Suspended")
+    assert "best rack" in suspended["message"], suspended
+    assert plan.requeue_after is not None
+
+
+def test_replica_types_asking_for_different_placements_are_refused_naming_both():
+    from gangctl.policy import decide_pytorchjob as dp
+
+    plan = dp.decide(pj_snap(pytorchjob(master={KUEUE_REQUIRED: RACK}, worker={KUEUE_REQUIRED: BLOCK})))
+    failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
+    assert "Master.template.metadata.annotations and spec.pytorchReplicaSpecs.Worker" in failed["message"], failed
