@@ -7,11 +7,13 @@ reconciler would observe on the cluster, runs `gangctl.policy.decide.decide` on 
 `Plan` back:
 
 - observe: the TrainJob exactly as `gangctl.sim.replay` submits it to a real cluster, the shipped
-  runtime it names (with gangctl's elasticPolicy when the scenario makes the job elastic, and the
-  scenario's restart budget as failurePolicy.maxRestarts), its status as earlier decisions left it,
-  and the node Job and pods as the Job controller would show them at that moment;
-- apply: the engine takes from the plan the gang (PodGroup minMember/minResources, the Job's
-  parallelism), Failed or Restarting, and the Job's new parallelism.
+  runtime it names with its podGroupPolicy naming the scenario's backend (with gangctl's
+  elasticPolicy when the scenario makes the job elastic, and the scenario's restart budget as
+  failurePolicy.maxRestarts), its status as earlier decisions left it, and the node Job and pods as
+  the Job controller would show them at that moment;
+- apply: the engine takes from the plan the gang (its floor as the backend's own module reads it
+  from the gang's object, `GangBackend.gang_floor`; one pod's requests and the Job's parallelism
+  from the node Job), Failed or Restarting, and the Job's new parallelism.
 
 Nothing the controller decides is re-implemented here; the engine models only what Kubernetes and
 the workload do (placement, run time, faults). `decide` is pure, so every answer is memoized on what
@@ -27,12 +29,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from gangctl.api.quantity import parse_quantity
-from gangctl.model.names import TRAINJOB_NAME
-from gangctl.policy import status as st
-from gangctl.policy.decide import Apply, Plan, Snapshot, decide
-from gangctl.policy.failure import Restarts
 from gangctl.model.gang import Gang
+from gangctl.model.names import TRAINJOB_NAME
+from gangctl.model.resolve import pod_requests as template_requests
+from gangctl.plugins.registry import BACKENDS
+from gangctl.policy import status as st
+from gangctl.policy.decide import Apply, Create, Plan, Snapshot, decide
+from gangctl.policy.failure import Restarts
 from gangctl.sim import objects
 from gangctl.sim.replay import RUNTIME, trainjob_manifest
 from gangctl.sim.scenario import ElasticSpec
@@ -41,7 +44,6 @@ from gangctl.sim.units import in_sim_units, pod_requests
 
 # The simulator's clock is seconds from 0; the controller's is a datetime.
 EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
-BACKEND = "coscheduling"   # the shipped runtime's podGroupPolicy
 
 
 def at(seconds: float) -> datetime:
@@ -56,10 +58,13 @@ def elastic_floor(spec: TraceJob, elastic: ElasticSpec) -> int | None:
     return None
 
 
-def runtime_for(floor: int | None, num_nodes: int, restart_budget: int) -> dict:
-    """The shipped runtime as a scenario job runs on it: gangctl's elasticPolicy extension when
-    elastic, and the scenario's restart budget."""
-    return objects.runtime(RUNTIME, failure_policy={"maxRestarts": restart_budget},
+def runtime_for(floor: int | None, num_nodes: int, restart_budget: int, backend: str) -> dict:
+    """The shipped runtime as a scenario job runs on it: its podGroupPolicy names the scenario's
+    `backend` (the shipped one's settings when it names that backend already, else none), gangctl's
+    elasticPolicy extension when elastic, and the scenario's restart budget."""
+    shipped = objects.runtime(RUNTIME)["spec"]["podGroupPolicy"]
+    return objects.runtime(RUNTIME, gang=None if backend in shipped else {backend: {}},
+                           failure_policy={"maxRestarts": restart_budget},
                            elastic=None if floor is None else {"minNodes": floor, "maxNodes": num_nodes})
 
 
@@ -70,13 +75,14 @@ class Observed:
     trainjob: dict
     runtime: dict
     node_job: dict          # the Job the controller creates (the gang plan's), before any status
+    backend: str            # the gang backend the runtime names (the cluster serves it, no group yet)
 
     def snapshot(self, now: float, *, status: dict | None = None, job: dict | None = None,
                  pods: tuple[dict, ...] = ()) -> Snapshot:
         meta = self.trainjob["metadata"]
         trainjob = self.trainjob if status is None else {**self.trainjob, "status": status}
         return Snapshot(f"{meta['namespace']}/{meta['name']}", at(now), trainjob, runtime=self.runtime,
-                        node_job=job, pods=pods, groups={BACKEND: None})
+                        node_job=job, pods=pods, groups={self.backend: None})
 
     def attempt(self, n: int, parallelism: int, failed: bool = False) -> dict:
         """The node Job of attempt `n` with `parallelism` pods, Failed when `failed`."""
@@ -103,8 +109,9 @@ def _restarts(user: int, infrastructure: int) -> dict:
 class SimController:
     """Asks `decide` what the controller does with a simulated job (see the module docstring)."""
 
-    def __init__(self, elastic: ElasticSpec, restart_budget: int, *, memo: bool = True,
+    def __init__(self, elastic: ElasticSpec, restart_budget: int, *, backend: str, memo: bool = True,
                  on_plan: Callable[[str, Snapshot, Plan], None] | None = None) -> None:
+        self.backend = BACKENDS[backend]     # the scenario's: the runtime names it, its module reads the gang
         self.elastic = elastic
         self.restart_budget = restart_budget
         self.memo = memo
@@ -124,12 +131,13 @@ class SimController:
         if found is None:
             trainjob = trainjob_manifest(spec, runtime=RUNTIME, namespace=spec.group)
             trainjob["metadata"].update(uid=f"uid-{spec.id}", creationTimestamp=st.timestamp(EPOCH), generation=1)
-            runtime = runtime_for(elastic_floor(spec, self.elastic), spec.num_nodes, self.restart_budget)
-            first = self._decide("create", Observed(trainjob, runtime, {}).snapshot(0.0))
-            node_job = _applied(first, "Job")
+            name = self.backend.name
+            runtime = runtime_for(elastic_floor(spec, self.elastic), spec.num_nodes, self.restart_budget, name)
+            first = self._decide("create", Observed(trainjob, runtime, {}, name).snapshot(0.0))
+            node_job = _written(first, "Job")
             node_job["metadata"]["labels"] = {**node_job["metadata"].get("labels", {}),
                                               TRAINJOB_NAME: trainjob["metadata"]["name"]}
-            found = Observed(trainjob, runtime, node_job)
+            found = Observed(trainjob, runtime, node_job, name)
             self._answers[(shape, "create")] = first
             self._observed[shape] = found
         return found
@@ -150,19 +158,19 @@ class SimController:
 
     # --- decide, and read the plan ---------------------------------------------------------------
     def gang(self, spec: TraceJob) -> Gang:
-        """The gang the controller creates for `spec`: its PodGroup's minMember, minResources and
-        scheduleTimeoutSeconds, and its node Job's parallelism (amounts in the simulator's units)."""
+        """The gang the controller creates for `spec`: its floor as the backend reads it from the
+        gang's object (a PodGroup's minMember, Kueue's min-parallelism of the Job), its node Job's
+        parallelism and one pod's requests (in the simulator's units)."""
         obs = self.observed(spec)
 
         def answer() -> Gang:
             plan = self._answers.get((self._shape(spec), "create")) if self.memo else None
             plan = plan or self._decide("create", obs.snapshot(0.0))
-            group = _applied(plan, "PodGroup")["spec"]
-            total = in_sim_units({r: parse_quantity(q) for r, q in group["minResources"].items()})
-            members = group["minMember"]
-            return Gang(min_member=members, size=_applied(plan, "Job")["spec"]["parallelism"],
-                        per_pod={r: a // members for r, a in total.items()},
-                        schedule_timeout_seconds=group["scheduleTimeoutSeconds"])
+            job = _written(plan, "Job")
+            resource = self.backend.group_resource
+            group = None if resource is None else _written(plan, resource.kind, resource.api_version)
+            return Gang(min_member=self.backend.gang_floor(group, job), size=job["spec"]["parallelism"],
+                        per_pod=in_sim_units(template_requests(job["spec"]["template"]["spec"])))
         return self._ask((self._shape(spec), "gang"), answer)  # type: ignore[return-value]
 
     def judge(self, spec: TraceJob, cause: str, pods: int, recorded: tuple[int, int]) -> tuple[bool, tuple[int, int]]:
@@ -210,10 +218,12 @@ class SimController:
         return _resized(plan) == pods + 1
 
 
-def _applied(plan: Plan, kind: str) -> dict:
-    objs = [copy.deepcopy(s.obj) for s in plan.of(Apply) if s.obj.get("kind") == kind]
+def _written(plan: Plan, kind: str, api_version: str | None = None) -> dict:
+    """The one object of `kind` (and `api_version`, when given) the plan applies or creates."""
+    objs = [copy.deepcopy(s.obj) for s in (*plan.of(Apply), *plan.of(Create)) if s.obj.get("kind") == kind
+            and api_version in (None, s.obj.get("apiVersion"))]
     if len(objs) != 1:
-        raise AssertionError(f"the controller's plan applies {len(objs)} {kind}(s), expected one: {plan.steps}")
+        raise AssertionError(f"the controller's plan writes {len(objs)} {kind}(s), expected one: {plan.steps}")
     return objs[0]
 
 

@@ -150,19 +150,23 @@ class Simulation:
                  observer: Callable[[Simulation], None] | None = None,
                  controller: SimController | None = None, race_seed: int | None = None) -> None:
         self.policy = policy
-        self.controller = controller or SimController(elastic, failures.restart_budget)
+        declared = BACKENDS[Backend(backend).value]
+        self.controller = controller or SimController(elastic, failures.restart_budget, backend=declared.name)
+        if self.controller.backend is not declared:
+            raise ValueError(f"the controller decides with {self.controller.backend.name}, the scenario's "
+                             f"backend is {declared.name}")
         self.quotas = policy.to_quotas(SIM_UNITS)
         self.cluster = cluster
-        self.backend = backend
         # What the backend declares (gangctl.plugins.base.GangBackend), read on every scheduling round:
         # one that takes a gang only when its quota and free nodes both hold it, in one decision,
         # leaves a waiting gang holding no quota; under gangctl's own gate a job's quota is counted
         # until the TrainJob is seen reported done (finish_seconds after its pods exit), while the
-        # nodes are free at the exit already; one that requeues an unready gang frees its quota then.
-        declared = BACKENDS[Backend(backend).value]
+        # nodes are free at the exit already; one that requeues an unready gang frees its quota then;
+        # one whose scheduler turns a gang away on its sum retries it only on a gang event (`_parked`).
         self._allocates_whole = declared.allocates_whole
         self._release_on_report = declared.gated_by_gangctl
         self._requeues_unready = declared.requeues_unready
+        self._rejects_short = declared.rejects_short_gangs
         self.failures = failures
         self.elastic = elastic
         self.sample_seconds = sample_seconds
@@ -203,7 +207,7 @@ class Simulation:
         self.retry_on_arrival = cp.retry_on_arrival
         self.nudge_delay = cp.finish_seconds + cp.nudge_delay_seconds
         # Coscheduling's Permit: a gang rejected with some pods reserved holds their nodes for a moment.
-        self._holds = cp.permit_hold_race > 0 and backend is Backend.COSCHEDULING and cp.retry_seconds is not None
+        self._holds = cp.permit_hold_race > 0 and self._rejects_short and cp.retry_seconds is not None
         self._hold_race = cp.permit_hold_race
         self._races = random.Random(seed if race_seed is None else race_seed)
         # kube-scheduler tries the waiting gangs one pod attempt after another: when the current attempt is.
@@ -488,7 +492,7 @@ class Simulation:
 
     def _set_aside(self, job: SimJob, short: bool) -> None:
         """Until an event retries it: Coscheduling rejected it (short in sum) or NodeResourcesFit did."""
-        (self._parked if short and self.backend is not Backend.NATIVE else self._unfit).add(job.spec.id)
+        (self._parked if short and self._rejects_short else self._unfit).add(job.spec.id)
         self._count_failure(job)
 
     def _count_failure(self, job: SimJob) -> None:
