@@ -24,10 +24,11 @@ both ways and compare).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Callable
+from typing import Callable, TypeVar, cast
 
 from gangctl.model.gang import Gang
 from gangctl.model.names import TRAINJOB_NAME
@@ -42,6 +43,7 @@ from gangctl.sim.scenario import ElasticSpec
 from gangctl.sim.traces import TraceJob
 from gangctl.sim.units import in_sim_units, pod_requests
 
+T = TypeVar("T")
 # The simulator's clock is seconds from 0; the controller's is a datetime.
 EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
@@ -102,8 +104,18 @@ def worker(job: dict, index: int, *, phase: str = "Running", disrupted: bool = F
                            disrupted="DeletionByPodGC" if disrupted else None, exit_code=exit_code)
 
 
-def _restarts(user: int, infrastructure: int) -> dict:
-    return {"restarts": Restarts(user=user, infrastructure=infrastructure).to_status(), "restartCount": user}
+@dataclass(frozen=True)
+class Written:
+    """What the controller's plans wrote to a job's status that its later snapshots show: the
+    restarts (user, infrastructure) and status.elastic.lastShrinkTime (simulated seconds; None: it
+    never shrank). The engine keeps this of a job, as the plans wrote it, and nothing beside it."""
+
+    restarts: tuple[int, int] = (0, 0)
+    last_shrink: float | None = None
+
+    def status(self) -> dict:
+        user, infrastructure = self.restarts
+        return {"restarts": Restarts(user=user, infrastructure=infrastructure).to_status(), "restartCount": user}
 
 
 class SimController:
@@ -149,12 +161,12 @@ class SimController:
             self.on_plan(what, snapshot, plan)
         return plan
 
-    def _ask(self, key: tuple, answer: Callable[[], object]) -> object:
+    def _ask(self, key: tuple, answer: Callable[[], T]) -> T:
         if not self.memo:
             return answer()
         if key not in self._answers:
             self._answers[key] = answer()
-        return self._answers[key]
+        return cast(T, self._answers[key])
 
     # --- decide, and read the plan ---------------------------------------------------------------
     def gang(self, spec: TraceJob) -> Gang:
@@ -171,48 +183,57 @@ class SimController:
             group = None if resource is None else _written(plan, resource.kind, resource.api_version)
             return Gang(min_member=self.backend.gang_floor(group, job), size=job["spec"]["parallelism"],
                         per_pod=in_sim_units(template_requests(job["spec"]["template"]["spec"])))
-        return self._ask((self._shape(spec), "gang"), answer)  # type: ignore[return-value]
+        return self._ask((self._shape(spec), "gang"), answer)
 
-    def judge(self, spec: TraceJob, cause: str, pods: int, recorded: tuple[int, int]) -> tuple[bool, tuple[int, int]]:
+    def judge(self, spec: TraceJob, cause: str, pods: int, written: Written) -> tuple[bool, Written]:
         """The Job of `spec` (`pods` pods) failed: `cause` "exit" (a worker exited non-zero) or "loss"
-        (a node of the gang was lost). `recorded`: the (user, infrastructure) restarts its status
-        shows. Returns whether the controller restarts the job (False: it fails it, the restart budget
-        spent) and the restarts its status shows after this decision."""
+        (a node of the gang was lost); `written`: what its status shows. Returns whether the controller
+        restarts the job (False: it fails it, the restart budget spent) and what its status shows after
+        this decision."""
         def answer() -> tuple[bool, tuple[int, int]]:
             obs = self.observed(spec)
-            job = obs.attempt(sum(recorded), pods, failed=True)
+            job = obs.attempt(sum(written.restarts), pods, failed=True)
             pod = (worker(job, 0, phase="Failed", exit_code=1) if cause == "exit"
                    else worker(job, 0, phase="Failed", disrupted=True))
-            plan = self._decide(cause, obs.snapshot(0.0, status=_restarts(*recorded), job=job, pods=(pod,)))
+            plan = self._decide(cause, obs.snapshot(0.0, status=Written(written.restarts).status(), job=job, pods=(pod,)))
             after = Restarts.from_status(plan.status)
             return not _failed(plan), (after.user, after.infrastructure)
-        return self._ask((self._shape(spec), cause, pods, recorded), answer)  # type: ignore[return-value]
+        restart, restarts = self._ask((self._shape(spec), cause, pods, written.restarts), answer)
+        return restart, dataclasses.replace(written, restarts=restarts)
 
-    def size_after_loss(self, spec: TraceJob, pods: int, lost: int) -> int | None:
-        """An elastic job running `pods` pods lost `lost` of them (the engine does not track indexes:
-        the highest ones). The size the controller shrinks its Job to, or None when it cannot keep
-        running there (rigid, or it waits at minNodes for replacements: the engine restarts the gang)."""
-        def answer() -> int | None:
+    def size_after_loss(self, spec: TraceJob, pods: int, lost: int, now: float,
+                        written: Written) -> tuple[int | None, Written]:
+        """An elastic job running `pods` pods lost `lost` of them at `now` (the engine does not track
+        indexes: the highest ones). The size the controller shrinks its Job to, or None when it cannot
+        keep running there (rigid, or it waits at minNodes for replacements: the engine restarts the
+        gang); with what its status shows once the shrink is carried out."""
+        def answer() -> tuple[int | None, float | None]:
             obs = self.observed(spec)
             if obs.runtime["spec"]["mlPolicy"].get("torch", {}).get("elasticPolicy") is None:
-                return None
+                return None, None
             job = obs.attempt(1, pods)
             keep = pods - lost
-            plan = self._decide("shrink", obs.snapshot(0.0, job=job, pods=tuple(
-                worker(job, i, disrupted=i >= keep) for i in range(pods))))
-            size = _resized(plan)
-            return size if size == keep else None
-        return self._ask((self._shape(spec), "shrink", pods, lost), answer)  # type: ignore[return-value]
+            snapshot = obs.snapshot(0.0, job=job, pods=tuple(worker(job, i, disrupted=i >= keep) for i in range(pods)))
+            plan = self._decide("shrink", snapshot)
+            if _resized(plan) != keep:
+                return None, None
+            stamp = ((plan.status or {}).get("elastic") or {}).get("lastShrinkTime")
+            return keep, None if stamp is None else (st.parse_time(stamp) - snapshot.now).total_seconds()
+        size, shrunk_after = self._ask((self._shape(spec), "shrink", pods, lost), answer)
+        if size is None or shrunk_after is None:
+            return size, written
+        return size, dataclasses.replace(written, last_shrink=now + shrunk_after)
 
-    def grows(self, spec: TraceJob, pods: int, now: float, last_shrink: float | None) -> bool:
+    def grows(self, spec: TraceJob, pods: int, now: float, written: Written) -> bool:
         """Whether the controller probes an elastic job running `pods` healthy pods for one more node
-        at `now` (after its last shrink at `last_shrink`). Asked every time: it depends on the clock."""
+        at `now` (`written`: what its status shows, its last shrink). Asked every time: it depends on
+        the clock."""
         obs = self.observed(spec)
         job = obs.attempt(1, pods)
         policy = obs.runtime["spec"]["mlPolicy"]["torch"]["elasticPolicy"]
         elastic = {"size": pods, "currentNodes": pods, "minNodes": policy["minNodes"], "maxNodes": policy["maxNodes"]}
-        if last_shrink is not None:
-            elastic["lastShrinkTime"] = st.timestamp(at(last_shrink))
+        if written.last_shrink is not None:
+            elastic["lastShrinkTime"] = st.timestamp(at(written.last_shrink))
         plan = self._decide("grow", obs.snapshot(now, status={"elastic": elastic}, job=job,
                                                  pods=tuple(worker(job, i) for i in range(pods))))
         return _resized(plan) == pods + 1

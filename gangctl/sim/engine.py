@@ -34,7 +34,7 @@ from gangctl.model.gang import Gang
 from gangctl.model.quota import QuotaPolicy
 from gangctl.plugins.registry import BACKENDS
 from gangctl.sim.clock import SimClock
-from gangctl.sim.controller import SimController
+from gangctl.sim.controller import SimController, Written
 from gangctl.sim.metrics import JobOutcome, Recorder, Series, summarize
 from gangctl.sim.model import Cluster, Placement
 from gangctl.sim.scenario import Backend, ControlPlane, ElasticSpec, Failures, Scenario
@@ -95,7 +95,7 @@ class SimulationStuck(RuntimeError):
 class SimJob:
     __slots__ = ("spec", "team", "gang", "pod_requests", "workload", "gpu_type", "state", "placement",
                  "pods", "held_pods", "remaining", "run_start", "segment_begin", "version", "first_start",
-                 "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds", "last_shrink", "recorded",
+                 "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds", "written",
                  "queued_at", "fails", "failed_at", "seq", "before")
 
     def __init__(self, spec: TraceJob, team: str, priority: int, gang: Gang, gpu_type: str | None,
@@ -117,8 +117,7 @@ class SimJob:
         self.first_start: float | None = None
         self.user_restarts = self.infra_restarts = self.preemptions = 0
         self.lost_gpu_seconds = 0.0
-        self.last_shrink: float | None = None   # status.elastic.lastShrinkTime
-        self.recorded = (0, 0)      # status.restarts (user, infrastructure), as the controller wrote it
+        self.written = Written()    # what the controller's plans wrote to its status
         # The scheduler's view of the gang's pods while they wait (see `scheduling_order`): when they were
         # created, how often they were found unschedulable, and when last.
         self.queued_at = 0.0        # its pods created
@@ -611,7 +610,7 @@ class Simulation:
 
     def _user_fail(self, job: SimJob) -> None:
         self._interrupt(job, planned=False)
-        restart, job.recorded = self.controller.judge(job.spec, "exit", job.pods, job.recorded)
+        restart, job.written = self.controller.judge(job.spec, "exit", job.pods, job.written)
         job.user_restarts += 1   # user failures (the restarts used, and the final failure)
         if not restart:
             self._fail(job)
@@ -648,7 +647,7 @@ class Simulation:
             for r, amount in job.pod_requests.items():
                 if r in room and amount:
                     want = min(want, int(room[r] // amount))
-            if want <= 0 or not self.controller.grows(job.spec, job.pods, self.clock.now, job.last_shrink):
+            if want <= 0 or not self.controller.grows(job.spec, job.pods, self.clock.now, job.written):
                 continue
             # The gate admits the nodes the quota has room for at once; the controller then probes
             # one node at a time every few seconds, which is at once on the simulator's time scale.
@@ -712,13 +711,14 @@ class Simulation:
 
     def _lose_pods(self, job: SimJob, node: int, pods: int) -> None:
         job.infra_restarts += 1
-        if self.controller.size_after_loss(job.spec, job.pods, pods) is not None:
-            job.last_shrink = self.clock.now
+        size, written = self.controller.size_after_loss(job.spec, job.pods, pods, self.clock.now, job.written)
+        if size is not None:
+            job.written = written
             keep = [(n, k) for n, k in job.placement if n != node]
             self._resize(job, keep, [(node, pods)])
             return
         self._interrupt(job, planned=False)
-        restart, job.recorded = self.controller.judge(job.spec, "loss", job.pods, job.recorded)
+        restart, job.written = self.controller.judge(job.spec, "loss", job.pods, job.written)
         if not restart:
             self._fail(job)  # never, as the controller judges it: infrastructure is not charged
             return
