@@ -25,20 +25,25 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, TypeVar, cast
 
 from gangctl.model.gang import Gang
+from gangctl.api.trainjob import TRAINJOB_KIND
 from gangctl.model.names import TRAINJOB_NAME
 from gangctl.model.resolve import pod_requests as template_requests
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy import status as st
-from gangctl.policy.decide import Apply, Create, Plan, Snapshot, decide
+from gangctl.plugins.kueue import DEFAULT_LOCAL_QUEUE, QUEUE_LABEL, Kueue
+from gangctl.policy import decide_pytorchjob
+from gangctl.policy.decide import Apply, Create, Patch, Plan, Snapshot, decide
+from gangctl.policy.decide_pytorchjob import RESTARTS_ANNOTATION
 from gangctl.policy.failure import Restarts
 from gangctl.sim import objects
-from gangctl.sim.replay import RUNTIME, trainjob_manifest
+from gangctl.sim.replay import RUNTIME, resource_requests, trainjob_manifest, trainjob_name
 from gangctl.sim.scenario import ElasticSpec
 from gangctl.sim.traces import TraceJob
 from gangctl.sim.units import in_sim_units, pod_requests
@@ -54,8 +59,9 @@ def at(seconds: float) -> datetime:
 
 def elastic_floor(spec: TraceJob, elastic: ElasticSpec) -> int | None:
     """minNodes of a job when the scenario makes multi-node jobs elastic (None: a rigid gang). This is
-    the workload's choice (what the user writes in the runtime), not a decision of the controller."""
-    if elastic.enabled and spec.num_nodes > 1:
+    the workload's choice (what the user writes in the runtime), not a decision of the controller.
+    A PyTorchJob runs rigid in the simulator."""
+    if elastic.enabled and spec.num_nodes > 1 and spec.kind == TRAINJOB_KIND:
         return max(1, math.ceil(spec.num_nodes * elastic.min_fraction))
     return None
 
@@ -71,40 +77,6 @@ def runtime_for(floor: int | None, num_nodes: int, restart_budget: int, backend:
 
 
 @dataclass(frozen=True)
-class Observed:
-    """One job as the reconciler would find it: what every snapshot of it starts from."""
-
-    trainjob: dict
-    runtime: dict
-    node_job: dict          # the Job the controller creates (the gang plan's), before any status
-    backend: str            # the gang backend the runtime names (the cluster serves it, no group yet)
-
-    def snapshot(self, now: float, *, status: dict | None = None, job: dict | None = None,
-                 pods: tuple[dict, ...] = ()) -> Snapshot:
-        meta = self.trainjob["metadata"]
-        trainjob = self.trainjob if status is None else {**self.trainjob, "status": status}
-        return Snapshot(f"{meta['namespace']}/{meta['name']}", at(now), trainjob, runtime=self.runtime,
-                        node_job=job, pods=pods, groups={self.backend: None})
-
-    def attempt(self, n: int, parallelism: int, failed: bool = False) -> dict:
-        """The node Job of attempt `n` with `parallelism` pods, Failed when `failed`."""
-        job = copy.deepcopy(self.node_job)
-        job["metadata"]["uid"] = f"{self.trainjob['metadata']['uid']}-attempt-{n}"
-        job["spec"]["parallelism"] = job["spec"]["completions"] = parallelism
-        job["status"] = {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]
-                         if failed else [], "failed": 1 if failed else 0}
-        return job
-
-
-def worker(job: dict, index: int, *, phase: str = "Running", disrupted: bool = False,
-           exit_code: int | None = None) -> dict:
-    """Pod `index` of `job`, bound to a node, as the Job controller and the kubelet show it."""
-    return objects.job_pod(job, index, labels={TRAINJOB_NAME: job["metadata"]["labels"][TRAINJOB_NAME]},
-                           node=f"node-{index}", phase=phase,
-                           disrupted="DeletionByPodGC" if disrupted else None, exit_code=exit_code)
-
-
-@dataclass(frozen=True)
 class Written:
     """What the controller's plans wrote to a job's status that its later snapshots show: the
     restarts (user, infrastructure) and status.elastic.lastShrinkTime (simulated seconds; None: it
@@ -113,9 +85,63 @@ class Written:
     restarts: tuple[int, int] = (0, 0)
     last_shrink: float | None = None
 
-    def status(self) -> dict:
+    def on(self, obj: dict) -> dict:
+        """`obj` showing these restarts where its kind keeps them: a TrainJob's status, a PyTorchJob's
+        annotation (v1's status has no field for them)."""
         user, infrastructure = self.restarts
-        return {"restarts": Restarts(user=user, infrastructure=infrastructure).to_status(), "restartCount": user}
+        restarts = Restarts(user=user, infrastructure=infrastructure).to_status()
+        if obj["kind"] == TRAINJOB_KIND:
+            return {**obj, "status": {"restarts": restarts, "restartCount": user}}
+        annotation = json.dumps(restarts, sort_keys=True, separators=(",", ":"))
+        meta = obj["metadata"]
+        return {**obj, "metadata": {**meta, "annotations": {**meta.get("annotations", {}), RESTARTS_ANNOTATION: annotation}}}
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One job as the reconciler would find it: what every snapshot of it starts from."""
+
+    job: dict               # the TrainJob or PyTorchJob, as submitted
+    runtime: dict | None    # a TrainJob's runtime (None: a PyTorchJob, which carries its own spec)
+    node_job: dict          # the Job the controller creates for its pods (the gang plan's), before any status
+    backend: str            # the gang backend the job runs under (the cluster serves it, no group yet)
+
+    def snapshot(self, now: float, *, status: dict | None = None, written: Written | None = None,
+                 job: dict | None = None, pods: tuple[dict, ...] = ()) -> Snapshot:
+        """What a pass would read at `now`: the job with `status` and the `written` restarts, `job`
+        (its pods' Job, None: not created yet) and `pods`."""
+        meta = self.job["metadata"]
+        obj = self.job if written is None else written.on(self.job)
+        obj = obj if status is None else {**obj, "status": status}
+        key = f"{meta['namespace']}/{meta['name']}"
+        if self.runtime is None:   # v1's --gang-scheduler-name names the backend; the pass lists the child Jobs
+            return Snapshot(key, at(now), obj, jobs=() if job is None else (job,), pods=pods,
+                            groups={self.backend: None}, gang_scheduler=self.backend)
+        return Snapshot(key, at(now), obj, runtime=self.runtime, node_job=job, pods=pods, groups={self.backend: None})
+
+    def decide(self, snapshot: Snapshot) -> Plan:
+        """The pass of the job's kind: the reconciler's `decide` for it."""
+        return decide(snapshot) if self.runtime is not None else decide_pytorchjob.decide(snapshot)
+
+    def attempt(self, n: int, parallelism: int, failed: bool = False) -> dict:
+        """The node Job of attempt `n` with `parallelism` pods, Failed when `failed`."""
+        job = copy.deepcopy(self.node_job)
+        job["metadata"]["uid"] = f"{self.job['metadata']['uid']}-attempt-{n}"
+        job["spec"]["parallelism"] = job["spec"]["completions"] = parallelism
+        job["status"] = {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]
+                         if failed else [], "failed": 1 if failed else 0}
+        return job
+
+
+def worker(job: dict, index: int, *, phase: str = "Running", disrupted: bool = False,
+           exit_code: int | None = None) -> dict:
+    """Pod `index` of `job`, bound to a node, as the Job controller and the kubelet show it: labelled
+    with the job's name (a TrainJob's label, or a PyTorchJob's pod template labels)."""
+    labels = job["metadata"]["labels"]
+    named = ({TRAINJOB_NAME: labels[TRAINJOB_NAME]} if TRAINJOB_NAME in labels
+             else job["spec"]["template"]["metadata"]["labels"])
+    return objects.job_pod(job, index, labels=named, node=f"node-{index}", phase=phase,
+                           disrupted="DeletionByPodGC" if disrupted else None, exit_code=exit_code)
 
 
 class SimController:
@@ -135,28 +161,34 @@ class SimController:
     # --- observe ---------------------------------------------------------------------------------
     def _shape(self, spec: TraceJob) -> tuple:
         """What a snapshot of `spec` depends on: jobs of one shape get the same plans."""
-        return (spec.num_nodes, tuple(sorted(pod_requests(spec).items())), elastic_floor(spec, self.elastic))
+        return (spec.kind, spec.num_nodes, tuple(sorted(pod_requests(spec).items())), elastic_floor(spec, self.elastic))
 
     def observed(self, spec: TraceJob) -> Observed:
         shape = self._shape(spec)
         found = self._observed.get(shape) if self.memo else None
         if found is None:
-            trainjob = trainjob_manifest(spec, runtime=RUNTIME, namespace=spec.group)
-            trainjob["metadata"].update(uid=f"uid-{spec.id}", creationTimestamp=st.timestamp(EPOCH), generation=1)
             name = self.backend.name
-            runtime = runtime_for(elastic_floor(spec, self.elastic), spec.num_nodes, self.restart_budget, name)
-            first = self._decide("create", Observed(trainjob, runtime, {}, name).snapshot(0.0))
+            if spec.kind == TRAINJOB_KIND:
+                obj = trainjob_manifest(spec, runtime=RUNTIME, namespace=spec.group)
+                runtime: dict | None = runtime_for(elastic_floor(spec, self.elastic), spec.num_nodes,
+                                                   self.restart_budget, name)
+            else:
+                obj, runtime = pytorchjob_manifest(spec, self.restart_budget, name), None
+            obj["metadata"].update(uid=f"uid-{spec.id}", creationTimestamp=st.timestamp(EPOCH), generation=1)
+            unmade = Observed(obj, runtime, {}, name)
+            first = self._decide("create", unmade, unmade.snapshot(0.0))
             node_job = _written(first, "Job")
-            node_job["metadata"]["labels"] = {**node_job["metadata"].get("labels", {}),
-                                              TRAINJOB_NAME: trainjob["metadata"]["name"]}
-            found = Observed(trainjob, runtime, node_job, name)
+            if runtime is not None:
+                node_job["metadata"]["labels"] = {**node_job["metadata"].get("labels", {}),
+                                                  TRAINJOB_NAME: obj["metadata"]["name"]}
+            found = Observed(obj, runtime, node_job, name)
             self._answers[(shape, "create")] = first
             self._observed[shape] = found
         return found
 
-    def _decide(self, what: str, snapshot: Snapshot) -> Plan:
+    def _decide(self, what: str, obs: Observed, snapshot: Snapshot) -> Plan:
         self.calls += 1
-        plan = decide(snapshot)
+        plan = obs.decide(snapshot)
         if self.on_plan is not None:
             self.on_plan(what, snapshot, plan)
         return plan
@@ -177,7 +209,7 @@ class SimController:
 
         def answer() -> Gang:
             plan = self._answers.get((self._shape(spec), "create")) if self.memo else None
-            plan = plan or self._decide("create", obs.snapshot(0.0))
+            plan = plan or self._decide("create", obs, obs.snapshot(0.0))
             job = _written(plan, "Job")
             resource = self.backend.group_resource
             group = None if resource is None else _written(plan, resource.kind, resource.api_version)
@@ -195,9 +227,8 @@ class SimController:
             job = obs.attempt(sum(written.restarts), pods, failed=True)
             pod = (worker(job, 0, phase="Failed", exit_code=1) if cause == "exit"
                    else worker(job, 0, phase="Failed", disrupted=True))
-            plan = self._decide(cause, obs.snapshot(0.0, status=Written(written.restarts).status(), job=job, pods=(pod,)))
-            after = Restarts.from_status(plan.status)
-            return not _failed(plan), (after.user, after.infrastructure)
+            plan = self._decide(cause, obs, obs.snapshot(0.0, written=Written(written.restarts), job=job, pods=(pod,)))
+            return _judged(plan)
         restart, restarts = self._ask((self._shape(spec), cause, pods, written.restarts), answer)
         return restart, dataclasses.replace(written, restarts=restarts)
 
@@ -209,12 +240,12 @@ class SimController:
         gang); with what its status shows once the shrink is carried out."""
         def answer() -> tuple[int | None, float | None]:
             obs = self.observed(spec)
-            if obs.runtime["spec"]["mlPolicy"].get("torch", {}).get("elasticPolicy") is None:
+            if obs.runtime is None or obs.runtime["spec"]["mlPolicy"].get("torch", {}).get("elasticPolicy") is None:
                 return None, None
             job = obs.attempt(1, pods)
             keep = pods - lost
             snapshot = obs.snapshot(0.0, job=job, pods=tuple(worker(job, i, disrupted=i >= keep) for i in range(pods)))
-            plan = self._decide("shrink", snapshot)
+            plan = self._decide("shrink", obs, snapshot)
             if _resized(plan) != keep:
                 return None, None
             stamp = ((plan.status or {}).get("elastic") or {}).get("lastShrinkTime")
@@ -234,7 +265,7 @@ class SimController:
         elastic = {"size": pods, "currentNodes": pods, "minNodes": policy["minNodes"], "maxNodes": policy["maxNodes"]}
         if written.last_shrink is not None:
             elastic["lastShrinkTime"] = st.timestamp(at(written.last_shrink))
-        plan = self._decide("grow", obs.snapshot(now, status={"elastic": elastic}, job=job,
+        plan = self._decide("grow", obs, obs.snapshot(now, status={"elastic": elastic}, job=job,
                                                  pods=tuple(worker(job, i) for i in range(pods))))
         return _resized(plan) == pods + 1
 
@@ -248,8 +279,27 @@ def _written(plan: Plan, kind: str, api_version: str | None = None) -> dict:
     return objs[0]
 
 
-def _failed(plan: Plan) -> bool:
-    return st.is_true(plan.status, st.FAILED)
+def _judged(plan: Plan) -> tuple[bool, tuple[int, int]]:
+    """Whether the plan restarts a failed job (False: it fails it) and the restarts it records: a
+    TrainJob's in its status, a PyTorchJob's judgement in its annotation (the next pass carries it out)."""
+    patches = [s.patch for s in plan.of(Patch) if RESTARTS_ANNOTATION in s.patch["metadata"].get("annotations", {})]
+    if patches:
+        after = decide_pytorchjob.restarts_of(patches[0])
+        return after.last_failure.get("action") == "Restart", (after.user, after.infrastructure)
+    after = Restarts.from_status(plan.status)
+    return not st.is_true(plan.status, st.FAILED), (after.user, after.infrastructure)
+
+
+def pytorchjob_manifest(spec: TraceJob, restart_budget: int, backend: str) -> dict:
+    """The PyTorchJob that runs `spec`: `num_nodes` Worker replicas (Worker 0 is rank 0; Kueue admits
+    a PyTorchJob only so, in the LocalQueue its label names), restarted on failure up to the
+    scenario's restart budget (runPolicy.backoffLimit), each pod requesting what the simulator charges."""
+    requests = resource_requests(spec)
+    workers = objects.replica(spec.num_nodes, image="busybox", command=["sleep", f"{spec.duration:.3f}"],
+                              requests=requests, restartPolicy="OnFailure")
+    labels = {QUEUE_LABEL: DEFAULT_LOCAL_QUEUE} if backend == Kueue.name else {}
+    return objects.pytorchjob(trainjob_name(spec.id), {"Worker": workers}, namespace=spec.group,
+                              metadata={"labels": labels}, runPolicy={"backoffLimit": restart_budget})
 
 
 def _resized(plan: Plan) -> int | None:

@@ -29,6 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from gangctl.api.pytorchjob import KIND as PYTORCHJOB_KIND
 from gangctl.api.runtime import GANG_BACKENDS
 from gangctl.model.quota import QuotaPolicy
 from gangctl.sim.generate import Shape, generate
@@ -123,6 +124,9 @@ class WorkloadSpec(_Model):
     team_of_group: dict[str, str] = Field(default_factory=dict, description="trace user/VC -> team; others spread over teams by hash")
     max_jobs: int | None = Field(None, ge=1, description="use only the first N jobs")
     elastic: ElasticSpec = Field(default_factory=ElasticSpec)
+    pytorchjob_share: float = Field(0.0, ge=0, le=1, description="share of the jobs submitted as Training Operator v1 "
+                                    "PyTorchJobs (Worker replicas only, rigid) instead of TrainJobs, drawn by a stable "
+                                    "hash of each job's id")
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadSpec:
@@ -181,7 +185,14 @@ def load_workload(scenario: Scenario, policy: QuotaPolicy) -> Trace:
         raise ValueError(f"teamOfGroup names teams not in the quota policy: {', '.join(unknown)}")
     trace.jobs = [j if j.group in teams else replace(j, group=team_of(j.group, w.team_of_group, teams))
                   for j in trace.jobs]
+    if w.pytorchjob_share:
+        trace.jobs = [replace(j, kind=PYTORCHJOB_KIND) if drawn(j.id, w.pytorchjob_share) else j for j in trace.jobs]
     return trace
+
+
+def drawn(job_id: str, share: float) -> bool:
+    """Whether job `job_id` falls in a `share` of the jobs: a stable hash of its id, the same on every run."""
+    return zlib.crc32(f"pytorchjob:{job_id}".encode()) < share * 2**32
 
 
 def team_of(group: str, mapping: dict[str, str], teams: list[str]) -> str:

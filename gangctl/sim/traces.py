@@ -32,6 +32,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Callable, Iterator
 
+from gangctl.api.trainjob import TRAINJOB_KIND
+
 PAI_JOB_COLUMNS = ["job_name", "inst_id", "user", "status", "start_time", "end_time"]
 PAI_TASK_COLUMNS = ["job_name", "task_name", "inst_num", "status", "start_time", "end_time",
                     "plan_cpu", "plan_mem", "plan_gpu", "gpu_type"]
@@ -59,6 +61,7 @@ class TraceJob:
     group: str = ""          # user / virtual cluster / team in the trace: the scenario maps it to a team
     gpu_type: str | None = None
     priority_class: str | None = None
+    kind: str = TRAINJOB_KIND   # what the job is submitted as: a TrainJob, or a PyTorchJob (the scenario's share)
 
     @property
     def gpus(self) -> int:

@@ -17,6 +17,7 @@ TrainJob made by `gangctl.sim.replay` against the shipped runtime), and
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -24,23 +25,27 @@ import pytest
 
 from gangctl.api.quantity import parse_quantity
 from gangctl.api.trainjob import parse_trainjob
-from gangctl.plugins.base import controls_suspend
+from gangctl.api.pytorchjob import KIND as PYTORCHJOB_KIND
+from gangctl.plugins.base import controls_suspend, wants_group
 from gangctl.plugins.registry import backend_for
 from gangctl.plugins.workload import node_job, owner_reference
 from gangctl.model import admission
 from gangctl.model.admission import CPU, GPU, MEMORY, Verdict, Workload, usage_of
 from gangctl.model.gang import size_gang
 from gangctl.model.quota import QUANTITY_UNITS, QuotaPolicy, podgroup_workload
-from gangctl.policy.decide import Snapshot, decide
+from gangctl.policy import pytorchjob
+from gangctl.policy.decide import Patch, Snapshot, decide
+from gangctl.policy.decide_pytorchjob import child_job, gang_group
 from gangctl.model.resolve import resolve
 from gangctl.sim import engine
-from gangctl.sim.controller import SimController, elastic_floor, runtime_for
+from gangctl.sim.controller import SimController, elastic_floor, pytorchjob_manifest, runtime_for
 from gangctl.sim.engine import Simulation
 from gangctl.sim.model import Cluster
 from gangctl.sim import objects
 from gangctl.sim.replay import RUNTIME as REPLAY_RUNTIME
 from gangctl.sim.replay import trainjob_submissions
-from gangctl.sim.scenario import Backend, ElasticSpec, Scenario, load_quota_policy, load_scenario, load_workload
+from gangctl.sim.scenario import (Backend, ElasticSpec, Scenario, drawn, load_quota_policy, load_scenario,
+                                  load_workload)
 from gangctl.sim.sweep import _scaled_policy
 from gangctl.sim.traces import TraceJob
 
@@ -317,3 +322,72 @@ def test_memoized_plans_are_exactly_the_plans_asked_every_time(name, elastic, ba
     assert a.outcomes == b.outcomes and a.summary == b.summary
     assert sum(o.user_restarts for o in a.outcomes) > 0
     assert memo.calls < every.calls / 2, (memo.calls, every.calls)
+
+
+# --- PyTorchJobs: the same checks through the PyTorchJob decision ----------------------------------
+def _with_pytorchjobs(jobs: list[TraceJob], share: float = 0.5) -> list[TraceJob]:
+    return [replace(j, kind=PYTORCHJOB_KIND) if drawn(j.id, share) else j for j in jobs]
+
+
+@pytest.mark.parametrize("backend", [b.value for b in Backend])
+def test_same_gang_for_every_pytorchjob(backend):
+    """A PyTorchJob's gang in the simulator is the one the reconciler's PyTorchJob calls make
+    (`to_gang` → the backend's group and the Worker Job): floor, size and one pod's requests."""
+    sc, policy, jobs = load("pai-generated.yaml", 300)
+    jobs = [replace(j, kind=PYTORCHJOB_KIND) for j in jobs]
+    sim = SimController(sc.workload.elastic, restart_budget=3, backend=backend)
+    declared = backend_for(backend)
+    for i, job in enumerate(jobs):
+        gang = sim.gang(job)
+        manifest = pytorchjob_manifest(job, 3, backend)
+        manifest["metadata"]["uid"] = f"uid-{i}"
+        ours = pytorchjob.to_gang(manifest, default_backend=backend)
+        owner = owner_reference(manifest)
+        group = gang_group(ours, declared, owner) if wants_group(declared) else None
+        workers = child_job(ours.groups[0], owner, declared, "default-scheduler", gang=ours.gang())
+        assert (ours.gang_backend, ours.min_member, ours.size) == (backend, gang.min_member, gang.size), job
+        assert declared.gang_floor(group, workers) == gang.min_member, job
+        assert {r: a * TO_SIM[r] for r, a in ours.groups[0].job.requests.items()} == gang.per_pod, job
+        assert gang.size == job.num_nodes
+
+
+@pytest.mark.parametrize("backend", list(Backend))
+def test_pytorchjobs_and_trainjobs_in_one_run_use_the_budget_each_decision_allows(backend):
+    """Half the jobs are PyTorchJobs, every run exits non-zero: each job is restarted `budget` times
+    then failed, the PyTorchJobs by their own decision (the judgement recorded in the annotation)."""
+    sc, policy, jobs = load("pai-small.yaml", 40)
+    jobs = _with_pytorchjobs(jobs)
+    sc = _on(sc, backend)
+    failures = sc.failures.model_copy(update={"exit_failure_rate": 1.0, "node_mtbf_hours": None})
+    controller, seen = _recording(sc.workload.elastic, failures.restart_budget, backend)
+    result = _run(sc, policy, jobs, failures, controller)
+    ran = [o for o in result.outcomes if o.state != "rejected"]
+    kinds = {j.id: j.kind for j in jobs}
+    assert {kinds[o.id] for o in ran} == {PYTORCHJOB_KIND, "TrainJob"}, "both kinds ran"
+    assert all(o.state == "failed" for o in ran)
+    assert {o.user_restarts for o in ran} == {failures.restart_budget + 1}
+    judged = [plan for what, snap, plan in seen if what == "exit" and snap.job["kind"] == PYTORCHJOB_KIND]
+    assert judged and all(len(plan.steps) == 1 and isinstance(plan.steps[0], Patch) for plan in judged), \
+        "a PyTorchJob's judgement is written alone, to its annotation"
+
+
+@pytest.mark.parametrize("backend", list(Backend))
+def test_memoized_plans_are_exactly_the_plans_asked_every_time_with_pytorchjobs(backend):
+    sc, policy, jobs = load("pai-small.yaml")
+    jobs = _with_pytorchjobs(jobs, 0.3)
+    sc = _on(sc, backend)
+    failures = sc.failures.model_copy(update={"exit_failure_rate": 0.2, "node_mtbf_hours": 50})
+    memo, _ = _recording(sc.workload.elastic, failures.restart_budget, backend)
+    every, _ = _recording(sc.workload.elastic, failures.restart_budget, backend, memo=False)
+    a, b = _run(sc, policy, jobs, failures, memo), _run(sc, policy, jobs, failures, every)
+    assert a.outcomes == b.outcomes and a.summary == b.summary
+    assert sum(o.user_restarts for o in a.outcomes) > 0 and memo.calls < every.calls / 2
+
+
+def test_a_scenario_share_makes_that_share_of_its_jobs_pytorchjobs():
+    sc, policy, _ = load("pai-generated.yaml", 2000)
+    sc.workload.pytorchjob_share = 0.25
+    jobs = load_workload(sc, policy).jobs
+    share = sum(j.kind == PYTORCHJOB_KIND for j in jobs) / len(jobs)
+    assert 0.22 < share < 0.28, share
+    assert [j.kind for j in load_workload(sc, policy).jobs] == [j.kind for j in jobs], "the same draw every run"
