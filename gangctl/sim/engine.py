@@ -13,11 +13,12 @@ start at their floor (minNodes), shrink instead of stopping when they lose nodes
 nothing waits for nodes and their team has nothing pending. Infrastructure faults do not count
 against a job's restart budget.
 
-What the controller decides, the engine asks the controller's own decision, `gangctl.policy.decide`,
-through `gangctl.sim.controller` (a simulated observe and apply): the gang of each job and what it
-asks the quota for, whether a failed run restarts or fails the job (the restart budget), how an
-elastic job shrinks on a node loss and when it probes for growth. tests/unit/test_sim_parity.py
-checks the plans behind a whole run.
+What the controller decides, the engine asks the controller's own decision of the job's kind
+(TrainJob or PyTorchJob) under the scenario's backend, through `gangctl.sim.controller` (a simulated
+observe and apply): the gang of each job and what it asks the quota for, whether a failed run
+restarts or fails the job (the restart budget), how an elastic job shrinks on a node loss and when
+it probes for growth. It keeps of a job only what those plans wrote (`controller.Written`).
+tests/unit/test_sim_parity.py checks the plans behind whole runs under every backend.
 """
 from __future__ import annotations
 

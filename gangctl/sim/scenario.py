@@ -16,7 +16,10 @@ Backend semantics, i.e. what differs between the scheduler backends in the model
   leave a node (kube-scheduler's own requeueing), not only on a nudge or the periodic retry, since
   no PreFilter rejects it on the gang's sum.
 In all of them, admitted gangs are placed in admission order by whichever fits (no node reservation
-for big gangs: small gangs may pass them), and preemption follows the quota policy file.
+for big gangs: small gangs may pass them), and preemption follows the quota policy file. The
+controller decides with the scenario's backend (`gangctl.sim.controller`), and the engine reads the
+differences above from the capabilities each backend module declares (`gangctl.plugins`), so a
+`kueue` scenario's elastic jobs, whose size Kueue owns, are never resized by gangctl.
 """
 from __future__ import annotations
 

@@ -1,19 +1,22 @@
 """Parity: the simulator and the controller make the same decisions for the same inputs.
 
-The simulator asks the controller's `decide` through `gangctl.sim.controller` (a simulated observe
-and apply). Each scenario job goes through it and through the reconciler's own calls one by one
-(`resolve(trainjob, runtime)` → `size_gang(...)` → the coscheduling backend's PodGroup, on the
-TrainJob made by `gangctl.sim.replay` against the shipped runtime), and
+The simulator asks the controller's decision of the job's kind through `gangctl.sim.controller` (a
+simulated observe and apply), with the scenario's backend. Each scenario job goes through it and
+through the reconciler's own calls one by one (`resolve(trainjob, runtime)` → `size_gang(...)` → the
+backend's group and node Job, on the TrainJob made by `gangctl.sim.replay` against the shipped
+runtime; for a PyTorchJob `to_gang` → the backend's group and Worker Job), and
 
-1. the gangs agree: PodGroup minMember and minResources equal the simulator's gang, to the unit,
-   and the Job runs the simulator's gang size;
+1. the gangs agree under every backend: the floor as the backend's own object says it, one pod's
+   requests and the Job's size equal the simulator's gang, to the unit (and for coscheduling the
+   PodGroup's minMember, minResources and scheduleTimeoutSeconds);
 2. quota admission agrees: every time the engine calls `admission.decide`, the same call on
-   Workloads derived from the controller's PodGroups (`quota.podgroup_workload`, amounts in
-   Kubernetes units: cores and bytes) admits, preempts and explains exactly the same;
-3. in whole runs with failures, node losses and elastic gangs, every plan `decide` returned is one
-   the engine acted on (restart budget, uncharged node losses, shrink sizes, growth probes), and
-   memoizing plans by job shape changes no outcome.
+   Workloads derived from the controller's coscheduling PodGroups (`quota.podgroup_workload`,
+   amounts in Kubernetes units: cores and bytes) admits, preempts and explains exactly the same;
+3. in whole runs under every backend, with failures, node losses, elastic gangs and PyTorchJobs,
+   every plan the decision returned is one the engine acted on (restart budget, uncharged node
+   losses, shrink sizes, growth probes), and memoizing plans by job shape changes no outcome.
 """
+
 from __future__ import annotations
 
 import copy
