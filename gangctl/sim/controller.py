@@ -3,21 +3,24 @@
 Whenever the controller would decide something about a job — the gang it creates (and what it asks
 the quota for), whether a failed run restarts or fails the job, how far an elastic job shrinks when
 it loses nodes, whether it probes for one more node — the simulator builds the `Snapshot` the
-reconciler would observe on the cluster, runs `gangctl.policy.decide.decide` on it, and reads the
-`Plan` back:
+reconciler would observe on the cluster, runs the decision of the job's kind on it
+(`gangctl.policy.decide.decide`, `gangctl.policy.decide_pytorchjob.decide`) with the scenario's
+backend, and reads the `Plan` back:
 
 - observe: the TrainJob exactly as `gangctl.sim.replay` submits it to a real cluster, the shipped
   runtime it names with its podGroupPolicy naming the scenario's backend (with gangctl's
   elasticPolicy when the scenario makes the job elastic, and the scenario's restart budget as
-  failurePolicy.maxRestarts), its status as earlier decisions left it, and the node Job and pods as
-  the Job controller would show them at that moment;
+  failurePolicy.maxRestarts), or a PyTorchJob of Worker replicas (`pytorchjob_manifest`) with that
+  backend as the controller's gang scheduler; the restarts earlier decisions wrote; and the node Job
+  and pods as the Job controller would show them at that moment;
 - apply: the engine takes from the plan the gang (its floor as the backend's own module reads it
   from the gang's object, `GangBackend.gang_floor`; one pod's requests and the Job's parallelism
-  from the node Job), Failed or Restarting, and the Job's new parallelism.
+  from the node Job), Failed or Restarting (a PyTorchJob's judgement, from its annotation), and the
+  Job's new parallelism; it keeps what the plans wrote (`Written`) for the next snapshots.
 
 Nothing the controller decides is re-implemented here; the engine models only what Kubernetes and
 the workload do (placement, run time, faults). `decide` is pure, so every answer is memoized on what
-its snapshot is built from (the job's shape, the restarts used, the sizes): jobs alike in those get
+its snapshot is built from (the job's kind and shape, the restarts used, the sizes): jobs alike in those get
 one call, which keeps the simulator at its speed. `memo=False` asks every time (the parity tests run
 both ways and compare).
 """
@@ -31,14 +34,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, TypeVar, cast
 
-from gangctl.model.gang import Gang
 from gangctl.api.trainjob import TRAINJOB_KIND
+from gangctl.model.gang import Gang
 from gangctl.model.names import TRAINJOB_NAME
 from gangctl.model.resolve import pod_requests as template_requests
 from gangctl.plugins.registry import BACKENDS
-from gangctl.policy import status as st
-from gangctl.plugins.kueue import DEFAULT_LOCAL_QUEUE, QUEUE_LABEL, Kueue
 from gangctl.policy import decide_pytorchjob
+from gangctl.policy import status as st
 from gangctl.policy.decide import Apply, Create, Patch, Plan, Snapshot, decide
 from gangctl.policy.decide_pytorchjob import RESTARTS_ANNOTATION
 from gangctl.policy.failure import Restarts
@@ -173,7 +175,7 @@ class SimController:
                 runtime: dict | None = runtime_for(elastic_floor(spec, self.elastic), spec.num_nodes,
                                                    self.restart_budget, name)
             else:
-                obj, runtime = pytorchjob_manifest(spec, self.restart_budget, name), None
+                obj, runtime = pytorchjob_manifest(spec, self.restart_budget), None
             obj["metadata"].update(uid=f"uid-{spec.id}", creationTimestamp=st.timestamp(EPOCH), generation=1)
             unmade = Observed(obj, runtime, {}, name)
             first = self._decide("create", unmade, unmade.snapshot(0.0))
@@ -290,16 +292,15 @@ def _judged(plan: Plan) -> tuple[bool, tuple[int, int]]:
     return not st.is_true(plan.status, st.FAILED), (after.user, after.infrastructure)
 
 
-def pytorchjob_manifest(spec: TraceJob, restart_budget: int, backend: str) -> dict:
-    """The PyTorchJob that runs `spec`: `num_nodes` Worker replicas (Worker 0 is rank 0; Kueue admits
-    a PyTorchJob only so, in the LocalQueue its label names), restarted on failure up to the
-    scenario's restart budget (runPolicy.backoffLimit), each pod requesting what the simulator charges."""
-    requests = resource_requests(spec)
+def pytorchjob_manifest(spec: TraceJob, restart_budget: int) -> dict:
+    """The PyTorchJob that runs `spec`: `num_nodes` Worker replicas (Worker 0 is rank 0: the one
+    shape Kueue admits as a single gang), restarted on failure up to the scenario's restart budget
+    (runPolicy.backoffLimit), each pod requesting what the simulator charges. It names no backend:
+    the controller's gang scheduler (the scenario's backend) takes it, as v1's --gang-scheduler-name."""
     workers = objects.replica(spec.num_nodes, image="busybox", command=["sleep", f"{spec.duration:.3f}"],
-                              requests=requests, restartPolicy="OnFailure")
-    labels = {QUEUE_LABEL: DEFAULT_LOCAL_QUEUE} if backend == Kueue.name else {}
+                              requests=resource_requests(spec), restartPolicy="OnFailure")
     return objects.pytorchjob(trainjob_name(spec.id), {"Worker": workers}, namespace=spec.group,
-                              metadata={"labels": labels}, runPolicy={"backoffLimit": restart_budget})
+                              runPolicy={"backoffLimit": restart_budget})
 
 
 def _resized(plan: Plan) -> int | None:

@@ -342,7 +342,7 @@ def test_same_gang_for_every_pytorchjob(backend):
     declared = backend_for(backend)
     for i, job in enumerate(jobs):
         gang = sim.gang(job)
-        manifest = pytorchjob_manifest(job, 3, backend)
+        manifest = pytorchjob_manifest(job, 3)
         manifest["metadata"]["uid"] = f"uid-{i}"
         ours = pytorchjob.to_gang(manifest, default_backend=backend)
         owner = owner_reference(manifest)
