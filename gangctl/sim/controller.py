@@ -42,7 +42,7 @@ from gangctl.plugins.registry import BACKENDS
 from gangctl.policy import decide_pytorchjob
 from gangctl.policy import status as st
 from gangctl.policy.decide import Apply, Create, Patch, Plan, Snapshot, decide
-from gangctl.policy.decide_pytorchjob import RESTARTS_ANNOTATION
+from gangctl.policy.decide_pytorchjob import ELASTIC_ANNOTATION, RESTARTS_ANNOTATION
 from gangctl.policy.failure import Restarts
 from gangctl.sim import objects
 from gangctl.sim.replay import RUNTIME, resource_requests, trainjob_manifest, trainjob_name
@@ -61,9 +61,9 @@ def at(seconds: float) -> datetime:
 
 def elastic_floor(spec: TraceJob, elastic: ElasticSpec) -> int | None:
     """minNodes of a job when the scenario makes multi-node jobs elastic (None: a rigid gang). This is
-    the workload's choice (what the user writes in the runtime), not a decision of the controller.
-    A PyTorchJob runs rigid in the simulator."""
-    if elastic.enabled and spec.num_nodes > 1 and spec.kind == TRAINJOB_KIND:
+    the workload's choice (what the user writes in the runtime, or in a PyTorchJob's elasticPolicy),
+    not a decision of the controller."""
+    if elastic.enabled and spec.num_nodes > 1:
         return max(1, math.ceil(spec.num_nodes * elastic.min_fraction))
     return None
 
@@ -108,13 +108,12 @@ class Observed:
     node_job: dict          # the Job the controller creates for its pods (the gang plan's), before any status
     backend: str            # the gang backend the job runs under (the cluster serves it, no group yet)
 
-    def snapshot(self, now: float, *, status: dict | None = None, written: Written | None = None,
-                 job: dict | None = None, pods: tuple[dict, ...] = ()) -> Snapshot:
-        """What a pass would read at `now`: the job with `status` and the `written` restarts, `job`
-        (its pods' Job, None: not created yet) and `pods`."""
+    def snapshot(self, now: float, *, obj: dict | None = None, job: dict | None = None,
+                 pods: tuple[dict, ...] = ()) -> Snapshot:
+        """What a pass would read at `now`: the job as earlier plans left it (`obj`; None: as
+        submitted), `job` (its pods' Job, None: not created yet) and `pods`."""
         meta = self.job["metadata"]
-        obj = self.job if written is None else written.on(self.job)
-        obj = obj if status is None else {**obj, "status": status}
+        obj = self.job if obj is None else obj
         key = f"{meta['namespace']}/{meta['name']}"
         if self.runtime is None:   # v1's --gang-scheduler-name names the backend; the pass lists the child Jobs
             return Snapshot(key, at(now), obj, jobs=() if job is None else (job,), pods=pods,
@@ -124,6 +123,29 @@ class Observed:
     def decide(self, snapshot: Snapshot) -> Plan:
         """The pass of the job's kind: the reconciler's `decide` for it."""
         return decide(snapshot) if self.runtime is not None else decide_pytorchjob.decide(snapshot)
+
+    def elastic_range(self) -> tuple[int, int] | None:
+        """(minNodes, maxNodes) of an elastic job as its author wrote them; None: rigid."""
+        if self.runtime is None:
+            policy = self.job["spec"].get("elasticPolicy")
+            return None if policy is None else (policy["minReplicas"], policy["maxReplicas"])
+        policy = self.runtime["spec"]["mlPolicy"].get("torch", {}).get("elasticPolicy")
+        return None if policy is None else (policy["minNodes"], policy["maxNodes"])
+
+    def sized(self, pods: int, last_shrink: float | None) -> dict:
+        """The job showing the sizing memory earlier plans wrote (running `pods`, last shrunk at
+        `last_shrink`): a TrainJob's status.elastic, a PyTorchJob's annotation."""
+        floor, top = self.elastic_range() or (pods, pods)
+        memo: dict = {"size": pods}
+        if last_shrink is not None:
+            memo["lastShrinkTime"] = st.timestamp(at(last_shrink))
+        if self.runtime is not None:
+            return {**self.job, "status": {"elastic": {"size": pods, "currentNodes": pods, "minNodes": floor,
+                                                       "maxNodes": top, **memo}}}
+        meta = self.job["metadata"]
+        annotation = json.dumps(memo, sort_keys=True, separators=(",", ":"))
+        return {**self.job, "metadata": {**meta, "annotations": {**meta.get("annotations", {}),
+                                                                   ELASTIC_ANNOTATION: annotation}}}
 
     def attempt(self, n: int, parallelism: int, failed: bool = False) -> dict:
         """The node Job of attempt `n` with `parallelism` pods, Failed when `failed`."""
@@ -169,13 +191,12 @@ class SimController:
         shape = self._shape(spec)
         found = self._observed.get(shape) if self.memo else None
         if found is None:
-            name = self.backend.name
+            name, floor = self.backend.name, elastic_floor(spec, self.elastic)
             if spec.kind == TRAINJOB_KIND:
                 obj = trainjob_manifest(spec, runtime=RUNTIME, namespace=spec.group)
-                runtime: dict | None = runtime_for(elastic_floor(spec, self.elastic), spec.num_nodes,
-                                                   self.restart_budget, name)
+                runtime: dict | None = runtime_for(floor, spec.num_nodes, self.restart_budget, name)
             else:
-                obj, runtime = pytorchjob_manifest(spec, self.restart_budget), None
+                obj, runtime = pytorchjob_manifest(spec, self.restart_budget, floor), None
             obj["metadata"].update(uid=f"uid-{spec.id}", creationTimestamp=st.timestamp(EPOCH), generation=1)
             unmade = Observed(obj, runtime, {}, name)
             first = self._decide("create", unmade, unmade.snapshot(0.0))
@@ -229,7 +250,8 @@ class SimController:
             job = obs.attempt(sum(written.restarts), pods, failed=True)
             pod = (worker(job, 0, phase="Failed", exit_code=1) if cause == "exit"
                    else worker(job, 0, phase="Failed", disrupted=True))
-            plan = self._decide(cause, obs, obs.snapshot(0.0, written=Written(written.restarts), job=job, pods=(pod,)))
+            plan = self._decide(cause, obs, obs.snapshot(0.0, obj=Written(written.restarts).on(obs.job), job=job,
+                                                         pods=(pod,)))
             return _judged(plan)
         restart, restarts = self._ask((self._shape(spec), cause, pods, written.restarts), answer)
         return restart, dataclasses.replace(written, restarts=restarts)
@@ -242,15 +264,16 @@ class SimController:
         gang); with what its status shows once the shrink is carried out."""
         def answer() -> tuple[int | None, float | None]:
             obs = self.observed(spec)
-            if obs.runtime is None or obs.runtime["spec"]["mlPolicy"].get("torch", {}).get("elasticPolicy") is None:
+            if obs.elastic_range() is None:
                 return None, None
             job = obs.attempt(1, pods)
             keep = pods - lost
-            snapshot = obs.snapshot(0.0, job=job, pods=tuple(worker(job, i, disrupted=i >= keep) for i in range(pods)))
+            snapshot = obs.snapshot(0.0, obj=obs.sized(pods, None), job=job,
+                                    pods=tuple(worker(job, i, disrupted=i >= keep) for i in range(pods)))
             plan = self._decide("shrink", obs, snapshot)
-            if _resized(plan) != keep:
+            if _sizing(plan).get("size") != keep:
                 return None, None
-            stamp = ((plan.status or {}).get("elastic") or {}).get("lastShrinkTime")
+            stamp = _sizing(plan).get("lastShrinkTime")
             return keep, None if stamp is None else (st.parse_time(stamp) - snapshot.now).total_seconds()
         size, shrunk_after = self._ask((self._shape(spec), "shrink", pods, lost), answer)
         if size is None or shrunk_after is None:
@@ -263,13 +286,9 @@ class SimController:
         the clock."""
         obs = self.observed(spec)
         job = obs.attempt(1, pods)
-        policy = obs.runtime["spec"]["mlPolicy"]["torch"]["elasticPolicy"]
-        elastic = {"size": pods, "currentNodes": pods, "minNodes": policy["minNodes"], "maxNodes": policy["maxNodes"]}
-        if written.last_shrink is not None:
-            elastic["lastShrinkTime"] = st.timestamp(at(written.last_shrink))
-        plan = self._decide("grow", obs, obs.snapshot(now, status={"elastic": elastic}, job=job,
-                                                 pods=tuple(worker(job, i) for i in range(pods))))
-        return _resized(plan) == pods + 1
+        plan = self._decide("grow", obs, obs.snapshot(now, obj=obs.sized(pods, written.last_shrink), job=job,
+                                                      pods=tuple(worker(job, i) for i in range(pods))))
+        return _sizing(plan).get("size") == pods + 1
 
 
 def _written(plan: Plan, kind: str, api_version: str | None = None) -> dict:
@@ -284,7 +303,7 @@ def _written(plan: Plan, kind: str, api_version: str | None = None) -> dict:
 def _judged(plan: Plan) -> tuple[bool, tuple[int, int]]:
     """Whether the plan restarts a failed job (False: it fails it) and the restarts it records: a
     TrainJob's in its status, a PyTorchJob's judgement in its annotation (the next pass carries it out)."""
-    patches = [s.patch for s in plan.of(Patch) if RESTARTS_ANNOTATION in s.patch["metadata"].get("annotations", {})]
+    patches = [s.patch for s in plan.of(Patch) if RESTARTS_ANNOTATION in s.patch.get("metadata", {}).get("annotations", {})]
     if patches:
         after = decide_pytorchjob.restarts_of(patches[0])
         return after.last_failure.get("action") == "Restart", (after.user, after.infrastructure)
@@ -292,18 +311,23 @@ def _judged(plan: Plan) -> tuple[bool, tuple[int, int]]:
     return not st.is_true(plan.status, st.FAILED), (after.user, after.infrastructure)
 
 
-def pytorchjob_manifest(spec: TraceJob, restart_budget: int) -> dict:
+def pytorchjob_manifest(spec: TraceJob, restart_budget: int, floor: int | None) -> dict:
     """The PyTorchJob that runs `spec`: `num_nodes` Worker replicas (Worker 0 is rank 0: the one
-    shape Kueue admits as a single gang), restarted on failure up to the scenario's restart budget
-    (runPolicy.backoffLimit), each pod requesting what the simulator charges. It names no backend:
-    the controller's gang scheduler (the scenario's backend) takes it, as v1's --gang-scheduler-name."""
+    shape Kueue admits as a single gang), elastic down to `floor` workers when given (elasticPolicy),
+    restarted on failure up to the scenario's restart budget (runPolicy.backoffLimit), each pod
+    requesting what the simulator charges. It names no backend: the controller's gang scheduler (the
+    scenario's backend) takes it, as v1's --gang-scheduler-name."""
     workers = objects.replica(spec.num_nodes, image="busybox", command=["sleep", f"{spec.duration:.3f}"],
                               requests=resource_requests(spec), restartPolicy="OnFailure")
+    elastic = {} if floor is None else {"elasticPolicy": {"minReplicas": floor, "maxReplicas": spec.num_nodes}}
     return objects.pytorchjob(trainjob_name(spec.id), {"Worker": workers}, namespace=spec.group,
-                              runPolicy={"backoffLimit": restart_budget})
+                              runPolicy={"backoffLimit": restart_budget}, **elastic)
 
 
-def _resized(plan: Plan) -> int | None:
-    """The node Job's parallelism after the plan (None: unchanged, or no status)."""
-    status = plan.status or {}
-    return (status.get("elastic") or {}).get("size")
+def _sizing(plan: Plan) -> dict:
+    """The sizing memory the plan writes ({}: none): a TrainJob's status.elastic, or a PyTorchJob's
+    annotation (a resize is written there alone; the next pass applies the Job at its size)."""
+    for patch in plan.of(Patch):
+        if ELASTIC_ANNOTATION in (text := patch.patch.get("metadata", {}).get("annotations", {})):
+            return json.loads(text[ELASTIC_ANNOTATION])
+    return (plan.status or {}).get("elastic") or {}

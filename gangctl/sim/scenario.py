@@ -128,7 +128,7 @@ class WorkloadSpec(_Model):
     max_jobs: int | None = Field(None, ge=1, description="use only the first N jobs")
     elastic: ElasticSpec = Field(default_factory=ElasticSpec)
     pytorchjob_share: float = Field(0.0, ge=0, le=1, description="share of the jobs submitted as Training Operator v1 "
-                                    "PyTorchJobs (Worker replicas only, rigid) instead of TrainJobs, drawn by a stable "
+                                    "PyTorchJobs (Worker replicas only, elasticPolicy as `elastic` says) instead of TrainJobs, drawn by a stable "
                                     "hash of each job's id")
 
     @model_validator(mode="after")

@@ -38,7 +38,7 @@ from gangctl.model.gang import size_gang
 from gangctl.model.quota import QUANTITY_UNITS, QuotaPolicy, podgroup_workload
 from gangctl.policy import pytorchjob
 from gangctl.policy.decide import Patch, Snapshot, decide
-from gangctl.policy.decide_pytorchjob import child_job, gang_group
+from gangctl.policy.decide_pytorchjob import ELASTIC_ANNOTATION, child_job, gang_group
 from gangctl.model.resolve import resolve
 from gangctl.sim import engine
 from gangctl.sim.controller import SimController, elastic_floor, pytorchjob_manifest, runtime_for
@@ -333,16 +333,19 @@ def _with_pytorchjobs(jobs: list[TraceJob], share: float = 0.5) -> list[TraceJob
 
 
 @pytest.mark.parametrize("backend", [b.value for b in Backend])
-def test_same_gang_for_every_pytorchjob(backend):
+@pytest.mark.parametrize("name,max_jobs,elastic", [("pai-generated.yaml", 300, False), ("helios-elastic.yaml", None, True)])
+def test_same_gang_for_every_pytorchjob(name, max_jobs, elastic, backend):
     """A PyTorchJob's gang in the simulator is the one the reconciler's PyTorchJob calls make
     (`to_gang` → the backend's group and the Worker Job): floor, size and one pod's requests."""
-    sc, policy, jobs = load("pai-generated.yaml", 300)
+    sc, policy, jobs = load(name, max_jobs)
     jobs = [replace(j, kind=PYTORCHJOB_KIND) for j in jobs]
-    sim = SimController(sc.workload.elastic, restart_budget=3, backend=backend)
+    spec = ElasticSpec(enabled=elastic, min_fraction=0.5)
+    sim = SimController(spec, restart_budget=3, backend=backend)
     declared = backend_for(backend)
+    elastic_jobs = 0
     for i, job in enumerate(jobs):
         gang = sim.gang(job)
-        manifest = pytorchjob_manifest(job, 3)
+        manifest = pytorchjob_manifest(job, 3, elastic_floor(job, spec))
         manifest["metadata"]["uid"] = f"uid-{i}"
         ours = pytorchjob.to_gang(manifest, default_backend=backend)
         owner = owner_reference(manifest)
@@ -352,6 +355,34 @@ def test_same_gang_for_every_pytorchjob(backend):
         assert declared.gang_floor(group, workers) == gang.min_member, job
         assert {r: a * TO_SIM[r] for r, a in ours.groups[0].job.requests.items()} == gang.per_pod, job
         assert gang.size == job.num_nodes
+        elastic_jobs += gang.min_member < gang.size
+    assert (elastic_jobs > 0) == elastic, "the elastic case exercises elastic gangs"
+
+
+@pytest.mark.parametrize("backend", list(Backend))
+def test_elastic_pytorchjobs_shrink_and_grow_as_their_decision_plans(backend):
+    """Node failures on elastic PyTorchJobs: every job completes uncharged; a resize is the
+    annotation the PyTorchJob decision writes alone (the next pass applies the Worker Job at it)."""
+    sc, policy, jobs = load("helios-elastic.yaml")
+    jobs = [replace(j, kind=PYTORCHJOB_KIND) for j in jobs]
+    sc = _on(sc, backend)
+    failures = sc.failures.model_copy(update={"exit_failure_rate": 0.0, "node_mtbf_hours": 20})
+    controller, seen = _recording(sc.workload.elastic, failures.restart_budget, backend)
+    result = _run(sc, policy, jobs, failures, controller)
+    assert result.summary["failures"]["node_failures"] > 10
+    ran = [o for o in result.outcomes if o.state != "rejected"]
+    assert ran and all(o.state == "done" and o.user_restarts == 0 for o in ran)
+    resizes = {what: [] for what in ("shrink", "grow")}
+    for what, snap, plan in seen:
+        if what in resizes:
+            resized = [p for p in plan.of(Patch) if ELASTIC_ANNOTATION in p.patch.get("metadata", {}).get("annotations", {})]
+            resizes[what].append(bool(resized))
+            if resized:
+                assert [type(s).__name__ for s in plan.steps] == ["Patch", "Event"], plan.steps
+    if controls_suspend(backend_for(backend.value)):   # Kueue's admission owns the Worker Job's size
+        assert not any(resizes["shrink"]) and not any(resizes["grow"]), resizes
+    else:
+        assert any(resizes["shrink"]) and any(resizes["grow"]) and not all(resizes["grow"]), resizes
 
 
 @pytest.mark.parametrize("backend", list(Backend))
