@@ -94,9 +94,7 @@ class Written:
         restarts = Restarts(user=user, infrastructure=infrastructure).to_status()
         if obj["kind"] == TRAINJOB_KIND:
             return {**obj, "status": {"restarts": restarts, "restartCount": user}}
-        annotation = json.dumps(restarts, sort_keys=True, separators=(",", ":"))
-        meta = obj["metadata"]
-        return {**obj, "metadata": {**meta, "annotations": {**meta.get("annotations", {}), RESTARTS_ANNOTATION: annotation}}}
+        return _annotated(obj, RESTARTS_ANNOTATION, restarts)
 
 
 @dataclass(frozen=True)
@@ -140,12 +138,8 @@ class Observed:
         if last_shrink is not None:
             memo["lastShrinkTime"] = st.timestamp(at(last_shrink))
         if self.runtime is not None:
-            return {**self.job, "status": {"elastic": {"size": pods, "currentNodes": pods, "minNodes": floor,
-                                                       "maxNodes": top, **memo}}}
-        meta = self.job["metadata"]
-        annotation = json.dumps(memo, sort_keys=True, separators=(",", ":"))
-        return {**self.job, "metadata": {**meta, "annotations": {**meta.get("annotations", {}),
-                                                                   ELASTIC_ANNOTATION: annotation}}}
+            return {**self.job, "status": {"elastic": {"currentNodes": pods, "minNodes": floor, "maxNodes": top, **memo}}}
+        return _annotated(self.job, ELASTIC_ANNOTATION, memo)
 
     def attempt(self, n: int, parallelism: int, failed: bool = False) -> dict:
         """The node Job of attempt `n` with `parallelism` pods, Failed when `failed`."""
@@ -155,6 +149,14 @@ class Observed:
         job["status"] = {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]
                          if failed else [], "failed": 1 if failed else 0}
         return job
+
+
+def _annotated(obj: dict, key: str, value: dict) -> dict:
+    """`obj` with `value` as JSON in its annotation `key`, as the PyTorchJob decision writes its memory
+    there (v1's status schema prunes fields it does not know)."""
+    meta = obj["metadata"]
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return {**obj, "metadata": {**meta, "annotations": {**meta.get("annotations", {}), key: text}}}
 
 
 def worker(job: dict, index: int, *, phase: str = "Running", disrupted: bool = False,
