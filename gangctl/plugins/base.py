@@ -38,6 +38,10 @@ class GangBackend(Protocol):
                              # one decision: a waiting gang holds no quota (otherwise an admitted gang
                              # holds its quota while it waits for nodes)
     requeues_unready: bool   # suspends and requeues a gang whose pods are not all ready in time
+    rejects_short_gangs: bool  # its scheduler sees the gang whole before placing a pod: it turns a gang
+                               # away at once when the free capacity falls short of it in sum (tried
+                               # again only on an event of the gang: its group touched, a pod added),
+                               # and holds the pods that fit at Permit until the gang is turned away
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]: ...
 
@@ -46,6 +50,11 @@ class GangBackend(Protocol):
     def scheduler_name(self, job: ResolvedJob, default: str) -> str | None: ...
 
     def group(self, job: ResolvedJob, gang: Gang, owner: dict) -> dict | None: ...
+
+    def gang_floor(self, group: dict | None, job: dict) -> int:
+        """How many pods the gang needs at once, as its scheduler reads it: from `group` (what
+        `group` made; None for a backend without one) or the child Job `job` it gates."""
+        ...
 
     def quota_objects(self, policy: QuotaPolicy, text: str) -> list[dict]:
         """Everything `gangctl policy apply` writes for `policy` (`text`: the policy file as written),
@@ -79,6 +88,11 @@ def group_object(resource: Resource, job: ResolvedJob, owner: dict, spec: dict) 
             "metadata": {"name": job.gang_name, "namespace": job.namespace,
                          "labels": {MANAGED_BY: MANAGER, TRAINJOB_NAME: job.name}, "ownerReferences": [owner]},
             "spec": spec}
+
+
+def min_member(group: dict) -> int:
+    """The floor of a PodGroup that says it as `spec.minMember` (coscheduling, Volcano, KAI)."""
+    return int(group["spec"]["minMember"])
 
 
 def group_priority_class(job: ResolvedJob) -> str | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from gangctl.api.pytorchjob import SchedulingPolicy
 from gangctl.api.quantity import format_quantity
 from gangctl.api.resources import POD_GROUPS, Resource
-from gangctl.plugins.base import group_object, scheduling_priority
+from gangctl.plugins.base import group_object, min_member, scheduling_priority
 from gangctl.model.gang import Gang
 from gangctl.model.quota import QuotaPolicy
 from gangctl.model.resolve import ResolvedJob
@@ -28,6 +28,7 @@ class Coscheduling:
     needs_nudge = True
     allocates_whole = False    # the gate admits on quota alone; the admitted gang then waits for nodes
     requeues_unready = False
+    rejects_short_gangs = True   # PreFilter on minResources; Permit holds the pods until minMember fit
     setup_hint = "check the API server"
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]:
@@ -45,6 +46,9 @@ class Coscheduling:
             "minResources": {k: format_quantity(v) for k, v in sorted(gang.min_resources.items())},
             "scheduleTimeoutSeconds": gang.schedule_timeout_seconds,
         })
+
+    def gang_floor(self, group: dict | None, job: dict) -> int:
+        return min_member(group or {})
 
     def quota_objects(self, policy: QuotaPolicy, text: str) -> list[dict]:
         return coscheduling_objects(policy, text)

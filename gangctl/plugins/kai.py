@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from gangctl.api.pytorchjob import SchedulingPolicy
 from gangctl.api.resources import Resource
-from gangctl.plugins.base import group_object, group_priority_class, queued_settings
+from gangctl.plugins.base import group_object, group_priority_class, min_member, queued_settings
 from gangctl.model.gang import Gang
 from gangctl.model.resolve import ResolvedJob
 from gangctl.model.quota import QuotaPolicy, Team
@@ -66,6 +66,7 @@ class Kai:
     needs_nudge = False        # the scheduler looks at every pending PodGroup each cycle
     allocates_whole = True     # allocates a PodGroup only when its queue and the nodes both hold it
     requeues_unready = False
+    rejects_short_gangs = False  # allocates a gang only with room on the nodes: it never waits for them
     setup_hint = "start the cluster with `gangctl cluster up --scheduler kai`"
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]:
@@ -89,6 +90,9 @@ class Kai:
         if (pc := group_priority_class(job)):
             spec["priorityClassName"] = pc
         return group_object(KAI_POD_GROUPS, job, owner, spec)
+
+    def gang_floor(self, group: dict | None, job: dict) -> int:
+        return min_member(group or {})
 
     def quota_objects(self, policy: QuotaPolicy, text: str) -> list[dict]:
         return kai_objects(policy)

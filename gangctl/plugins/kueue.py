@@ -69,6 +69,7 @@ class Kueue:
     needs_nudge = False        # Kueue retries on quota changes; no group object to touch
     allocates_whole = False    # admits on quota alone; the admitted Job holds it while its pods wait for nodes
     requeues_unready = True    # waitForPodsReady: a Job whose pods are not all ready in time is suspended, requeued
+    rejects_short_gangs = False  # the admitted Job's pods go to kube-scheduler one by one
     setup_hint = "start the cluster with `gangctl cluster up --scheduler kueue`"
 
     def queue_name(self, job: ResolvedJob) -> str:
@@ -103,6 +104,11 @@ class Kueue:
         if gang.min_member < gang.size:
             return {MIN_PARALLELISM_ANNOTATION: str(gang.min_member)}
         return {}
+
+    def gang_floor(self, group: dict | None, job: dict) -> int:
+        # Kueue's Workload of the Job: parallelism pods, or down to job-min-parallelism (partial admission)
+        meta_annotations = job["metadata"].get("annotations") or {}
+        return int(meta_annotations.get(MIN_PARALLELISM_ANNOTATION) or job["spec"]["parallelism"])
 
     def quota_objects(self, policy: QuotaPolicy, text: str) -> list[dict]:
         return kueue_objects(policy)

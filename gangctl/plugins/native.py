@@ -34,6 +34,7 @@ class Native:
     needs_nudge = False       # the scheduler retries on pod and node events; a PodGroup cannot be touched
     allocates_whole = False   # the gate admits on quota alone; the admitted gang then waits for nodes
     requeues_unready = False
+    rejects_short_gangs = False  # no PreFilter on the gang's sum: tried again as pods leave a node
     setup_hint = "check the API server"
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]:
@@ -53,6 +54,9 @@ class Native:
 
     def group(self, job: ResolvedJob, gang: Gang, owner: dict) -> dict:
         return group_object(NATIVE_POD_GROUPS, job, owner, {"schedulingPolicy": {"gang": {"minCount": gang.min_member}}})
+
+    def gang_floor(self, group: dict | None, job: dict) -> int:
+        return int((group or {})["spec"]["schedulingPolicy"]["gang"]["minCount"])
 
     def quota_objects(self, policy: QuotaPolicy, text: str) -> list[dict]:
         return coscheduling_objects(policy, text)   # gangctl's gate admits, as for coscheduling

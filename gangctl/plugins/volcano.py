@@ -55,7 +55,7 @@ from gangctl.model.quota import QuotaPolicy, Team
 from gangctl.model.quota_plan import Pending, plan, priority_value, timestamp
 from gangctl.model.resolve import ResolvedJob
 from gangctl.model.topology import PlacementIntent, Topology
-from gangctl.plugins.base import group_object, group_priority_class, queued_settings
+from gangctl.plugins.base import group_object, group_priority_class, min_member, queued_settings
 from gangctl.plugins.quota_objects import (MANAGED, RESOURCES, TEAM_LABEL, priority_classes, quantity, stored_policy,
                                            team_namespaces)
 
@@ -79,6 +79,7 @@ class Volcano:
     needs_nudge = False        # the scheduler retries every pending PodGroup each session
     allocates_whole = True     # enqueue admits a PodGroup only when its queue has room: a waiting gang holds no quota
     requeues_unready = False
+    rejects_short_gangs = False  # enqueue takes a gang only with room on the nodes: it never waits for them
     topology_from_nodes = True   # its HyperNodes name the nodes: `policy apply` lists them for a topology
     setup_hint = "start the cluster with `gangctl cluster up --scheduler volcano`"
 
@@ -111,6 +112,9 @@ class Volcano:
             # cluster's Volcano v1.10 has no such field; its API server drops it.)
             spec["networkTopology"] = dict(job.gang_settings["networkTopology"])
         return group_object(VOLCANO_POD_GROUPS, job, owner, spec)
+
+    def gang_floor(self, group: dict | None, job: dict) -> int:
+        return min_member(group or {})
 
     def quota_objects(self, policy: QuotaPolicy, text: str) -> list[dict]:
         # The policy is stored too: gangctl preempts for priority by it (`preemptions`).

@@ -13,11 +13,12 @@ start at their floor (minNodes), shrink instead of stopping when they lose nodes
 nothing waits for nodes and their team has nothing pending. Infrastructure faults do not count
 against a job's restart budget.
 
-What the controller decides, the engine asks the controller's own decision, `gangctl.policy.decide`,
-through `gangctl.sim.controller` (a simulated observe and apply): the gang of each job and what it
-asks the quota for, whether a failed run restarts or fails the job (the restart budget), how an
-elastic job shrinks on a node loss and when it probes for growth. tests/unit/test_sim_parity.py
-checks the plans behind a whole run.
+What the controller decides, the engine asks the controller's own decision of the job's kind
+(TrainJob or PyTorchJob) under the scenario's backend, through `gangctl.sim.controller` (a simulated
+observe and apply): the gang of each job and what it asks the quota for, whether a failed run
+restarts or fails the job (the restart budget), how an elastic job shrinks on a node loss and when
+it probes for growth. It keeps of a job only what those plans wrote (`controller.Written`).
+tests/unit/test_sim_parity.py checks the plans behind whole runs under every backend.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from gangctl.model.gang import Gang
 from gangctl.model.quota import QuotaPolicy
 from gangctl.plugins.registry import BACKENDS
 from gangctl.sim.clock import SimClock
-from gangctl.sim.controller import SimController
+from gangctl.sim.controller import SimController, Written
 from gangctl.sim.metrics import JobOutcome, Recorder, Series, summarize
 from gangctl.sim.model import Cluster, Placement
 from gangctl.sim.scenario import Backend, ControlPlane, ElasticSpec, Failures, Scenario
@@ -95,7 +96,7 @@ class SimulationStuck(RuntimeError):
 class SimJob:
     __slots__ = ("spec", "team", "gang", "pod_requests", "workload", "gpu_type", "state", "placement",
                  "pods", "held_pods", "remaining", "run_start", "segment_begin", "version", "first_start",
-                 "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds", "last_shrink", "recorded",
+                 "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds", "written",
                  "queued_at", "fails", "failed_at", "seq", "before")
 
     def __init__(self, spec: TraceJob, team: str, priority: int, gang: Gang, gpu_type: str | None,
@@ -117,8 +118,7 @@ class SimJob:
         self.first_start: float | None = None
         self.user_restarts = self.infra_restarts = self.preemptions = 0
         self.lost_gpu_seconds = 0.0
-        self.last_shrink: float | None = None   # status.elastic.lastShrinkTime
-        self.recorded = (0, 0)      # status.restarts (user, infrastructure), as the controller wrote it
+        self.written = Written()    # what the controller's plans wrote to its status
         # The scheduler's view of the gang's pods while they wait (see `scheduling_order`): when they were
         # created, how often they were found unschedulable, and when last.
         self.queued_at = 0.0        # its pods created
@@ -150,19 +150,23 @@ class Simulation:
                  observer: Callable[[Simulation], None] | None = None,
                  controller: SimController | None = None, race_seed: int | None = None) -> None:
         self.policy = policy
-        self.controller = controller or SimController(elastic, failures.restart_budget)
+        declared = BACKENDS[Backend(backend).value]
+        self.controller = controller or SimController(elastic, failures.restart_budget, backend=declared.name)
+        if self.controller.backend is not declared:
+            raise ValueError(f"the controller decides with {self.controller.backend.name}, the scenario's "
+                             f"backend is {declared.name}")
         self.quotas = policy.to_quotas(SIM_UNITS)
         self.cluster = cluster
-        self.backend = backend
         # What the backend declares (gangctl.plugins.base.GangBackend), read on every scheduling round:
         # one that takes a gang only when its quota and free nodes both hold it, in one decision,
         # leaves a waiting gang holding no quota; under gangctl's own gate a job's quota is counted
         # until the TrainJob is seen reported done (finish_seconds after its pods exit), while the
-        # nodes are free at the exit already; one that requeues an unready gang frees its quota then.
-        declared = BACKENDS[Backend(backend).value]
+        # nodes are free at the exit already; one that requeues an unready gang frees its quota then;
+        # one whose scheduler turns a gang away on its sum retries it only on a gang event (`_parked`).
         self._allocates_whole = declared.allocates_whole
         self._release_on_report = declared.gated_by_gangctl
         self._requeues_unready = declared.requeues_unready
+        self._rejects_short = declared.rejects_short_gangs
         self.failures = failures
         self.elastic = elastic
         self.sample_seconds = sample_seconds
@@ -203,7 +207,7 @@ class Simulation:
         self.retry_on_arrival = cp.retry_on_arrival
         self.nudge_delay = cp.finish_seconds + cp.nudge_delay_seconds
         # Coscheduling's Permit: a gang rejected with some pods reserved holds their nodes for a moment.
-        self._holds = cp.permit_hold_race > 0 and backend is Backend.COSCHEDULING and cp.retry_seconds is not None
+        self._holds = cp.permit_hold_race > 0 and self._rejects_short and cp.retry_seconds is not None
         self._hold_race = cp.permit_hold_race
         self._races = random.Random(seed if race_seed is None else race_seed)
         # kube-scheduler tries the waiting gangs one pod attempt after another: when the current attempt is.
@@ -488,7 +492,7 @@ class Simulation:
 
     def _set_aside(self, job: SimJob, short: bool) -> None:
         """Until an event retries it: Coscheduling rejected it (short in sum) or NodeResourcesFit did."""
-        (self._parked if short and self.backend is not Backend.NATIVE else self._unfit).add(job.spec.id)
+        (self._parked if short and self._rejects_short else self._unfit).add(job.spec.id)
         self._count_failure(job)
 
     def _count_failure(self, job: SimJob) -> None:
@@ -607,7 +611,7 @@ class Simulation:
 
     def _user_fail(self, job: SimJob) -> None:
         self._interrupt(job, planned=False)
-        restart, job.recorded = self.controller.judge(job.spec, "exit", job.pods, job.recorded)
+        restart, job.written = self.controller.judge(job.spec, "exit", job.pods, job.written)
         job.user_restarts += 1   # user failures (the restarts used, and the final failure)
         if not restart:
             self._fail(job)
@@ -644,7 +648,7 @@ class Simulation:
             for r, amount in job.pod_requests.items():
                 if r in room and amount:
                     want = min(want, int(room[r] // amount))
-            if want <= 0 or not self.controller.grows(job.spec, job.pods, self.clock.now, job.last_shrink):
+            if want <= 0 or not self.controller.grows(job.spec, job.pods, self.clock.now, job.written):
                 continue
             # The gate admits the nodes the quota has room for at once; the controller then probes
             # one node at a time every few seconds, which is at once on the simulator's time scale.
@@ -708,13 +712,14 @@ class Simulation:
 
     def _lose_pods(self, job: SimJob, node: int, pods: int) -> None:
         job.infra_restarts += 1
-        if self.controller.size_after_loss(job.spec, job.pods, pods) is not None:
-            job.last_shrink = self.clock.now
+        size, written = self.controller.size_after_loss(job.spec, job.pods, pods, self.clock.now, job.written)
+        if size is not None:
+            job.written = written
             keep = [(n, k) for n, k in job.placement if n != node]
             self._resize(job, keep, [(node, pods)])
             return
         self._interrupt(job, planned=False)
-        restart, job.recorded = self.controller.judge(job.spec, "loss", job.pods, job.recorded)
+        restart, job.written = self.controller.judge(job.spec, "loss", job.pods, job.written)
         if not restart:
             self._fail(job)  # never, as the controller judges it: infrastructure is not charged
             return

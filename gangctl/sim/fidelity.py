@@ -9,8 +9,8 @@ own spread when there were several); `gangctl sim` prints them under its
 results, so a what-if is read with the margin it deserves.
 
 Only for the kind of scenario those slices are (`unvalidated`): the Coscheduling backend, no node or
-exit failures, no elastic jobs, no zone topology. For any other the report says it was not validated
-against a real cluster and prints no error bars: they were never measured there.
+exit failures, no elastic jobs, no PyTorchJobs, no zone topology. For any other the report says it
+was not validated against a real cluster and prints no error bars: they were never measured there.
 """
 from __future__ import annotations
 
@@ -47,6 +47,8 @@ def unvalidated(scenario: Scenario) -> list[str]:
         gaps.append("node or exit failures")
     if scenario.workload.elastic.enabled:
         gaps.append("elastic jobs")
+    if scenario.workload.pytorchjob_share:
+        gaps.append("PyTorchJobs")
     if scenario.cluster.same_zone:
         gaps.append("zone topology (sameZone)")
     return gaps
@@ -56,7 +58,7 @@ def sentence(fidelity: dict | None, scenario: Scenario | None = None) -> str:
     """The error bars to print under a report of `scenario`, or why there are none."""
     if scenario is not None and (gaps := unvalidated(scenario)):
         return (f"Not validated against a real cluster: {', '.join(gaps)}. The replays that give the simulator "
-                "its error bars ran the Coscheduling backend without failures, elastic jobs or zones "
+                "its error bars ran the Coscheduling backend without failures, elastic jobs, PyTorchJobs or zones "
                 "(benchmarks/README.md), so none are claimed here.")
     if not fidelity:
         return ("Not validated against a real control plane on this checkout (benchmarks/sim_fidelity.py "

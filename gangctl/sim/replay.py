@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from gangctl.api.trainjob import TRAINJOB_KIND
 from gangctl.model.admission import CPU, GPU, MEMORY
 from gangctl.sim import objects
 from gangctl.sim.traces import TraceJob
@@ -73,7 +74,11 @@ def resource_requests(job: TraceJob) -> dict[str, str]:
 
 def trainjob_submissions(jobs: list[TraceJob], *, runtime: str, namespace_of_team: dict[str, str],
                          image: str = "busybox", compression: float = 1.0, run_id: str = "") -> list[Submission]:
-    """One TrainJob per job (team in `TraceJob.group`), in submission order."""
+    """One TrainJob per job (team in `TraceJob.group`), in submission order. Jobs a scenario made
+    PyTorchJobs are refused: the replay submits TrainJobs only."""
+    if (other := next((j for j in jobs if j.kind != TRAINJOB_KIND), None)) is not None:
+        raise ValueError(f"job {other.id} is a {other.kind}: the replay submits TrainJobs only "
+                         "(set the scenario's workload.pytorchjobShare to 0)")
     return [Submission(j.submit, j.id, trainjob_manifest(j, runtime=runtime, namespace=namespace_of_team[j.group],
                                                         image=image, run_id=run_id))
             for j in sorted(compressed(jobs, compression), key=lambda j: (j.submit, j.id))]

@@ -16,7 +16,10 @@ Backend semantics, i.e. what differs between the scheduler backends in the model
   leave a node (kube-scheduler's own requeueing), not only on a nudge or the periodic retry, since
   no PreFilter rejects it on the gang's sum.
 In all of them, admitted gangs are placed in admission order by whichever fits (no node reservation
-for big gangs: small gangs may pass them), and preemption follows the quota policy file.
+for big gangs: small gangs may pass them), and preemption follows the quota policy file. The
+controller decides with the scenario's backend (`gangctl.sim.controller`), and the engine reads the
+differences above from the capabilities each backend module declares (`gangctl.plugins`), so a
+`kueue` scenario's elastic jobs, whose size Kueue owns, are never resized by gangctl.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from gangctl.api.pytorchjob import KIND as PYTORCHJOB_KIND
 from gangctl.api.runtime import GANG_BACKENDS
 from gangctl.model.quota import QuotaPolicy
 from gangctl.sim.generate import Shape, generate
@@ -123,6 +127,9 @@ class WorkloadSpec(_Model):
     team_of_group: dict[str, str] = Field(default_factory=dict, description="trace user/VC -> team; others spread over teams by hash")
     max_jobs: int | None = Field(None, ge=1, description="use only the first N jobs")
     elastic: ElasticSpec = Field(default_factory=ElasticSpec)
+    pytorchjob_share: float = Field(0.0, ge=0, le=1, description="share of the jobs submitted as Training Operator v1 "
+                                    "PyTorchJobs (Worker replicas only, elasticPolicy as `elastic` says) instead of TrainJobs, drawn by a stable "
+                                    "hash of each job's id")
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadSpec:
@@ -181,7 +188,14 @@ def load_workload(scenario: Scenario, policy: QuotaPolicy) -> Trace:
         raise ValueError(f"teamOfGroup names teams not in the quota policy: {', '.join(unknown)}")
     trace.jobs = [j if j.group in teams else replace(j, group=team_of(j.group, w.team_of_group, teams))
                   for j in trace.jobs]
+    if w.pytorchjob_share:
+        trace.jobs = [replace(j, kind=PYTORCHJOB_KIND) if drawn(j.id, w.pytorchjob_share) else j for j in trace.jobs]
     return trace
+
+
+def drawn(job_id: str, share: float) -> bool:
+    """Whether job `job_id` falls in a `share` of the jobs: a stable hash of its id, the same on every run."""
+    return zlib.crc32(f"pytorchjob:{job_id}".encode()) < share * 2**32
 
 
 def team_of(group: str, mapping: dict[str, str], teams: list[str]) -> str:

@@ -14,7 +14,8 @@ Formats (the real files load unchanged):
 - `helios`: SenseTime Helios cluster_log.csv (job_id, user, vc, gpu_num, cpu_num, node_num, state,
   submit_time, start_time, end_time[, duration]): node_num pods of ceil(gpu_num / node_num) GPUs.
 - `csv`: a plain CSV with a header: job_id, submit_time, duration, num_nodes, gpus_per_node and
-  optionally team, priority_class, gpu_type, cpu_per_node (cores), memory_per_node (GiB).
+  optionally team, priority_class, gpu_type, cpu_per_node (cores), memory_per_node (GiB), kind
+  (TrainJob, the default, or PyTorchJob: what the job is submitted as).
 
 Times may be numbers (seconds) or "YYYY-MM-DD HH:MM:SS" (UTC); submit times are shifted so the
 first job arrives at 0. Jobs that never ran, never ended or use no GPU are skipped and counted.
@@ -32,12 +33,16 @@ from enum import Enum
 from pathlib import Path
 from typing import Callable, Iterator
 
+from gangctl.api.pytorchjob import KIND as PYTORCHJOB_KIND
+from gangctl.api.trainjob import TRAINJOB_KIND
+
 PAI_JOB_COLUMNS = ["job_name", "inst_id", "user", "status", "start_time", "end_time"]
 PAI_TASK_COLUMNS = ["job_name", "task_name", "inst_num", "status", "start_time", "end_time",
                     "plan_cpu", "plan_mem", "plan_gpu", "gpu_type"]
 HELIOS_COLUMNS = ["job_id", "user", "vc", "gpu_num", "cpu_num", "node_num", "state",
                   "submit_time", "start_time", "end_time"]
 CSV_COLUMNS = ["job_id", "submit_time", "duration", "num_nodes", "gpus_per_node"]
+JOB_KINDS = (TRAINJOB_KIND, PYTORCHJOB_KIND)   # what a simulated job may be submitted as
 
 
 class TraceFormat(str, Enum):
@@ -59,6 +64,7 @@ class TraceJob:
     group: str = ""          # user / virtual cluster / team in the trace: the scenario maps it to a team
     gpu_type: str | None = None
     priority_class: str | None = None
+    kind: str = TRAINJOB_KIND   # what the job is submitted as: a TrainJob, or a PyTorchJob (the scenario's share)
 
     @property
     def gpus(self) -> int:
@@ -373,4 +379,10 @@ def _csv_job(row: dict[str, str]) -> TraceJob | str:
                     cpu_per_node=_number(row, "cpu_per_node", required=False) or 0.0,
                     memory_per_node=_number(row, "memory_per_node", required=False) or 0.0,
                     group=row.get("team", ""), gpu_type=row.get("gpu_type") or None,
-                    priority_class=row.get("priority_class") or None)
+                    priority_class=row.get("priority_class") or None, kind=_kind(row.get("kind") or TRAINJOB_KIND))
+
+
+def _kind(value: str) -> str:
+    if value not in JOB_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(JOB_KINDS)}, got {value!r}")
+    return value

@@ -395,3 +395,17 @@ def test_a_gang_waiting_for_nodes_holds_quota_only_where_admission_precedes_plac
                       observer=check)
     assert seen and max(seen) == held_while_waiting
     assert {o.id: o.start for o in result.outcomes} == {"a": 0, "b": 100}
+
+
+def test_the_engine_decides_with_the_scenarios_backend_only():
+    """The controller it asks decides with the scenario's backend; one deciding with another is refused."""
+    from gangctl.sim.controller import SimController
+    from gangctl.sim.model import Cluster
+
+    sc = scenario(nodes=2, backend="kueue")
+    cluster = Cluster(sc.cluster.node_pools(), sc.cluster.packing, sc.cluster.same_zone)
+    args = dict(backend=sc.backend, failures=sc.failures, elastic=sc.workload.elastic, seed=0)
+    assert Simulation([], EXAMPLE_POLICY, cluster, **args).controller.backend.name == "kueue"
+    other = SimController(sc.workload.elastic, 3, backend="volcano")
+    with pytest.raises(ValueError, match="decides with volcano, the scenario's backend is kueue"):
+        Simulation([], EXAMPLE_POLICY, cluster, controller=other, **args)

@@ -1,22 +1,26 @@
 """Parity: the simulator and the controller make the same decisions for the same inputs.
 
-The simulator asks the controller's `decide` through `gangctl.sim.controller` (a simulated observe
-and apply). Each scenario job goes through it and through the reconciler's own calls one by one
-(`resolve(trainjob, runtime)` → `size_gang(...)` → the coscheduling backend's PodGroup, on the
-TrainJob made by `gangctl.sim.replay` against the shipped runtime), and
+The simulator asks the controller's decision of the job's kind through `gangctl.sim.controller` (a
+simulated observe and apply), with the scenario's backend. Each scenario job goes through it and
+through the reconciler's own calls one by one (`resolve(trainjob, runtime)` → `size_gang(...)` → the
+backend's group and node Job, on the TrainJob made by `gangctl.sim.replay` against the shipped
+runtime; for a PyTorchJob `to_gang` → the backend's group and Worker Job), and
 
-1. the gangs agree: PodGroup minMember and minResources equal the simulator's gang, to the unit,
-   and the Job runs the simulator's gang size;
+1. the gangs agree under every backend: the floor as the backend's own object says it, one pod's
+   requests and the Job's size equal the simulator's gang, to the unit (and for coscheduling the
+   PodGroup's minMember, minResources and scheduleTimeoutSeconds);
 2. quota admission agrees: every time the engine calls `admission.decide`, the same call on
-   Workloads derived from the controller's PodGroups (`quota.podgroup_workload`, amounts in
-   Kubernetes units: cores and bytes) admits, preempts and explains exactly the same;
-3. in whole runs with failures, node losses and elastic gangs, every plan `decide` returned is one
-   the engine acted on (restart budget, uncharged node losses, shrink sizes, growth probes), and
-   memoizing plans by job shape changes no outcome.
+   Workloads derived from the controller's coscheduling PodGroups (`quota.podgroup_workload`,
+   amounts in Kubernetes units: cores and bytes) admits, preempts and explains exactly the same;
+3. in whole runs under every backend, with failures, node losses, elastic gangs and PyTorchJobs,
+   every plan the decision returned is one the engine acted on (restart budget, uncharged node
+   losses, shrink sizes, growth probes), and memoizing plans by job shape changes no outcome.
 """
+
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -24,22 +28,27 @@ import pytest
 
 from gangctl.api.quantity import parse_quantity
 from gangctl.api.trainjob import parse_trainjob
+from gangctl.api.pytorchjob import KIND as PYTORCHJOB_KIND
+from gangctl.plugins.base import controls_suspend, wants_group
 from gangctl.plugins.registry import backend_for
 from gangctl.plugins.workload import node_job, owner_reference
 from gangctl.model import admission
 from gangctl.model.admission import CPU, GPU, MEMORY, Verdict, Workload, usage_of
 from gangctl.model.gang import size_gang
 from gangctl.model.quota import QUANTITY_UNITS, QuotaPolicy, podgroup_workload
-from gangctl.policy.decide import Snapshot, decide
+from gangctl.policy import pytorchjob
+from gangctl.policy.decide import Patch, Snapshot, decide
+from gangctl.policy.decide_pytorchjob import ELASTIC_ANNOTATION, child_job, gang_group
 from gangctl.model.resolve import resolve
 from gangctl.sim import engine
-from gangctl.sim.controller import SimController, elastic_floor, runtime_for
+from gangctl.sim.controller import SimController, elastic_floor, pytorchjob_manifest, runtime_for
 from gangctl.sim.engine import Simulation
 from gangctl.sim.model import Cluster
 from gangctl.sim import objects
 from gangctl.sim.replay import RUNTIME as REPLAY_RUNTIME
 from gangctl.sim.replay import trainjob_submissions
-from gangctl.sim.scenario import Backend, ElasticSpec, Scenario, load_quota_policy, load_scenario, load_workload
+from gangctl.sim.scenario import (Backend, ElasticSpec, Scenario, drawn, load_quota_policy, load_scenario,
+                                  load_workload)
 from gangctl.sim.sweep import _scaled_policy
 from gangctl.sim.traces import TraceJob
 
@@ -64,11 +73,12 @@ def namespaces(policy: QuotaPolicy) -> dict[str, str]:
 class Controller:
     """The controller's pure decisions for each scenario job, keyed by the simulator's job id."""
 
-    def __init__(self, jobs: list[TraceJob], policy: QuotaPolicy, elastic: ElasticSpec):
+    def __init__(self, jobs: list[TraceJob], policy: QuotaPolicy, elastic: ElasticSpec, backend_name: str):
         self.policy = policy
         self.pod_groups: dict[str, dict] = {}
         self.node_jobs: dict[str, dict] = {}
         self.priority_class: dict[str, str | None] = {}
+        self.requests: dict[str, dict] = {}      # one pod's requests, as resolved
         self.id_of: dict[str, str] = {}          # controller workload id -> sim job id
         by_id = {j.id: j for j in jobs}
         for i, sub in enumerate(trainjob_submissions(jobs, runtime="torch-kwok-gpu",
@@ -78,7 +88,7 @@ class Controller:
             trainjob["metadata"]["uid"] = f"uid-{i}"
             parse_trainjob(trainjob)   # what the API server and the reconciler accept
             floor = elastic_floor(spec, elastic)
-            runtime = runtime_for(floor, spec.num_nodes, restart_budget=3)
+            runtime = runtime_for(floor, spec.num_nodes, restart_budget=3, backend=backend_name)
             # The reconciler's calls (gangctl/runtime/reconciler.py), in its order.
             job = resolve(trainjob, runtime)
             backend = backend_for(job.gang_backend)
@@ -86,8 +96,9 @@ class Controller:
                              schedule_timeout_seconds=job.gang_settings.get("scheduleTimeoutSeconds"))
             owner = owner_reference(trainjob)
             self.pod_groups[spec.id] = backend.group(job, gang, owner)
-            self.node_jobs[spec.id] = node_job(job, owner, backend, "default-scheduler")
+            self.node_jobs[spec.id] = node_job(job, owner, backend, "default-scheduler", gang=gang)
             self.priority_class[spec.id] = job.pod_template["spec"].get("priorityClassName")
+            self.requests[spec.id] = dict(job.requests)
             meta = trainjob["metadata"]
             self.id_of[f"{meta['namespace']}/{meta['name']}"] = spec.id
 
@@ -109,20 +120,28 @@ CASES = [("pai-small.yaml", None, False), ("pai-small.yaml", None, True),
          ("helios-elastic.yaml", None, True), ("pai-generated.yaml", 600, False)]
 
 
+@pytest.mark.parametrize("backend", [b.value for b in Backend])
 @pytest.mark.parametrize("name,max_jobs,elastic", CASES)
-def test_same_gang_for_every_job(name, max_jobs, elastic):
+def test_same_gang_for_every_job(name, max_jobs, elastic, backend):
+    """Under every backend the simulator's gang is the one the reconciler's calls make: its floor as
+    that backend's own object says it, one pod's requests, and the Job's size."""
     sc, policy, jobs = load(name, max_jobs)
     spec = ElasticSpec(enabled=elastic, min_fraction=0.5)
-    controller = Controller(jobs, policy, spec)
-    sim = SimController(spec, restart_budget=3)
+    controller = Controller(jobs, policy, spec, backend)
+    sim = SimController(spec, restart_budget=3, backend=backend)
+    declared = backend_for(backend)
     elastic_jobs = 0
     for job in jobs:
         gang = sim.gang(job)
-        pg = controller.pod_groups[job.id]["spec"]
-        assert pg["minMember"] == gang.min_member, job
-        assert in_sim_units(pg["minResources"]) == gang.min_resources, job
-        assert pg["scheduleTimeoutSeconds"] == RUNTIME["spec"]["podGroupPolicy"]["coscheduling"]["scheduleTimeoutSeconds"]
-        child = controller.node_jobs[job.id]["spec"]
+        pg, child = controller.pod_groups[job.id], controller.node_jobs[job.id]
+        assert declared.gang_floor(pg, child) == gang.min_member, job
+        assert {r: a * TO_SIM[r] for r, a in controller.requests[job.id].items()} == gang.per_pod, job
+        if "minResources" in (pg or {}).get("spec", {}):   # coscheduling, volcano
+            assert in_sim_units(pg["spec"]["minResources"]) == gang.min_resources, job
+        if backend == Backend.COSCHEDULING.value:
+            assert pg["spec"]["minMember"] == gang.min_member, job
+            assert pg["spec"]["scheduleTimeoutSeconds"] == RUNTIME["spec"]["podGroupPolicy"]["coscheduling"]["scheduleTimeoutSeconds"]
+        child = child["spec"]
         assert child["parallelism"] == child["completions"] == gang.size == job.num_nodes
         elastic_jobs += gang.min_member < gang.size
     assert (elastic_jobs > 0) == elastic, "the elastic cases exercise elastic gangs"
@@ -142,7 +161,8 @@ def _decisions(decisions: list, id_of=lambda i: i) -> list[tuple]:  # noqa: E731
 def test_same_admission_decisions_at_every_event(monkeypatch, name, max_jobs, backend, quota):
     sc, policy, jobs = load(name, max_jobs)
     policy = _scaled_policy(policy, quota)          # make quota bind, so there is something to decide
-    controller = Controller(jobs, policy, sc.workload.elastic)
+    # The quota gate's workloads are read from coscheduling PodGroups (podgroup_workload).
+    controller = Controller(jobs, policy, sc.workload.elastic, Backend.COSCHEDULING.value)
     controller_quotas = policy.to_quotas(QUANTITY_UNITS)
     cluster = Cluster(sc.cluster.node_pools(), sc.cluster.packing, sc.cluster.same_zone)
     sim = Simulation(jobs, policy, cluster, backend=backend, failures=sc.failures, elastic=sc.workload.elastic,
@@ -196,10 +216,16 @@ def test_same_admission_decisions_at_every_event(monkeypatch, name, max_jobs, ba
 
 
 # --- whole runs: every decision is the controller's `decide`, and the engine acts on each plan ----
-def _recording(elastic: ElasticSpec, budget: int, *, memo: bool = True):
+def _recording(elastic: ElasticSpec, budget: int, backend: Backend, *, memo: bool = True):
     seen: list[tuple[str, Snapshot, object]] = []
-    controller = SimController(elastic, budget, memo=memo, on_plan=lambda what, snap, plan: seen.append((what, snap, plan)))
+    controller = SimController(elastic, budget, backend=backend.value, memo=memo,
+                               on_plan=lambda what, snap, plan: seen.append((what, snap, plan)))
     return controller, seen
+
+
+def _on(sc: Scenario, backend: Backend) -> Scenario:
+    """The scenario under `backend` instead of its own."""
+    return sc.model_copy(update={"backend": backend})
 
 
 def _run(sc: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], failures, controller: SimController):
@@ -208,13 +234,15 @@ def _run(sc: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], failures, cont
                       seed=sc.seed, controller=controller).run()
 
 
+@pytest.mark.parametrize("backend", list(Backend))
 @pytest.mark.parametrize("name,max_jobs", [("pai-small.yaml", 40), ("helios-elastic.yaml", 40)])
-def test_every_exit_failure_uses_the_budget_decide_allows(name, max_jobs):
+def test_every_exit_failure_uses_the_budget_decide_allows(name, max_jobs, backend):
     """Every run exits non-zero: the controller's plans restart each job `budget` times, then fail it;
     the engine does exactly that, and no job completes."""
     sc, policy, jobs = load(name, max_jobs)
+    sc = _on(sc, backend)
     failures = sc.failures.model_copy(update={"exit_failure_rate": 1.0, "node_mtbf_hours": None})
-    controller, seen = _recording(sc.workload.elastic, failures.restart_budget)
+    controller, seen = _recording(sc.workload.elastic, failures.restart_budget, backend)
     result = _run(sc, policy, jobs, failures, controller)
     ran = [o for o in result.outcomes if o.state != "rejected"]
     assert ran and all(o.state == "failed" for o in ran)
@@ -240,12 +268,15 @@ def test_every_exit_failure_uses_the_budget_decide_allows(name, max_jobs):
                         failures.restart_budget: "Failed"}
 
 
-def test_lost_nodes_are_never_charged_and_elastic_jobs_shrink_to_the_size_decide_plans():
+@pytest.mark.parametrize("backend", list(Backend))
+def test_lost_nodes_are_never_charged_and_elastic_jobs_shrink_to_the_size_decide_plans(backend):
     """Node failures only, on elastic gangs: every job completes; a gang that lost a node either
     shrank to the size the controller's plan gives it or restarted uncharged."""
     sc, policy, jobs = load("helios-elastic.yaml")
+    sc = _on(sc, backend)
     failures = sc.failures.model_copy(update={"exit_failure_rate": 0.0, "node_mtbf_hours": 20})
-    controller, seen = _recording(sc.workload.elastic, failures.restart_budget)
+    controller, seen = _recording(sc.workload.elastic, failures.restart_budget, backend)
+    sizes_left_to_backend = controls_suspend(backend_for(backend.value))
     result = _run(sc, policy, jobs, failures, controller)
     assert result.summary["failures"]["node_failures"] > 10
     ran = [o for o in result.outcomes if o.state != "rejected"]
@@ -257,7 +288,10 @@ def test_lost_nodes_are_never_charged_and_elastic_jobs_shrink_to_the_size_decide
             lost = sum(1 for p in snap.pods if p["status"]["conditions"])
             size, floor = plan.status["elastic"]["size"], plan.status["elastic"]["minNodes"]
             resized = [s for s in plan.steps if type(s).__name__ == "Event" and s.reason == "Resized"]
-            if size == pods - lost:       # the survivors go on: the engine runs them
+            if sizes_left_to_backend:     # Kueue's admission owns the Job: gangctl never resizes it
+                assert not resized and size == pods, (pods, lost, size)
+                kinds["shrink"].add("left to the backend")
+            elif size == pods - lost:     # the survivors go on: the engine runs them
                 assert resized and f"shrink {pods} -> {size}" in resized[0].message
                 kinds["shrink"].add("kept running")
             else:                         # never below minNodes: the lost indexes wait for a node
@@ -270,20 +304,124 @@ def test_lost_nodes_are_never_charged_and_elastic_jobs_shrink_to_the_size_decide
             kinds["loss"].add("restarted")
         elif what == "grow":
             kinds["grow"].add(plan.status["elastic"]["size"] - snap.node_job["spec"]["parallelism"])
-    assert kinds == {"shrink": {"kept running", "waits at minNodes"}, "loss": {"restarted"}, "grow": {0, 1}}, kinds
+    if sizes_left_to_backend:   # every loss restarts the gang, and it never grows past its admission
+        assert kinds == {"shrink": {"left to the backend"}, "loss": {"restarted"}, "grow": {0}}, kinds
+    else:
+        assert kinds == {"shrink": {"kept running", "waits at minNodes"}, "loss": {"restarted"}, "grow": {0, 1}}, kinds
 
 
+@pytest.mark.parametrize("backend", list(Backend))
 @pytest.mark.parametrize("name,elastic", [("pai-small.yaml", False), ("helios-elastic.yaml", True)])
-def test_memoized_plans_are_exactly_the_plans_asked_every_time(name, elastic):
+def test_memoized_plans_are_exactly_the_plans_asked_every_time(name, elastic, backend):
     """decide is pure: the simulator asks it once per job shape and situation. The same run asking
     every time gives the same outcome for every job, with far fewer calls memoized."""
     sc, policy, jobs = load(name)
     failures = sc.failures.model_copy(update={"exit_failure_rate": 0.2, "node_mtbf_hours": 50})
     spec = ElasticSpec(enabled=elastic, min_fraction=0.5)
-    sc = sc.model_copy(update={"workload": sc.workload.model_copy(update={"elastic": spec})})
-    memo, _ = _recording(spec, failures.restart_budget)
-    every, _ = _recording(spec, failures.restart_budget, memo=False)
+    sc = _on(sc, backend).model_copy(update={"workload": sc.workload.model_copy(update={"elastic": spec})})
+    memo, _ = _recording(spec, failures.restart_budget, backend)
+    every, _ = _recording(spec, failures.restart_budget, backend, memo=False)
     a, b = _run(sc, policy, jobs, failures, memo), _run(sc, policy, jobs, failures, every)
     assert a.outcomes == b.outcomes and a.summary == b.summary
     assert sum(o.user_restarts for o in a.outcomes) > 0
     assert memo.calls < every.calls / 2, (memo.calls, every.calls)
+
+
+# --- PyTorchJobs: the same checks through the PyTorchJob decision ----------------------------------
+def _with_pytorchjobs(jobs: list[TraceJob], share: float = 0.5) -> list[TraceJob]:
+    return [replace(j, kind=PYTORCHJOB_KIND) if drawn(j.id, share) else j for j in jobs]
+
+
+@pytest.mark.parametrize("backend", [b.value for b in Backend])
+@pytest.mark.parametrize("name,max_jobs,elastic", [("pai-generated.yaml", 300, False), ("helios-elastic.yaml", None, True)])
+def test_same_gang_for_every_pytorchjob(name, max_jobs, elastic, backend):
+    """A PyTorchJob's gang in the simulator is the one the reconciler's PyTorchJob calls make
+    (`to_gang` → the backend's group and the Worker Job): floor, size and one pod's requests."""
+    sc, policy, jobs = load(name, max_jobs)
+    jobs = [replace(j, kind=PYTORCHJOB_KIND) for j in jobs]
+    spec = ElasticSpec(enabled=elastic, min_fraction=0.5)
+    sim = SimController(spec, restart_budget=3, backend=backend)
+    declared = backend_for(backend)
+    elastic_jobs = 0
+    for i, job in enumerate(jobs):
+        gang = sim.gang(job)
+        manifest = pytorchjob_manifest(job, 3, elastic_floor(job, spec))
+        manifest["metadata"]["uid"] = f"uid-{i}"
+        ours = pytorchjob.to_gang(manifest, default_backend=backend)
+        owner = owner_reference(manifest)
+        group = gang_group(ours, declared, owner) if wants_group(declared) else None
+        workers = child_job(ours.groups[0], owner, declared, "default-scheduler", gang=ours.gang())
+        assert (ours.gang_backend, ours.min_member, ours.size) == (backend, gang.min_member, gang.size), job
+        assert declared.gang_floor(group, workers) == gang.min_member, job
+        assert {r: a * TO_SIM[r] for r, a in ours.groups[0].job.requests.items()} == gang.per_pod, job
+        assert gang.size == job.num_nodes
+        elastic_jobs += gang.min_member < gang.size
+    assert (elastic_jobs > 0) == elastic, "the elastic case exercises elastic gangs"
+
+
+@pytest.mark.parametrize("backend", list(Backend))
+def test_elastic_pytorchjobs_shrink_and_grow_as_their_decision_plans(backend):
+    """Node failures on elastic PyTorchJobs: every job completes uncharged; a resize is the
+    annotation the PyTorchJob decision writes alone (the next pass applies the Worker Job at it)."""
+    sc, policy, jobs = load("helios-elastic.yaml")
+    jobs = [replace(j, kind=PYTORCHJOB_KIND) for j in jobs]
+    sc = _on(sc, backend)
+    failures = sc.failures.model_copy(update={"exit_failure_rate": 0.0, "node_mtbf_hours": 20})
+    controller, seen = _recording(sc.workload.elastic, failures.restart_budget, backend)
+    result = _run(sc, policy, jobs, failures, controller)
+    assert result.summary["failures"]["node_failures"] > 10
+    ran = [o for o in result.outcomes if o.state != "rejected"]
+    assert ran and all(o.state == "done" and o.user_restarts == 0 for o in ran)
+    resizes = {what: [] for what in ("shrink", "grow")}
+    for what, snap, plan in seen:
+        if what in resizes:
+            resized = [p for p in plan.of(Patch) if ELASTIC_ANNOTATION in p.patch.get("metadata", {}).get("annotations", {})]
+            resizes[what].append(bool(resized))
+            if resized:
+                assert [type(s).__name__ for s in plan.steps] == ["Patch", "Event"], plan.steps
+    if controls_suspend(backend_for(backend.value)):   # Kueue's admission owns the Worker Job's size
+        assert not any(resizes["shrink"]) and not any(resizes["grow"]), resizes
+    else:
+        assert any(resizes["shrink"]) and any(resizes["grow"]) and not all(resizes["grow"]), resizes
+
+
+@pytest.mark.parametrize("backend", list(Backend))
+def test_pytorchjobs_and_trainjobs_in_one_run_use_the_budget_each_decision_allows(backend):
+    """Half the jobs are PyTorchJobs, every run exits non-zero: each job is restarted `budget` times
+    then failed, the PyTorchJobs by their own decision (the judgement recorded in the annotation)."""
+    sc, policy, jobs = load("pai-small.yaml", 40)
+    jobs = _with_pytorchjobs(jobs)
+    sc = _on(sc, backend)
+    failures = sc.failures.model_copy(update={"exit_failure_rate": 1.0, "node_mtbf_hours": None})
+    controller, seen = _recording(sc.workload.elastic, failures.restart_budget, backend)
+    result = _run(sc, policy, jobs, failures, controller)
+    ran = [o for o in result.outcomes if o.state != "rejected"]
+    kinds = {j.id: j.kind for j in jobs}
+    assert {kinds[o.id] for o in ran} == {PYTORCHJOB_KIND, "TrainJob"}, "both kinds ran"
+    assert all(o.state == "failed" for o in ran)
+    assert {o.user_restarts for o in ran} == {failures.restart_budget + 1}
+    judged = [plan for what, snap, plan in seen if what == "exit" and snap.job["kind"] == PYTORCHJOB_KIND]
+    assert judged and all(len(plan.steps) == 1 and isinstance(plan.steps[0], Patch) for plan in judged), \
+        "a PyTorchJob's judgement is written alone, to its annotation"
+
+
+@pytest.mark.parametrize("backend", list(Backend))
+def test_memoized_plans_are_exactly_the_plans_asked_every_time_with_pytorchjobs(backend):
+    sc, policy, jobs = load("pai-small.yaml")
+    jobs = _with_pytorchjobs(jobs, 0.3)
+    sc = _on(sc, backend)
+    failures = sc.failures.model_copy(update={"exit_failure_rate": 0.2, "node_mtbf_hours": 50})
+    memo, _ = _recording(sc.workload.elastic, failures.restart_budget, backend)
+    every, _ = _recording(sc.workload.elastic, failures.restart_budget, backend, memo=False)
+    a, b = _run(sc, policy, jobs, failures, memo), _run(sc, policy, jobs, failures, every)
+    assert a.outcomes == b.outcomes and a.summary == b.summary
+    assert sum(o.user_restarts for o in a.outcomes) > 0 and memo.calls < every.calls / 2
+
+
+def test_a_scenario_share_makes_that_share_of_its_jobs_pytorchjobs():
+    sc, policy, _ = load("pai-generated.yaml", 2000)
+    sc.workload.pytorchjob_share = 0.25
+    jobs = load_workload(sc, policy).jobs
+    share = sum(j.kind == PYTORCHJOB_KIND for j in jobs) / len(jobs)
+    assert 0.22 < share < 0.28, share
+    assert [j.kind for j in load_workload(sc, policy).jobs] == [j.kind for j in jobs], "the same draw every run"

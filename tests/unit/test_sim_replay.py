@@ -269,3 +269,15 @@ def test_in_arrival_order_hands_each_shapes_real_starts_to_its_gangs_first_come_
     assert in_arrival_order(shapes, submits, starts) == {"a": 10.0, "b": 20.0, "c": 30.0, "d": 40.0}
     served = {"a": 10.0, "b": 20.0, "c": 30.0, "d": 40.0}
     assert in_arrival_order(shapes, submits, served) == served
+
+
+def test_the_replay_refuses_jobs_a_scenario_made_pytorchjobs():
+    from dataclasses import replace
+
+    from gangctl.sim.replay import trainjob_submissions
+    from gangctl.sim.traces import TraceJob
+
+    jobs = [TraceJob("a", 0, 10, 1, 8, group="t"), replace(TraceJob("b", 1, 10, 1, 8, group="t"), kind="PyTorchJob")]
+    with pytest.raises(ValueError, match="job b is a PyTorchJob"):
+        trainjob_submissions(jobs, runtime="torch-kwok-gpu", namespace_of_team={"t": "t"})
+    assert len(trainjob_submissions(jobs[:1], runtime="torch-kwok-gpu", namespace_of_team={"t": "t"})) == 1

@@ -129,8 +129,10 @@ def test_error_bars_are_printed_only_for_the_kind_of_scenario_that_was_validated
     assert fidelity.sentence(fidelity.load(), validated).startswith("Error bars against the real control plane")
     failures = validated.failures.model_copy(update={"exit_failure_rate": 0.03})
     elastic = validated.workload.model_copy(update={"elastic": validated.workload.elastic.model_copy(update={"enabled": True})})
+    pytorchjobs = validated.workload.model_copy(update={"pytorchjob_share": 0.5})
     for change, gap in (({"backend": Backend.KAI}, "the kai backend"), ({"failures": failures}, "node or exit failures"),
                         ({"workload": elastic}, "elastic jobs"),
+                        ({"workload": pytorchjobs}, "PyTorchJobs"),
                         ({"cluster": validated.cluster.model_copy(update={"same_zone": True})}, "zone topology")):
         other = validated.model_copy(update=change)
         assert fidelity.unvalidated(other) == [gap] or fidelity.unvalidated(other)[0].startswith(gap)

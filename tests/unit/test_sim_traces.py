@@ -119,6 +119,15 @@ def test_plain_csv_round_trips(tmp_path):
     _same_durations(trace.jobs, jobs)
 
 
+def test_plain_csv_kind_column_says_what_a_job_is_submitted_as(tmp_path):
+    header = "job_id,submit_time,duration,num_nodes,gpus_per_node,kind"
+    path = _write(tmp_path / "jobs.csv", [header, "a,0,10,1,8,", "b,1,10,2,8,PyTorchJob", "c,2,10,1,8,TrainJob"])
+    assert [j.kind for j in load_trace(TraceFormat.CSV, path).jobs] == ["TrainJob", "PyTorchJob", "TrainJob"]
+    bad = _write(tmp_path / "bad.csv", [header, "a,0,10,1,8,MPIJob"])
+    with pytest.raises(TraceError, match="bad.csv:2.*kind must be one of TrainJob, PyTorchJob, got 'MPIJob'"):
+        load_trace(TraceFormat.CSV, bad)
+
+
 # --- bad rows: an error naming file and line, or skipped and counted -----------------------------
 
 def _write(path: Path, lines: list[str]) -> Path:
