@@ -434,6 +434,8 @@ class RestartsStatus(K8sModel):
     user: int = Field(0, ge=0, description="charged to failurePolicy.maxRestarts")
     infrastructure: int = Field(0, ge=0, description="node loss, eviction, preemption: never charged")
     ignored: int = Field(0, ge=0, description="RestartJobSetAndIgnoreMaxRestarts: not charged")
+    stalled: int = Field(0, ge=0, description="of the infrastructure restarts, those because progress reports stopped "
+                                               "(gangctl.io/stall-timeout); at most failurePolicy.maxRestarts")
     last_failure: LastFailure | None = None
 
 

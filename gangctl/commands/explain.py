@@ -7,6 +7,7 @@ the PodGroup carries.
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, CONFIGMAPS, NODES, PODS, PYTORCHJOBS, TRAINING_RUNTIMES,
@@ -14,7 +15,7 @@ from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, CONFIGMAPS, NODES,
 from gangctl.kube.client import ApiError, Kube
 from gangctl.model.names import TRAINJOB_NAME
 from gangctl.policy import pytorchjob as pj
-from gangctl.policy.explain import Diagnosis, diagnose, diagnose_pytorchjob, screen_nodes
+from gangctl.policy.explain import Diagnosis, diagnose, diagnose_pytorchjob, screen_nodes, with_progress
 from gangctl.model.gang import Gang, size_gang
 from gangctl.model.topology import PlacementIntent, Topology, TopologyError
 from gangctl.plugins.quota_objects import POLICY_NAMESPACE, TOPOLOGY_CONFIGMAP, topology_of
@@ -53,6 +54,7 @@ async def explain(kubeconfig: Path | str | None, namespace: str, name: str,
         gang = size_gang(job.num_nodes, job.requests, min_nodes=job.min_nodes)
         bound, (rooms, excluded), says = await _room(kube, namespace, TRAINJOB_NAME, name, job.pod_template)
         d = diagnose(trainjob.get("status"), gang, bound, rooms, says, retry_seconds, excluded)
+        d = with_progress(d, trainjob.get("status"), job.stall_timeout_seconds, datetime.now(timezone.utc))
         return trainjob, with_domains(d, job.placement, await _topology(kube), rooms, gang)
     finally:
         await kube.close()

@@ -14,6 +14,7 @@ the TrainJob whose child Job made it (`refusal`).
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable
@@ -229,3 +230,38 @@ def refusal(who: Sender, pod: dict | None, trainjob: dict | None,
         if obj is not None and (obj.get("metadata") or {}).get("uid") != ref.get("uid"):
             obj = None  # an object of that name, but not the one that made this pod
     return f"{where} was not made for TrainJob {namespace}/{name} (its owner references do not lead to it)"
+
+
+# --- stalls -----------------------------------------------------------------------------------------
+# A runtime's stall timeout (gangctl extension; docs/api.md): a running TrainJob whose progress
+# reports stop for longer is restarted with reason Stalled.
+STALL_TIMEOUT_ANNOTATION = "gangctl.io/stall-timeout"
+STALLED = "Stalled"
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def stall_timeout(annotations: dict | None) -> int | None:
+    """The stall timeout in seconds from a runtime's annotations (None: not set); ValueError naming the
+    annotation for anything but a positive duration (`90s`, `10m`, `1h30m`, or seconds)."""
+    raw = (annotations or {}).get(STALL_TIMEOUT_ANNOTATION)
+    if raw is None:
+        return None
+    text = str(raw).strip()
+    match = _DURATION.match(text) if not text.isdigit() else None
+    seconds = int(text) if text.isdigit() else (
+        int(match.group(1) or 0) * 3600 + int(match.group(2) or 0) * 60 + int(match.group(3) or 0) if match else 0)
+    if seconds <= 0:
+        raise ValueError(f"metadata.annotations[{STALL_TIMEOUT_ANNOTATION}]: {raw!r} is not a positive duration "
+                         "(e.g. 300s, 10m, 1h)")
+    return seconds
+
+
+def silent_for(trainer_status: dict | None, attempt_started: datetime, now: datetime) -> float | None:
+    """Seconds since the job's last progress report, counted from no earlier than the current attempt's
+    start (a restarted attempt gets the whole timeout); None when the job never reported (a job that
+    does not report is never judged stalled)."""
+    when = (trainer_status or {}).get("lastUpdatedTime")
+    if not when:
+        return None
+    last = datetime.fromisoformat(str(when).replace("Z", "+00:00"))
+    return (now - max(last, attempt_started)).total_seconds()

@@ -24,7 +24,7 @@ from typing import Any
 
 from gangctl.api.quantity import parse_quantity
 from gangctl.api.runtime import GANG_BACKENDS, PODGROUP_ONE_BACKEND_MESSAGE
-from gangctl.model import jobset, name_budget
+from gangctl.model import jobset, name_budget, progress
 from gangctl.model.topology import PlacementIntent, TopologyError, template_intent
 
 NODE_JOB = "node"  # the replicated job whose pods run torchrun (the SDK looks for this name)
@@ -89,6 +89,7 @@ class ResolvedJob:
     claims: tuple[jobset.Claim, ...] = ()  # volumeClaimPolicies' claims some replicated job mounts
     coordinator: str | None = None      # JobSet coordinator's address (label/annotation on children)
     publish_not_ready: bool = True      # network.publishNotReadyAddresses of the headless Service
+    stall_timeout_seconds: int | None = None  # the runtime's gangctl.io/stall-timeout (None: never judged stalled)
     placement: PlacementIntent | None = None  # the topology placement the job asks for, levels as written
     #                                           (`placement.on(topology)` checks them against the cluster's)
 
@@ -210,7 +211,7 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
                              if target.get("jobName") == NODE_JOB for name in target.get("containerNames") or []),
         claims=claims, coordinator=jobset.coordinator(js, meta["name"]),
         publish_not_ready=(js.get("network") or {}).get("publishNotReadyAddresses") is not False,
-        placement=placement,
+        placement=placement, stall_timeout_seconds=_stall_timeout(runtime),
     )
     if (message := name_budget.too_long(resolved)) is not None:
         raise ResolveError(message, reason=name_budget.NAME_TOO_LONG)
@@ -481,6 +482,13 @@ def procs_per_node(value: Any, container: dict) -> str:
     if "cpu" in merged:
         return str(max(1, math.floor(parse_quantity(str(merged["cpu"])))))
     return "auto"
+
+
+def _stall_timeout(runtime: dict) -> int | None:
+    try:
+        return progress.stall_timeout((runtime.get("metadata") or {}).get("annotations"))
+    except ValueError as err:
+        raise ResolveError(f"runtime {err}") from None
 
 
 def _placement(pod_template: dict, network_topology: dict | None, *, own: bool) -> PlacementIntent | None:

@@ -29,6 +29,11 @@ class Metrics:
         self.policy_failures = Counter("gangctl_trainjob_policy_failures_total",
                                        "TrainJobs failed by the failure policy, by reason", ["reason"],
                                        registry=registry)
+        self.last_progress = Gauge(
+            "gangctl_trainjob_last_progress_timestamp_seconds",
+            "When a running TrainJob whose runtime sets a stall timeout last reported progress (unix seconds; "
+            "time() minus it is the silence the stall timeout is compared with)", ["namespace", "name"],
+            registry=registry)
         self.world_size = Gauge("gangctl_elastic_world_size", "Current node count of an elastic TrainJob",
                                 ["namespace", "trainjob"], registry=registry)
         self.resizes = Counter("gangctl_elastic_resizes_total", "Elastic resizes by direction and cause",

@@ -600,11 +600,15 @@ def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
     resize: elastic.Resize | None = None
     size: int | None = None
     lost_gone = 0
+    stall: tuple[str, str] | float | None = None
     if observed is not None:
         child = st.ChildJob.from_job(observed, NODE_JOB)
         if child.failure is None and job.elastic:
             pods = ownership.children_of([observed["metadata"].get("uid", "")], s.pods)
             child = dataclasses.replace(child, failure=elastic.failed_worker(observed, pods, "node"))
+        stall = _stall(s, job, observed, child)
+        if isinstance(stall, tuple):
+            child = dataclasses.replace(child, failure=stall)
         if child.failure is not None:
             return dataclasses.replace(_failed_attempt(s, job, observed, child, child.failure), gate=quota.intents)
         if observed["metadata"].get("deletionTimestamp"):
@@ -619,7 +623,33 @@ def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
         return plan  # an old attempt's pods are still going: never two live pods for one index
     elif job.elastic and quota.max_nodes < job.num_nodes:
         size = quota.max_nodes
-    return _converge(s, plan, job, backend, gang, quota, size, resize, lost_gone)
+    plan = _converge(s, plan, job, backend, gang, quota, size, resize, lost_gone)
+    if observed is not None and isinstance(stall, float):   # come back when the stall timeout would pass
+        reported = st.parse_time(_previous(s)["trainerStatus"]["lastUpdatedTime"]).timestamp()
+        plan = dataclasses.replace(plan, requeue_after=min(plan.requeue_after or stall, stall), metrics=(
+            *plan.metrics, Metric("last_progress", "set", (job.namespace, job.name), reported)))
+    return plan
+
+
+def _stall(s: Snapshot, job: ResolvedJob, observed: dict, child: st.ChildJob) -> tuple[str, str] | float | None:
+    """A running attempt whose progress reports stopped for longer than the runtime's stall timeout:
+    its failure (reason Stalled); else the seconds until it would be stalled, if nothing is reported
+    meanwhile (None: the runtime sets no timeout, the job is not running or never reported)."""
+    timeout = job.stall_timeout_seconds
+    status = _previous(s)
+    if timeout is None or child.failure is not None or child.complete or job.suspend or (
+            st.gang_state(status).get("state") != st.RUNNING):
+        return None
+    created = observed["metadata"].get("creationTimestamp")
+    bound = (status.get("gang") or {}).get("boundAt")
+    started = max(st.parse_time(t) for t in (created, bound) if t) if (created or bound) else s.now
+    silent = progress.silent_for(status.get("trainerStatus"), started, s.now)
+    if silent is None:
+        return None
+    if silent <= timeout:
+        return max(1.0, timeout - silent + 1.0)
+    return progress.STALLED, (f"no progress report for {silent:.0f}s (stall timeout {timeout}s, "
+                              f"{progress.STALL_TIMEOUT_ANNOTATION} of the runtime)")
 
 
 PLACEMENT_RECHECK_SECONDS = 5.0   # a gang waiting for a domain with room looks again this often

@@ -6,7 +6,8 @@ weighs: a gang binds only when every missing pod finds a node with room for one 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from fractions import Fraction
 from typing import Mapping, Sequence
 
@@ -266,3 +267,15 @@ def _left_out(groups: Sequence[Exclusion]) -> str:
         return ""
     return ". Nodes it may not use have room for more: " + "; ".join(
         f"{g.nodes} node(s) with room for {g.slots} pod(s) are excluded by {g.what} ({g.fix})" for g in useful)
+
+
+def with_progress(d: Diagnosis, status: Mapping | None, stall_timeout: int | None, now: datetime) -> Diagnosis:
+    """A running job whose runtime sets a stall timeout: how long it has been silent, against the timeout."""
+    if stall_timeout is None or d.reason != "GangScheduled":
+        return d
+    when = ((status or {}).get("trainerStatus") or {}).get("lastUpdatedTime")
+    if not when:
+        return replace(d, message=f"{d.message}; it has not reported progress yet (never judged stalled until it does)")
+    silent = (now - datetime.fromisoformat(str(when).replace("Z", "+00:00"))).total_seconds()
+    return replace(d, message=f"{d.message}; last progress report {silent:.0f}s ago (stalled after "
+                              f"{stall_timeout}s without one)")

@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gangctl.model.progress import STALLED   # progress reports stopped (the runtime's stall timeout)
+
 FAIL_JOBSET = "FailJobSet"
 RESTART_JOBSET = "RestartJobSet"
 RESTART_IGNORE_MAX = "RestartJobSetAndIgnoreMaxRestarts"
@@ -131,6 +133,8 @@ def classify(job_reason: str, job_message: str, pods: list[PodFailure]) -> Failu
     The pod a PodFailurePolicy message names is the culprit whatever the order (the Job controller
     quotes it: "Container node for pod ns/name failed with exit code 42 matching FailJob rule").
     """
+    if job_reason == STALLED:   # the job hung (no pod failed): the infrastructure's to restart
+        return Failure(INFRASTRUCTURE, job_reason, job_message)
     named = next((p for p in pods if f"/{p.name} " in job_message or job_message.endswith(f"/{p.name}")), None)
     ordered = sorted(pods, key=lambda p: (p.at or "9999", p.disruption is None, p.name))
     culprit = named or (ordered[0] if ordered else None)
@@ -161,12 +165,13 @@ class Restarts:
     infrastructure: int = 0
     ignored: int = 0
     last_failure: dict = field(default_factory=dict)
+    stalled: int = 0             # of the infrastructure restarts, those for a stall (capped by maxRestarts)
 
     @classmethod
     def from_status(cls, status: dict | None) -> Restarts:
         r = (status or {}).get("restarts") or {}
         return cls(int(r.get("user") or 0), int(r.get("infrastructure") or 0), int(r.get("ignored") or 0),
-                   dict(r.get("lastFailure") or {}))
+                   dict(r.get("lastFailure") or {}), int(r.get("stalled") or 0))
 
     @property
     def total(self) -> int:
@@ -188,10 +193,12 @@ class Restarts:
         return Restarts(user=self.user + (grow and decision.counter == USER),
                         infrastructure=self.infrastructure + (grow and decision.counter == INFRASTRUCTURE),
                         ignored=self.ignored + (grow and decision.counter == "ignored"),
-                        last_failure=last)
+                        last_failure=last, stalled=self.stalled + (grow and failure.job_reason == STALLED))
 
     def to_status(self) -> dict:
         out: dict = {"user": self.user, "infrastructure": self.infrastructure, "ignored": self.ignored}
+        if self.stalled:
+            out["stalled"] = self.stalled
         if self.last_failure:
             out["lastFailure"] = dict(self.last_failure)
         return out
@@ -201,6 +208,14 @@ def decide(policy: FailurePolicy | None, failure: Failure, restarts: Restarts,
            replicated_job: str = "node") -> Decision:
     """Fail the TrainJob or restart its child Job, and whether the restart is charged to the user."""
     what = failure.describe()
+    if failure.job_reason == STALLED:   # charged as infrastructure, at most maxRestarts times
+        allowed = policy.max_restarts if policy is not None else 0
+        if restarts.stalled >= allowed:
+            return Decision("Fail", False, INFRASTRUCTURE, STALLED,
+                            f"{what}; not restarted: {restarts.stalled}/{allowed} stall restarts used "
+                            "(failurePolicy.maxRestarts)")
+        return Decision("Restart", False, INFRASTRUCTURE, STALLED,
+                        f"stall restart {restarts.stalled + 1}/{allowed}, not charged to the restart budget: {what}")
     if failure.kind == INFRASTRUCTURE:
         return Decision("Restart", False, INFRASTRUCTURE, "InfrastructureFailure",
                         f"restarting, not charged to the restart budget: {what}")

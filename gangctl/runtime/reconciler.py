@@ -110,6 +110,10 @@ class Reconciler:
             self.metrics.world_size.remove(key.namespace, key.name)
         except KeyError:
             pass  # never elastic
+        try:
+            self.metrics.last_progress.remove(key.namespace, key.name)
+        except KeyError:
+            pass  # never watched for stalls
 
     def forget_job(self, uid: str) -> None:
         """A child Job is gone: its disruption hints go with it."""
