@@ -10,7 +10,9 @@ generator seeded by (seed, step, rank), so a resumed run sees exactly the batche
 seen. Every --checkpoint-every steps all ranks write one DCP checkpoint (model and optimizer,
 sharded by DCP) to <checkpoint-dir>/step-<N>; at start the run resumes from the newest complete one.
 
-Exit 0 when the all-reduced loss falls below --target, 1 if --max-steps pass first.
+Exit 0 when the all-reduced loss falls below --target, 1 if --max-steps pass first. To see a restart,
+--fail-once RANK:STEP:CODE makes that rank exit with CODE after that step, once per checkpoint
+directory (a marker file there remembers it), like a crash that a retry gets past.
 Every rank prints `step=<n> loss=<local> global_loss=<mean over ranks>` lines. Rank 0 also reports
 progress to the TrainJob's `status.trainerStatus` (`kubectl get trainjob` shows PROGRESS %) through
 the KUBEFLOW_TRAINER_STATUS_* variables gangctl, like Kubeflow Trainer v2.2+, gives trainer pods.
@@ -47,7 +49,21 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=float(env("LR", "0.02")))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=int(env("LOG_EVERY", "10")))
+    p.add_argument("--fail-once", default=env("FAIL_ONCE", ""), help="RANK:STEP:CODE (see above)")
     return p.parse_args()
+
+
+def fail_once(spec: str, rank: int, step: int, root: Path) -> None:
+    """Exit as --fail-once says, the first time this rank passes that step for this checkpoint directory."""
+    if not spec:
+        return
+    fail_rank, fail_step, code = (int(part) for part in spec.split(":"))
+    marker = root / f"failed-once-rank{fail_rank}"
+    if rank == fail_rank and step == fail_step and not marker.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        print(f"failing once on purpose at step {step} with exit code {code}", flush=True)
+        sys.exit(code)
 
 
 IN, HIDDEN = 16, 64
@@ -176,6 +192,7 @@ def main() -> int:
             log(f"checkpoint saved: {path}")
         if reached:
             break
+        fail_once(args.fail_once, rank, step, root)
     took = time.monotonic() - began
     if reached:
         log(f"reached target: global_loss={global_loss:.5f} < {args.target} at step {step} ({took:.1f}s)")

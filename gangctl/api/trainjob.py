@@ -424,7 +424,9 @@ class LastFailure(K8sModel):
     job_uid: str | None = Field(None, alias="jobUID")
     pod: str | None = None
     exit_code: int | None = None
-    action: Literal["Fail", "Restart"] | None = None
+    action: Literal["Fail", "Restart", "RestartInPlace"] | None = None
+    attempt_restarts: int | None = Field(None, ge=0, description="RestartInPlace: the in-place restarts of the Job "
+                                                                 "(jobUID) charged so far")
     time: str | None = Field(None, json_schema_extra={"format": "date-time"})
 
 

@@ -78,6 +78,28 @@ ELASTIC_BACKOFF_LIMIT = 2147483647
 ELASTIC_SUCCESS_POLICY = {"rules": [{"succeededCount": 1}]}
 
 
+# A runtime with gangctl.io/restart: InPlace: when the trainer exits with a failure, the kubelet
+# restarts every container of its pod in place (Kubernetes 1.36 RestartAllContainers, KEP-5532);
+# torchrun's static rendezvous is then formed again by all ranks (the others' workers fail when a
+# peer goes, so their pods restart too). gangctl charges the episode to the budget from the pods'
+# restart counts (gangctl.policy.decide).
+IN_PLACE_RESTART = {"restartPolicy": "Never", "restartPolicyRules": [
+    {"action": "RestartAllContainers", "exitCodes": {"operator": "NotIn", "values": [0]}}]}
+
+
+def _set_up_trainer(spec: dict, job: ResolvedJob) -> None:
+    """The trainer container (and the runtime's envInjection targets) get torchrun's PET_* variables;
+    the trainer, with a runtime that restarts in place, its RestartAllContainers rule."""
+    for container in spec.get("containers") or []:
+        trainer = container.get("name") == NODE_CONTAINER or len(spec["containers"]) == 1
+        if trainer or container.get("name") in job.env_containers:
+            env = {e["name"]: e for e in container.get("env") or []}
+            env.update({e["name"]: e for e in torch_env(job)})
+            container["env"] = list(env.values())
+        if trainer and job.restart_in_place and not job.elastic:
+            container.update(IN_PLACE_RESTART)
+
+
 def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, scheduler_name: str,
              size: int | None = None, gang: Gang | None = None, progress_url: str | None = None) -> dict:
     """The Indexed Job; `size` is an elastic job's current completions = parallelism (default: max).
@@ -97,12 +119,7 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
     spec.setdefault("restartPolicy", "Never")
     spec["subdomain"] = job.name
     gang_pod(meta, spec, labels, annotations, job, backend, scheduler_name)
-    for container in spec.get("containers") or []:
-        if (container.get("name") == NODE_CONTAINER or len(spec["containers"]) == 1
-                or container.get("name") in job.env_containers):
-            env = {e["name"]: e for e in container.get("env") or []}
-            env.update({e["name"]: e for e in torch_env(job)})
-            container["env"] = list(env.values())
+    _set_up_trainer(spec, job)
     if progress_url:
         progress.inject(spec, progress_url, job.namespace, job.name)
 

@@ -53,6 +53,8 @@ def _conditions(status: dict) -> list[dict]:
 
 def _container_status(cs: dict) -> dict:
     out: dict = {"name": intern(cs["name"]) if isinstance(cs.get("name"), str) else cs.get("name")}
+    if cs.get("restartCount"):   # in-place restarts are charged from it
+        out["restartCount"] = cs["restartCount"]
     for which in ("state", "lastState"):
         terminated = (cs.get(which) or {}).get("terminated")
         if terminated:

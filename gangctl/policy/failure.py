@@ -35,6 +35,10 @@ USER, INFRASTRUCTURE = "user", "infrastructure"
 # Failed-condition reasons of the TrainJob.
 REASON_RULE = "FailurePolicyRule"
 REASON_BUDGET = "MaxRestartsExceeded"
+# A runtime with gangctl.io/restart: InPlace: a failed rank's pod and its peers restart their
+# containers where they are; the episode is charged like a restart, recorded with this action.
+RESTART_IN_PLACE = "RestartInPlace"
+REASON_IN_PLACE = "RestartedInPlace"
 
 
 @dataclass(frozen=True)
@@ -237,6 +241,37 @@ def decide(policy: FailurePolicy | None, failure: Failure, restarts: Restarts,
                         f"last failure: {what}", rule.name if rule else None)
     return Decision("Restart", True, USER, "UserFailure",
                     f"restart {restarts.user + 1}/{policy.max_restarts}: {what}", rule.name if rule else None)
+
+
+def charge_in_place(policy: FailurePolicy | None, restarts: Restarts, attempt: str, uid: str, most: int,
+                    pod: str, exit_code: int | None, at: str) -> tuple[Decision, Restarts] | None:
+    """The in-place restarts of attempt `uid` not charged yet, charged: `most` is the highest restart
+    count of the trainer container among its pods (every pod of the gang restarts once per episode,
+    so the highest count is the number of episodes; a pod the Job replaced starts again at 0 and
+    lowers nothing). Restart while the budget allows, else Fail (MaxRestartsExceeded); None when
+    every episode is charged already. The count charged so far lives in lastFailure, written before
+    anything else, so an episode is charged once across controller restarts."""
+    last = restarts.last_failure
+    seen = int(last.get("attemptRestarts") or 0) if (last.get("jobUID") == uid
+                                                     and last.get("action") == RESTART_IN_PLACE) else 0
+    if most <= seen:
+        return None
+    allowed = policy.max_restarts if policy is not None else 0
+    failure = Failure(USER, REASON_IN_PLACE, f"the gang restarted in place {most} time(s)", pod, exit_code)
+    what = failure.describe()
+    if restarts.user + (most - seen) > allowed:
+        decision = Decision("Fail", True, USER, REASON_BUDGET,
+                            f"restart budget exhausted ({restarts.user}/{allowed} restarts used); last failure: {what}")
+    else:
+        decision = Decision("Restart", True, USER, REASON_IN_PLACE,
+                            f"restart {restarts.user + most - seen}/{allowed}, in place (same pods, same nodes): {what}")
+    restart = decision.action == "Restart"
+    record = {"kind": USER, "reason": REASON_IN_PLACE, "message": what, "job": attempt, "jobUID": uid, "pod": pod,
+              "action": RESTART_IN_PLACE if restart else "Fail", "attemptRestarts": most, "time": at}
+    if exit_code is not None:
+        record["exitCode"] = exit_code
+    return decision, Restarts(restarts.user + (most - seen if restart else 0), restarts.infrastructure,
+                              restarts.ignored, record, restarts.stalled)
 
 
 def succeeded(policy: dict | None, complete: dict[str, bool]) -> bool:

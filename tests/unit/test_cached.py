@@ -91,6 +91,14 @@ def test_identity_placement_and_progress_survive(pod):
     assert [c["type"] for c in view["status"]["conditions"]] == [c["type"] for c in pod["status"]["conditions"]]
 
 
+def test_in_place_restart_counts_survive():
+    from gangctl.policy.decide import _trainer_exit_code, _trainer_restarts
+
+    pod = {"metadata": {"name": "p"}, "spec": {}, "status": {"phase": "Running", "containerStatuses": [
+        {"name": "node", "restartCount": 2, "image": "x", "lastState": {"terminated": {"exitCode": 3}}}]}}
+    assert (_trainer_restarts(pod_view(pod)), _trainer_exit_code(pod_view(pod))) == (2, 3)
+
+
 def test_the_lost_pod_reaper_picks_the_same_pods():
     nodes = {f"node-{i}": {"metadata": {"name": f"node-{i}", "managedFields": [{"manager": "kubelet"}]},
                            "status": {"conditions": [{"type": "Ready", "status": "Unknown",

@@ -1,0 +1,80 @@
+"""In-place gang restarts (issue 38 item 1): the runtime's opt-in puts a RestartAllContainers rule on
+the trainer container, and each episode the pods went through is charged to the budget exactly once."""
+from __future__ import annotations
+
+import pytest
+
+from gangctl.api.resources import JOBS
+from gangctl.model.resolve import RESTART_ANNOTATION
+from gangctl.policy.decide import Apply, Delete, Event, Patch, WriteStatus, decide
+from gangctl.policy.failure import FailurePolicy, Restarts, charge_in_place
+from gangctl.sim import objects
+from tests.unit.test_decide import child, condition, runtime, snap, trainjob
+
+
+def in_place_runtime(max_restarts: int = 2, mode: str = "InPlace") -> dict:
+    rt = runtime(failure_policy={"maxRestarts": max_restarts})
+    rt["metadata"].setdefault("annotations", {})[RESTART_ANNOTATION] = mode
+    return rt
+
+
+def pods(*counts: int, code: int = 1) -> tuple[dict, ...]:
+    """The attempt's pods, pod i's trainer container restarted counts[i] times (last exit `code`)."""
+    job = {"metadata": {"name": "llm-node-0", "namespace": "team-a", "uid": "job-1"}}
+    out = []
+    for i, n in enumerate(counts):
+        pod = objects.job_pod(job, i, node=f"n{i}")
+        pod["status"]["containerStatuses"] = [{"name": "node", "restartCount": n, "lastState": (
+            {"terminated": {"exitCode": code}} if n else {})}]
+        out.append(pod)
+    return tuple(out)
+
+
+def test_the_trainer_container_gets_the_restart_all_rule_only_when_the_runtime_asks():
+    plan = decide(snap(trainjob(), rt=in_place_runtime()))
+    job = next(s.obj for s in plan.steps if isinstance(s, Apply) and s.resource == JOBS)
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    assert trainer["restartPolicy"] == "Never"
+    assert trainer["restartPolicyRules"] == [{"action": "RestartAllContainers",
+                                              "exitCodes": {"operator": "NotIn", "values": [0]}}]
+    plain = decide(snap(trainjob(), rt=runtime()))
+    job = next(s.obj for s in plain.steps if isinstance(s, Apply) and s.resource == JOBS)
+    assert "restartPolicyRules" not in job["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_an_unknown_restart_mode_fails_naming_the_annotation():
+    plan = decide(snap(trainjob(), rt=in_place_runtime(mode="Sometimes")))
+    failed = condition(plan.status, "Failed")
+    assert failed["reason"] == "InvalidRuntime" and RESTART_ANNOTATION in failed["message"], failed
+
+
+def test_an_episode_is_charged_once_as_a_user_restart_and_nothing_is_deleted():
+    plan = decide(snap(trainjob(), rt=in_place_runtime(), node_job=child(), pods=pods(1, 1, 0, code=3)))
+    status = plan.status
+    assert status["restarts"]["user"] == 1 and status["restartCount"] == 1
+    last = status["restarts"]["lastFailure"]
+    assert (last["action"], last["attemptRestarts"], last["exitCode"], last["jobUID"]) == ("RestartInPlace", 1, 3, "job-1")
+    assert not plan.of(Delete), "the pods stay"
+    assert [e.reason for e in plan.of(Event)] == ["RestartedInPlace"]
+    again = decide(snap(trainjob(status=status), rt=in_place_runtime(), node_job=child(), pods=pods(1, 1, 1)))
+    assert not [s for s in again.steps if isinstance(s, WriteStatus) and s.status.get("restarts") != status["restarts"]]
+
+
+def test_past_the_budget_the_job_fails_and_its_gang_goes():
+    used = {"user": 2, "infrastructure": 0, "ignored": 0,
+            "lastFailure": {"kind": "user", "reason": "RestartedInPlace", "jobUID": "job-1",
+                            "action": "RestartInPlace", "attemptRestarts": 2}}
+    plan = decide(snap(trainjob(status={"restarts": used}), rt=in_place_runtime(max_restarts=2), node_job=child(),
+                       pods=pods(3, 3, 2)))
+    failed = condition(plan.status, "Failed")
+    assert failed["reason"] == "MaxRestartsExceeded" and "2/2 restarts used" in failed["message"], failed
+    assert [(p.resource, p.patch["spec"]) for p in plan.of(Patch)] == [(JOBS, {"suspend": True})], "its pods stop"
+
+
+@pytest.mark.parametrize("most,seen,charged", [(1, 0, 1), (3, 1, 2), (1, 1, None), (0, 0, None)])
+def test_charge_in_place_counts_only_new_episodes(most, seen, charged):
+    restarts = Restarts(user=seen, last_failure={"jobUID": "u", "action": "RestartInPlace", "attemptRestarts": seen})
+    out = charge_in_place(FailurePolicy(max_restarts=5), restarts, "a", "u", most, "p", 1, "2026-11-28T12:00:00Z")
+    assert (out[1].user - seen if out else None) == charged
+    other = charge_in_place(FailurePolicy(max_restarts=5), restarts, "a", "another-attempt", 1, "p", 1, "t")
+    assert other is not None and other[1].user == seen + 1, "a new attempt's count starts at zero"
