@@ -708,8 +708,11 @@ class Placing:
 def place(s: Snapshot, intent: PlacementIntent | None, template: dict, observed: dict | None, backend,
           floor: placement.Floor, held: bool) -> Placing:
     """The pod `template` of a job asking for `intent`, whose Job carrying it is `observed` (None: not
-    made yet): with the backend's own annotations for it (Kueue) or, where the backend cannot place
-    it and the job is not `held`, pinned by gangctl (`placement.pin`)."""
+    made yet): pinned where gangctl placed the observed Job (`placement.kept`), else with the backend's
+    own annotations for it (Kueue) or, where the backend cannot place it and the job is not `held`,
+    pinned by gangctl (`placement.pin`)."""
+    if (pin := placement.kept(template, ((observed or {}).get("spec") or {}).get("template"))) is not None:
+        return Placing(pin)   # placed by gangctl when the Job was made: it stays there
     if intent is None or s.topology is None:
         return Placing(template)
     try:

@@ -417,18 +417,18 @@ def _place(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current:
         return Plan(wants_nodes=True)
     if isinstance(placing.blocked, placement.Unsatisfiable):
         return _fail(s, job, f"{placing.blocked.reason}: {placing.blocked.message}")
-    if placing.intent is None:
-        return gang, None
-    mark = (placing.template.get("metadata") or {}).get("annotations", {}).get(placement.PLACEMENT_ANNOTATION)
-    asked = base.placement_annotations(backend, placing.intent)
+    waits = placing.blocked if isinstance(placing.blocked, placement.Waiting) else None
+    if placing.template is workers.job.pod_template:
+        return gang, waits   # no pin and no annotation: the templates stay as they are
+    asked = base.placement_annotations(backend, placing.intent) if placing.intent is not None else {}
 
     def placed(group: pj.ReplicaGroup) -> pj.ReplicaGroup:
-        template = placing.template if group is workers else with_annotations(group.job.pod_template, asked)
-        if mark is not None and group is not workers:
-            template = placement.pinned(template, mark, required=placing.intent.required is not None)
+        template = placing.template
+        if group is not workers:   # the same domain as the Workers', pinned the same way
+            template = with_annotations(group.job.pod_template, asked)
+            template = placement.kept(template, placing.template) or template
         return dataclasses.replace(group, job=dataclasses.replace(group.job, placement=placing.intent,
                                                                   pod_template=template))
-    waits = placing.blocked if isinstance(placing.blocked, placement.Waiting) else None
     return dataclasses.replace(gang, groups=tuple(placed(g) for g in gang.groups)), waits
 
 

@@ -261,6 +261,21 @@ def pin(template: dict, observed_template: dict | None, intent: PlacementIntent,
     return pinned(template, mark, required=intent.required is not None)
 
 
+def kept(template: dict, observed_template: dict | None) -> dict | None:
+    """`template` pinned as the observed Job's template was (None: it was not pinned), whatever the
+    topology and the intent say now: a Job's pod template cannot change once its pods started, so
+    a topology removed or an intent changed later leaves a placed gang where it is."""
+    meta = (observed_template or {}).get("metadata") or {}
+    mark = (meta.get("annotations") or {}).get(PLACEMENT_ANNOTATION)
+    if mark is None:
+        return None
+    label = mark.partition("=")[0]
+    need = ((((observed_template or {}).get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    required = any(e.get("key") == label for t in need.get("nodeSelectorTerms") or [] for e in t.get("matchExpressions") or [])
+    return pinned(template, mark, required=required)
+
+
 def pinned(template: dict, mark: str, *, required: bool) -> dict:
     """A copy of `template` with the placement mark and, unless it is `ANYWHERE`, node affinity to the
     domain: added to every required term (terms are ORed, so each must name the domain), or as a

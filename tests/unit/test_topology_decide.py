@@ -272,3 +272,25 @@ def test_replica_types_asking_for_different_placements_are_refused_naming_both()
     plan = dp.decide(pj_snap(pytorchjob(master={KUEUE_REQUIRED: RACK}, worker={KUEUE_REQUIRED: BLOCK})))
     failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
     assert "Master.template.metadata.annotations and spec.pytorchReplicaSpecs.Worker" in failed["message"], failed
+
+
+def test_a_placed_gang_stays_pinned_when_the_topology_goes():
+    rt = runtime({KUEUE_REQUIRED: RACK})
+    job = applied_job(decide(snap(rt, view=cluster())))
+    job = {**job, "metadata": {**job["metadata"], "uid": "job-a"}, "status": {"startTime": "2026-11-28T11:00:00Z"}}
+    plan = decide(snap(rt, node_job=job, topology=None))
+    assert not plan.wants_nodes
+    assert not [s for s in plan.steps if isinstance(s, Apply) and s.resource == JOBS], \
+        "the running Job's template is not changed (the API would refuse it)"
+
+
+def test_a_pytorchjob_keeps_its_domain_for_both_replica_types():
+    from gangctl.policy import decide_pytorchjob as dp
+
+    obj = pytorchjob(worker={KUEUE_REQUIRED: RACK})
+    first = dp.decide(pj_snap(obj, cluster()))
+    jobs = tuple({**s.obj, "metadata": {**s.obj["metadata"], "uid": s.obj["metadata"]["name"]}}
+                 for s in first.steps if isinstance(s, Apply) and s.resource == JOBS)
+    later = dp.decide(Snapshot("team-a/ddp", NOW, obj, scheduler_name="sched", gang_scheduler="coscheduling",
+                               groups={"coscheduling": None}, topology=None, jobs=jobs))
+    assert not [s for s in later.steps if isinstance(s, Apply) and s.resource == JOBS]
