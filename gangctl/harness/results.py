@@ -78,6 +78,12 @@ BENCHMARKS: dict[str, Benchmark] = {b.script.removesuffix(".py"): b for b in (
               "workers restarted, total (kill → first step with 3 workers), regrow (new node → 4 workers); "
               "`default_estimate` is the same round with torchrun's default keep-alive and last call.",
               (*_CONTROLLER, "gangctl/nodeagent", "gangctl/trainer_progress.py", "examples/elastic")),
+    Benchmark("in_place_recovery.py", "In-place gang restart against recreating the gang",
+              "The real 3-node DDP job (`examples/ddp`, process nodes) whose rank 1 exits with code 3 once "
+              "after step 60, under two runtimes that differ only in `gangctl.io/restart` (InPlace, Recreate), "
+              "interleaved: seconds from the failure to the first step every rank completes after it (both "
+              "resume from the step-50 checkpoint). Goal (issue 38): in place ≤ 5 s.",
+              (*_CONTROLLER, "gangctl/nodeagent", "examples/ddp")),
     Benchmark("elastic_chaos.py", "Elastic TrainJobs under chaos",
               "200 elastic TrainJobs on 500 KWOK GPU nodes while a seeded plan makes 60 nodes NotReady "
               "for 20-60 s each and 20 jobs' workers exit non-zero; a pod watch checks that no (job, "
@@ -146,7 +152,7 @@ def cell(value) -> str:
 
 
 def _part(result: dict, paths: tuple[str, ...], changed: list[str] | None) -> list[str]:
-    """One results file: its table, when and where it was measured, staleness, notes and command."""
+    """One results file: its table, when, where and how it was measured, staleness and notes."""
     lines = [f"### {result['part']}"] if result.get("part") else []
     lines.append("| " + " | ".join(result["columns"]) + " |")
     lines.append("|" + "---|" * len(result["columns"]))
@@ -154,16 +160,16 @@ def _part(result: dict, paths: tuple[str, ...], changed: list[str] | None) -> li
     lines.append("")
     peer = f"; peer: {result['peer']}" if result.get("peer") else ""
     uncommitted = " with uncommitted changes to the measured code" if result.get("uncommitted") else ""
+    commands = [" ".join(c.split()) for c in result["command"].splitlines() if c.strip()]
     lines.append(f"Measured {result['date']} at `{result['commit']}`{uncommitted} on {result['cpu']} "
-                 f"({result['load']}); {result['runs']}{peer}.")
+                 f"({result['load']}); {result['runs']}{peer}. Command{'s' if len(commands) > 1 else ''}: "
+                 + "; ".join(f"`{c}`" for c in commands))
     if changed is None:
         lines.append("**Stale or not: unknown** (the commit measured is not in this clone's history).")
     elif changed:   # the first change only, so the page does not move with every later commit
         lines.append(f"**Stale:** the measured code ({', '.join(f'`{p}`' for p in paths)}) changed after it, first "
                      f"in `{changed[-1]}`; re-run before quoting.")
-    lines += result.get("notes", [])
-    commands = [" ".join(c.split()) for c in result["command"].splitlines() if c.strip()]
-    lines += [f"Command{'s' if len(commands) > 1 else ''}: " + "; ".join(f"`{c}`" for c in commands), ""]
+    lines += [*result.get("notes", []), ""]
     return lines
 
 

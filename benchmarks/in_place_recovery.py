@@ -1,0 +1,148 @@
+"""A rank's failure to training resumed, in place against recreated, on the real 3-node DDP job.
+
+    .venv/bin/python benchmarks/in_place_recovery.py --rounds 3 [--cluster gangctl-bench-inplace] [--record]
+
+Brings up its own cluster (1 KWOK GPU node, 3 process nodes) and controller, and two TrainingRuntimes
+that differ only in `gangctl.io/restart` (InPlace, Recreate; maxRestarts 5). Each round runs
+examples/ddp (rank 1 exits with code 3 once after step 60, `--fail-once`) under one runtime, then the
+other (interleaved), and measures from the failure (the marker file rank 1 writes just before it
+exits) to the first step every rank completes after it (`kubectl logs --timestamps` of the current
+containers: on each rank the first `step=` line printed after the failure for a step before the
+failing one, i.e. the resumed run's first step, the latest of the three). Both
+resume from the step-50 checkpoint, so the figure is recovery only. Goal (issue 38): in place ≤ 5 s.
+The cluster is deleted at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gangctl.api.resources import NAMESPACES, PODS, TRAINING_RUNTIMES, TRAINJOBS  # noqa: E402
+from gangctl.cluster.lifecycle import UpOptions  # noqa: E402
+from gangctl.config import REPO_ROOT  # noqa: E402
+from gangctl.harness import results  # noqa: E402
+from gangctl.kube.client import Kube  # noqa: E402
+from gangctl.model.resolve import RESTART_ANNOTATION  # noqa: E402
+from benchmarks.local import cluster_with_controller  # noqa: E402
+
+NS = "bench"
+MANIFEST = REPO_ROOT / "examples" / "ddp" / "trainjob.yaml"
+STEP = re.compile(r"^(\S+) \[rank (\d)/3 [^\]]*\] step=(\d+) ", re.M)
+MODES = ("InPlace", "Recreate")
+FAIL_STEP = 60
+
+
+def say(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def ts(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def runtime(shipped: dict, mode: str) -> dict:
+    spec = copy.deepcopy(shipped["spec"])
+    spec["template"]["spec"]["failurePolicy"] = {"maxRestarts": 5}
+    return {"apiVersion": shipped["apiVersion"], "kind": "TrainingRuntime",
+            "metadata": {"name": mode.lower(), "namespace": NS, "annotations": {RESTART_ANNOTATION: mode}},
+            "spec": spec}
+
+
+def trainjob(name: str, mode: str) -> dict:
+    obj = yaml.safe_load(MANIFEST.read_text())
+    obj["metadata"] = {"name": name, "namespace": NS}
+    obj["spec"]["runtimeRef"] = {"name": mode.lower(), "kind": "TrainingRuntime"}
+    obj["spec"]["trainer"]["env"].append({"name": "FAIL_ONCE", "value": f"1:{FAIL_STEP}:3"})
+    return obj
+
+
+def logs(kubeconfig: Path, pod: str) -> str:
+    r = subprocess.run(["kubectl", "logs", "--timestamps", "-n", NS, pod], capture_output=True, text=True,
+                       timeout=30, env=dict(os.environ, KUBECONFIG=str(kubeconfig)))
+    return r.stdout if r.returncode == 0 else ""
+
+
+async def one(kube: Kube, kubeconfig: Path, name: str, mode: str) -> float:
+    """Seconds from rank 1's failure to the first step after it on every rank."""
+    marker = Path("/tmp/gangctl-ddp") / NS / name / "failed-once-rank1"
+    await kube.create(TRAINJOBS.path(NS), trainjob(name, mode))
+    try:
+        end = time.monotonic() + 300
+        while time.monotonic() < end:
+            if marker.exists():
+                failed = marker.stat().st_mtime
+                pods = (await kube.get(PODS.path(NS), labelSelector=f"jobset.sigs.k8s.io/jobset-name={name}"))["items"]
+                firsts: dict[int, float] = {}
+                for pod in pods:
+                    if pod["metadata"].get("deletionTimestamp"):
+                        continue
+                    for stamp, rank, step in STEP.findall(await asyncio.to_thread(logs, kubeconfig, pod["metadata"]["name"])):
+                        # A step before the failing one, printed after it: the resumed run's.
+                        if ts(stamp) > failed and int(step) < FAIL_STEP and int(rank) not in firsts:
+                            firsts[int(rank)] = ts(stamp)
+                if len(firsts) == 3:
+                    return max(firsts.values()) - failed
+            await asyncio.sleep(0.5)
+        raise TimeoutError(f"{name}: no step on every rank after the failure within 300 s")
+    finally:
+        await kube.delete(TRAINJOBS.path(NS, name))
+        shutil.rmtree(Path("/tmp/gangctl-ddp") / NS / name, ignore_errors=True)
+
+
+async def run(kubeconfig: Path, rounds: int) -> dict[str, list[float]]:
+    kube = await Kube.connect(kubeconfig)
+    out: dict[str, list[float]] = {m: [] for m in MODES}
+    try:
+        await kube.create(NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        shipped = await kube.get("/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/torch-process-nodes")
+        for mode in MODES:
+            await kube.create(TRAINING_RUNTIMES.path(NS), runtime(shipped, mode))
+        for k in range(rounds):
+            for mode in (MODES if k % 2 == 0 else MODES[::-1]):
+                seconds = await one(kube, kubeconfig, f"r{k}-{mode.lower()}", mode)
+                out[mode].append(seconds)
+                say(f"round {k + 1} {mode}: {seconds:.1f} s from the failure to a step on every rank")
+    finally:
+        await kube.close()
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--cluster", default="gangctl-bench-inplace")
+    p.add_argument("--record", action="store_true", help="write benchmarks/results/in_place_recovery.json")
+    args = p.parse_args()
+    with cluster_with_controller(args.cluster, UpOptions(1, 8, process_nodes=3), say) as (_, cluster, _ctl):
+        got = asyncio.run(run(cluster.kubeconfig, args.rounds))
+    rows = [[mode, round(statistics.median(v), 1), round(min(v), 1), round(max(v), 1)] for mode, v in got.items()]
+    ratio = statistics.median(got["InPlace"]) / statistics.median(got["Recreate"])
+    print("| restart | median | min | max |\n|---|---|---|---|")
+    for row in rows:
+        print(f"| {row[0]} | {row[1]} s | {row[2]} s | {row[3]} s |")
+    print(f"in place / recreate (medians): {ratio:.2f}")
+    if args.record:
+        path = results.record("in_place_recovery", ["restart", "median s", "min s", "max s"], rows,
+                              f"{args.rounds} rounds per mode, interleaved", peer="Recreate (gangctl's default)",
+                              notes=[f"In place / recreate (medians): {ratio:.2f}. Per round: " + "; ".join(
+                                  f"{m}: " + ", ".join(f"{x:.1f}" for x in v) for m, v in got.items()) + "."])
+        say(f"recorded {path}; run benchmarks/results_page.py to regenerate the page")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
