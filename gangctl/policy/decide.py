@@ -725,8 +725,7 @@ def place(s: Snapshot, intent: PlacementIntent | None, template: dict, observed:
         return Placing(template, intent)
     rooms = None if s.cluster is None else placement.reserve(
         node_rooms(s.cluster.nodes, s.cluster.pods, template.get("spec")), list(s.cluster.reserved))
-    chosen = placement.pin(template, ((observed or {}).get("spec") or {}).get("template"), intent, s.topology,
-                           floor, rooms)
+    chosen = placement.pin(template, intent, s.topology, floor, rooms)
     if isinstance(chosen, dict):
         return Placing(chosen, intent)
     return Placing(template, intent, blocked=chosen)
@@ -762,8 +761,7 @@ def _place_again(s: Snapshot, gang: Gang) -> Plan | None:
     (counted from its Job's creation): its Job goes (not charged: no pod ran) and the next pass
     chooses again, once its pods are gone, weighing the nodes as they are then."""
     node_job = s.node_job
-    template = ((node_job or {}).get("spec") or {}).get("template") or {}
-    mark = ((template.get("metadata") or {}).get("annotations") or {}).get(placement.PLACEMENT_ANNOTATION)
+    mark = placement.mark_of(((node_job or {}).get("spec") or {}).get("template"))
     if node_job is None or mark in (None, placement.ANYWHERE) or node_job["metadata"].get("deletionTimestamp"):
         return None
     created = node_job["metadata"].get("creationTimestamp")
@@ -777,11 +775,8 @@ def _place_again(s: Snapshot, gang: Gang) -> Plan | None:
 
 
 def _may_pin(node_job: dict) -> bool:
-    """Whether the node Job's pod template carries gangctl's placement or may still get it: a Job
-    whose pods never started (suspended, no startTime) may have its node affinity changed."""
-    template = (node_job.get("spec") or {}).get("template") or {}
-    if placement.PLACEMENT_ANNOTATION in ((template.get("metadata") or {}).get("annotations") or {}):
-        return True
+    """Whether an unpinned node Job may still get gangctl's placement: a Job whose pods never started
+    (suspended, no startTime) may have its node affinity changed."""
     return bool((node_job.get("spec") or {}).get("suspend")) and not (node_job.get("status") or {}).get("startTime")
 
 

@@ -17,7 +17,7 @@ floor (its pods and one pod's requests), `choose` answers one of:
 `pin` is what the decision asks: for a job whose backend cannot place its intent itself, the pod
 template pinned to the chosen domain by node affinity (required for a required intent, preferred
 for a preferred one) and marked with the domain (`PLACEMENT_ANNOTATION`), or why it cannot start.
-A template already marked (the node Job exists) keeps its domain: a Job's pod template cannot change
+A template already marked (the node Job exists) keeps its domain (`kept`): a Job's pod template cannot change
 once it started, and its replacement pods must land where the gang is.
 """
 from __future__ import annotations
@@ -223,7 +223,7 @@ def pinned_gangs(jobs: Iterable[dict], pods: Iterable[dict]) -> list[Reserved]:
     for job in jobs:
         spec, meta = job.get("spec") or {}, job["metadata"]
         template = spec.get("template") or {}
-        mark = ((template.get("metadata") or {}).get("annotations") or {}).get(PLACEMENT_ANNOTATION)
+        mark = mark_of(template)
         if (mark in (None, ANYWHERE) or spec.get("suspend") or meta.get("deletionTimestamp")
                 or any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
                        for c in (job.get("status") or {}).get("conditions") or [])):
@@ -244,14 +244,16 @@ def places_itself(backend, intent: PlacementIntent, topology: Topology) -> bool:
     return bool(base.placement_spec(backend, intent, topology) or base.placement_annotations(backend, intent))
 
 
-def pin(template: dict, observed_template: dict | None, intent: PlacementIntent, topology: Topology,
-        floor: Floor, rooms: list[NodeRoom] | None) -> dict | NeedNodes | Waiting | Unsatisfiable:
-    """The node job's pod `template` pinned for `intent` (levels as node labels): to the domain the
-    observed Job's template was pinned to, when there is one; else to the one `choose` picks from
-    `rooms` (None: not listed yet, `NeedNodes`)."""
-    marked = ((observed_template or {}).get("metadata") or {}).get("annotations", {}).get(PLACEMENT_ANNOTATION)
-    if marked is not None:
-        return pinned(template, marked, required=intent.required is not None)
+def mark_of(template: dict | None) -> str | None:
+    """The domain gangctl pinned a pod template to (`PLACEMENT_ANNOTATION`), None when it did not."""
+    return (((template or {}).get("metadata") or {}).get("annotations") or {}).get(PLACEMENT_ANNOTATION)
+
+
+def pin(template: dict, intent: PlacementIntent, topology: Topology, floor: Floor,
+        rooms: list[NodeRoom] | None) -> dict | NeedNodes | Waiting | Unsatisfiable:
+    """The node job's pod `template` pinned for `intent` (levels as node labels) to the domain
+    `choose` picks from `rooms` (None: not listed yet, `NeedNodes`). A Job pinned before keeps its
+    domain (`kept`)."""
     if rooms is None:
         return NeedNodes()
     chosen = choose(rooms, topology, intent, floor)
@@ -265,8 +267,7 @@ def kept(template: dict, observed_template: dict | None) -> dict | None:
     """`template` pinned as the observed Job's template was (None: it was not pinned), whatever the
     topology and the intent say now: a Job's pod template cannot change once its pods started, so
     a topology removed or an intent changed later leaves a placed gang where it is."""
-    meta = (observed_template or {}).get("metadata") or {}
-    mark = (meta.get("annotations") or {}).get(PLACEMENT_ANNOTATION)
+    mark = mark_of(observed_template)
     if mark is None:
         return None
     label = mark.partition("=")[0]
