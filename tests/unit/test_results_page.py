@@ -1,5 +1,5 @@
 """benchmarks/README.md is generated from benchmarks/results/*.json and agrees with them; a result whose
-measured code changed after its commit is marked stale (gangctl/harness/results.py)."""
+measured code differs from its commit is marked stale (gangctl/harness/results.py)."""
 from __future__ import annotations
 
 import json
@@ -48,15 +48,18 @@ def test_a_result_is_stale_once_its_measured_paths_change(tmp_path):
     assert "| 20,000 | 12,410 |" in text and f"Measured 2026-11-27 at `{measured}` on cpu (idle); median of 3." in text
     assert "**Stale:**" not in text, "a commit that did not touch the measured paths leaves it current"
     (repo / "gangctl" / "sim" / "engine.py").write_text("x = 2\n")
+    stale = (f"**Stale:** the measured code (`gangctl/sim`, `gangctl/policy`) changed after it "
+             f"(`git log {measured}.. -- <those paths>`);")
+    before_commit = results.page(results.load(out), repo)
+    assert stale in before_commit, "an uncommitted change already marks it, so the page is committed with the change"
     git(repo, "commit", "-qam", "faster engine")
-    changed = git(repo, "rev-parse", "--short", "HEAD")
-    stale = f"**Stale:** the measured code (`gangctl/sim`, `gangctl/policy`) changed after it, first in `{changed}`;"
-    assert stale in results.page(results.load(out), repo)
+    assert results.page(results.load(out), repo) == before_commit, "committing the change leaves the page as it was"
     (repo / "gangctl" / "policy").mkdir()
     (repo / "gangctl" / "policy" / "quota.py").write_text("y = 1\n")
+    assert results.page(results.load(out), repo) == before_commit, "a new file, then a later commit, do not move it"
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "quota")
-    assert stale in results.page(results.load(out), repo), "a later change does not move the page"
+    assert results.page(results.load(out), repo) == before_commit
     (out / "sim_speed.json").write_text(json.dumps(result | {"commit": "unknown"}))
     assert "**Stale or not: unknown**" in results.page(results.load(out), repo), "no commit, no claim either way"
     (out / "sim_speed.json").write_text(json.dumps({k: v for k, v in result.items() if k != "cpu"}))
