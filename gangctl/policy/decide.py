@@ -34,7 +34,8 @@ from gangctl.plugins.workload import claims, headless_service, node_job, owner_r
 from gangctl.policy import elastic, ownership
 from gangctl.model import jobset, progress
 from gangctl.policy import status as st
-from gangctl.policy.failure import PodFailure, Restarts, charge_in_place, classify, parse_failure_policy
+from gangctl.policy.failure import (PodFailure, Restarts, charge_in_place, classify, most_restarted,
+                                    parse_failure_policy)
 from gangctl.policy.failure import decide as judge
 from gangctl.model.gang import Gang, size_gang
 from gangctl.model.quota_plan import NodeRange
@@ -637,14 +638,13 @@ def _restarted_in_place(s: Snapshot, job: ResolvedJob, observed: dict) -> Plan |
     """A runtime that restarts in place: the episodes its pods went through and are not charged yet,
     charged (status first, then an Event); past the budget, the job fails (`failure.charge_in_place`)."""
     uid = observed["metadata"].get("uid", "")
-    counted = [(_trainer_restarts(p), p) for p in ownership.children_of([uid], s.pods)]
-    if not counted:
+    seen = most_restarted(ownership.children_of([uid], s.pods), NODE_CONTAINER)
+    if seen is None:
         return None
-    most, pod = max(counted, key=lambda c: c[0])
     previous = _previous(s)
     policy = parse_failure_policy(job.failure_policy) if job.failure_policy is not None else None
-    charged = charge_in_place(policy, Restarts.from_status(previous), observed["metadata"]["name"], uid, most,
-                              pod["metadata"]["name"], _trainer_exit_code(pod), st.timestamp(s.now))
+    charged = charge_in_place(policy, Restarts.from_status(previous), observed["metadata"]["name"], uid, seen,
+                              st.timestamp(s.now))
     if charged is None:
         return None
     decision, after = charged
@@ -654,20 +654,6 @@ def _restarted_in_place(s: Snapshot, job: ResolvedJob, observed: dict) -> Plan |
                      metric=Metric("policy_failures", "inc", (decision.reason,)))
     return Plan(steps=(WriteStatus(status), Event("Warning", decision.reason, decision.message)),
                 metrics=(Metric("restarts", "inc", ("user",), after.user - Restarts.from_status(previous).user),))
-
-
-def _trainer(pod: dict) -> dict:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return next((c for c in statuses if c.get("name") == NODE_CONTAINER), statuses[0] if statuses else {})
-
-
-def _trainer_restarts(pod: dict) -> int:
-    return int(_trainer(pod).get("restartCount") or 0)
-
-
-def _trainer_exit_code(pod: dict) -> int | None:
-    code = ((_trainer(pod).get("lastState") or {}).get("terminated") or {}).get("exitCode")
-    return int(code) if code is not None else None
 
 
 def _stall(s: Snapshot, job: ResolvedJob, observed: dict, child: st.ChildJob) -> tuple[str, str] | float | None:

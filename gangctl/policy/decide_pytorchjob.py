@@ -53,7 +53,8 @@ from gangctl.policy.decide import (Delete, Event, GateIntent, Metric, Patch, Pla
                                    ask_gate, cache_grace_left, delete_child, ensure, ensure_store, let_go_of_store,
                                    missing_priority_class, nudge, patch_child, place, PLACEMENT_RECHECK_SECONDS, store_pods, with_annotations,
                                    with_placement)
-from gangctl.policy.failure import PodFailure, Restarts, classify
+from gangctl.policy.failure import (RESTART_IN_PLACE, Decision, PodFailure, Restarts, charge_in_place, classify,
+                                    most_restarted)
 from gangctl.policy.failure import decide as judge
 from gangctl.model.gang import Gang
 from gangctl.model.topology import Topology
@@ -103,7 +104,10 @@ def _decide(s: Snapshot) -> Plan:
     if (other := ownership.foreign(s.uid, (*(services.get(svc["metadata"]["name"]) for svc in gang.services),
                                              gang_object, *current.values()))) is not None:
         return not_owned(s, other)
-    judged = restarts.last_failure.get("jobUID")
+    if (in_place := _restarted_in_place(s, gang, current, restarts)) is not None:
+        return in_place
+    last = restarts.last_failure
+    judged = last.get("jobUID") if last.get("action") != RESTART_IN_PLACE else None
     for group in gang.groups:
         child = current[group.child_name]
         if child is None or child["metadata"].get("deletionTimestamp"):
@@ -237,7 +241,7 @@ def _fail(s: Snapshot, job: PyTorchJob, message: str, current: Mapping[str, dict
     status = pj.next_status(s.obj.get("status"), job, _counts(s, job, current), s.now,
                             failed=message)
     return Plan(steps=(WriteStatus(status), Event("Warning", pj.reason("Failed"), message),
-                       *_release(s, job)))
+                       *_release(s, job, failed=True)))
 
 
 def _let_go_of_gang(s: Snapshot) -> list[Step]:
@@ -252,17 +256,20 @@ def _let_go_of_gang(s: Snapshot) -> list[Step]:
     return steps + let_go_of_store(uid, s.pods)
 
 
-def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
-    """Let go of the gang and apply cleanPodPolicy to the child Jobs."""
+def _release(s: Snapshot, job: PyTorchJob, failed: bool) -> list[Step]:
+    """Let go of the gang and apply cleanPodPolicy to the child Jobs. A failed job's Jobs whose pods
+    restart in place are suspended whatever the policy: the kubelet would restart them forever."""
     steps = _let_go_of_gang(s)
     cleanup = pj.cleanup(job)
     for child in ownership.mine(s.uid, s.jobs):
         meta = child["metadata"]
         if meta.get("deletionTimestamp"):
             continue
+        spec = child.get("spec") or {}
+        restarting = failed and ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy") == "OnFailure"
         if cleanup == "delete":
             steps.append(delete_child(JOBS, child))
-        elif cleanup == "suspend" and not (child.get("spec") or {}).get("suspend") \
+        elif (cleanup == "suspend" or restarting) and not spec.get("suspend") \
                 and not st.ChildJob.from_job(child, "").finished:
             steps.append(patch_child(JOBS, child, {"spec": {"suspend": True}}))
     return steps
@@ -270,7 +277,7 @@ def _release(s: Snapshot, job: PyTorchJob) -> list[Step]:
 
 def _done(s: Snapshot, job: PyTorchJob) -> Plan:
     """Finished: release what is left, and delete the PyTorchJob once its TTL has passed."""
-    steps = _release(s, job)
+    steps = _release(s, job, failed=st.is_true(s.obj.get("status"), pj.FAILED))
     left = pj.ttl_remaining(job, s.obj.get("status"), s.now)
     if left is not None and left <= 0:
         ns, name = s.namespace_name
@@ -288,15 +295,41 @@ def _judge(s: Snapshot, gang: pj.PyTorchGang, group: pj.ReplicaGroup, child: dic
     found = classify(failure[0], failure[1], pods)
     decision = judge(gang.failure_policy, found, restarts, group.replica_type.lower())
     after = restarts.after(decision, found, child["metadata"]["name"], uid, st.timestamp(s.now))
+    metrics = (Metric("restarts", "inc", (decision.counter,)),) if decision.action == "Restart" else ()
+    return Plan(steps=(_record(s, decision, after),), metrics=metrics)
+
+
+def _record(s: Snapshot, decision: Decision, after: Restarts) -> Patch:
+    """The judgement on the PyTorchJob's restarts annotation (written before it is carried out; the
+    resourceVersion makes a second controller's stale judgement fail instead of counting twice)."""
     after = dataclasses.replace(after, last_failure={**after.last_failure, "decision": decision.reason,
                                                      "decisionMessage": decision.message})
     ns, name = s.namespace_name
-    meta = s.obj["metadata"]
     annotation = json.dumps(after.to_status(), sort_keys=True, separators=(",", ":"))
-    patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"),
-                          "annotations": {RESTARTS_ANNOTATION: annotation}}}
-    metrics = (Metric("restarts", "inc", (decision.counter,)),) if decision.action == "Restart" else ()
-    return Plan(steps=(Patch(PYTORCHJOBS, ns, name, patch),), metrics=metrics)
+    return Patch(PYTORCHJOBS, ns, name, {"metadata": {"resourceVersion": s.obj["metadata"].get("resourceVersion"),
+                                                      "annotations": {RESTARTS_ANNOTATION: annotation}}})
+
+
+def _restarted_in_place(s: Snapshot, gang: pj.PyTorchGang, current: Mapping[str, dict | None],
+                        restarts: Restarts) -> Plan | None:
+    """OnFailure replicas restart in place (`pj.restarts_in_place`): the episodes their pods went through
+    and are not charged yet, charged (the annotation first, then an Event). The attempt is named by
+    its first child Job (the Master's, when there is one). Past the budget the record says Fail, and
+    the next pass carries it out as any judged failure (`_carry_out`)."""
+    first = current[gang.groups[0].child_name]
+    uids = [c["metadata"].get("uid") for g in gang.groups if g.job.restart_in_place
+            and (c := current[g.child_name]) is not None]
+    if first is None or not uids or (seen := most_restarted(ownership.children_of(uids, s.pods),
+                                                            DEFAULT_CONTAINER)) is None:
+        return None
+    charged = charge_in_place(gang.failure_policy, restarts, first["metadata"]["name"], first["metadata"].get("uid", ""),
+                              seen, st.timestamp(s.now))
+    if charged is None:
+        return None
+    decision, after = charged
+    metrics = (Metric("restarts", "inc", ("user",), after.user - restarts.user),) if after.user > restarts.user else ()
+    return Plan(steps=(_record(s, decision, after), Event("Warning", decision.reason, decision.message)),
+                metrics=metrics)
 
 
 def _carry_out(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, restarts: Restarts,
@@ -476,7 +509,7 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
         if _finished(status):
             kind = next(c for c in status["conditions"] if c["status"] == "True" and c["type"] in (pj.SUCCEEDED, pj.FAILED))
             steps.append(Event("Normal" if kind["type"] == pj.SUCCEEDED else "Warning", kind["reason"], kind["message"]))
-            steps += _release(s, job)
+            steps += _release(s, job, failed=kind["type"] == pj.FAILED)
     nudged = False
     if s.nudge:   # capacity was freed: a gang still waiting for it is handed back to its scheduler
         nudged = True

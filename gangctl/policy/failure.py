@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Iterable, Literal
 
 from gangctl.model.progress import STALLED   # progress reports stopped (the runtime's stall timeout)
 
@@ -243,25 +243,50 @@ def decide(policy: FailurePolicy | None, failure: Failure, restarts: Restarts,
                     f"restart {restarts.user + 1}/{policy.max_restarts}: {what}", rule.name if rule else None)
 
 
-def charge_in_place(policy: FailurePolicy | None, restarts: Restarts, attempt: str, uid: str, most: int,
-                    pod: str, exit_code: int | None, at: str) -> tuple[Decision, Restarts] | None:
-    """The in-place restarts of attempt `uid` not charged yet, charged: `most` is the highest restart
-    count of the trainer container among its pods (every pod of the gang restarts once per episode,
-    so the highest count is the number of episodes; a pod the Job replaced starts again at 0 and
-    lowers nothing). Restart while the budget allows, else Fail (MaxRestartsExceeded); None when
-    every episode is charged already. The count charged so far lives in lastFailure, written before
-    anything else, so an episode is charged once across controller restarts."""
+@dataclass(frozen=True)
+class InPlace:
+    """The most restarted pod of an attempt whose containers restart in place."""
+
+    restarts: int                 # its container's restart count
+    pod: str
+    exit_code: int | None         # how the container's last run ended
+
+
+def most_restarted(pods: Iterable[dict], container: str) -> InPlace | None:
+    """The pod whose `container` (else its first) restarted most often; None without pods."""
+    def status_of(pod: dict) -> dict:
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        return next((c for c in statuses if c.get("name") == container), statuses[0] if statuses else {})
+    found = [(int(status_of(p).get("restartCount") or 0), p) for p in pods]
+    if not found:
+        return None
+    count, pod = max(found, key=lambda f: f[0])
+    code = ((status_of(pod).get("lastState") or {}).get("terminated") or {}).get("exitCode")
+    return InPlace(count, pod["metadata"]["name"], int(code) if code is not None else None)
+
+
+def charge_in_place(policy: FailurePolicy | None, restarts: Restarts, attempt: str, uid: str, seen_now: InPlace,
+                    at: str) -> tuple[Decision, Restarts] | None:
+    """The in-place restarts of attempt `uid` not charged yet, charged: `seen_now` is its most restarted
+    pod (every pod of the gang restarts once per episode, so the highest count is the number of
+    episodes; a pod the Job replaced starts again at 0 and lowers nothing). Restart while the budget
+    allows, else Fail (MaxRestartsExceeded) with the episodes the budget allowed charged (as a gang
+    restarted by recreation would be); None when every episode is charged already. The count charged
+    so far lives in lastFailure, written before anything else, so an episode is charged once across
+    controller restarts."""
+    most, pod, exit_code = seen_now.restarts, seen_now.pod, seen_now.exit_code
     last = restarts.last_failure
     seen = int(last.get("attemptRestarts") or 0) if (last.get("jobUID") == uid
-                                                     and last.get("action") == RESTART_IN_PLACE) else 0
+                                                     and "attemptRestarts" in last) else 0
     if most <= seen:
         return None
     allowed = policy.max_restarts if policy is not None else 0
     failure = Failure(USER, REASON_IN_PLACE, f"the gang restarted in place {most} time(s)", pod, exit_code)
     what = failure.describe()
     if restarts.user + (most - seen) > allowed:
+        used = max(restarts.user, allowed)   # the episodes the budget allowed happened: charged
         decision = Decision("Fail", True, USER, REASON_BUDGET,
-                            f"restart budget exhausted ({restarts.user}/{allowed} restarts used); last failure: {what}")
+                            f"restart budget exhausted ({used}/{allowed} restarts used); last failure: {what}")
     else:
         decision = Decision("Restart", True, USER, REASON_IN_PLACE,
                             f"restart {restarts.user + most - seen}/{allowed}, in place (same pods, same nodes): {what}")
@@ -270,8 +295,8 @@ def charge_in_place(policy: FailurePolicy | None, restarts: Restarts, attempt: s
               "action": RESTART_IN_PLACE if restart else "Fail", "attemptRestarts": most, "time": at}
     if exit_code is not None:
         record["exitCode"] = exit_code
-    return decision, Restarts(restarts.user + (most - seen if restart else 0), restarts.infrastructure,
-                              restarts.ignored, record, restarts.stalled)
+    user = restarts.user + most - seen if restart else max(restarts.user, allowed)
+    return decision, Restarts(user, restarts.infrastructure, restarts.ignored, record, restarts.stalled)
 
 
 def succeeded(policy: dict | None, complete: dict[str, bool]) -> bool:

@@ -30,8 +30,13 @@ gangctl.api.pytorchjob):
   `<job>-rdzv` (kept off the workers' nodes), so losing any worker node is a shrink, not the end.
   An explicit `rdzvHost` is honoured as written.
 - **Restarts**: v1 restarted failed containers or pods and counted container restarts against
-  `runPolicy.backoffLimit`. gangctl restarts the gang (torch collectives cannot lose a member
-  anyway) and counts gang restarts against the same limit; infrastructure faults are never charged.
+  `runPolicy.backoffLimit`. Under gangctl an `OnFailure` replica restarts in place as under v1 (the
+  kubelet restarts the container in its pod, on its node: no gang wait); gangctl charges each
+  episode once (the highest container restart count of the attempt's pods: one failing rank makes
+  the others' collectives fail and restart too, which v1 counted as several) and, past the limit,
+  fails the job and stops its restarting pods (suspends their Jobs). Other policies, and a pod that
+  fails anyway, restart the gang (new Jobs) against the same limit; infrastructure faults are never
+  charged.
 """
 from __future__ import annotations
 
@@ -49,6 +54,7 @@ from gangctl.api.quantity import parse_quantity
 from gangctl.plugins.kueue import QUEUE_LABEL as KUEUE_QUEUE_LABEL
 from gangctl.plugins.registry import BACKENDS
 from gangctl.plugins.torch import RDZV_PORT, STORE_ROLE, STORE_ROLE_VALUE
+from gangctl.plugins.workload import ELASTIC_BACKOFF_LIMIT as UNCOUNTED
 from gangctl.policy.failure import FAIL_JOBSET, RESTART_JOBSET, FailurePolicy, FailureRule
 from gangctl.model.gang import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, Gang
 from gangctl.model.resolve import ResolvedJob, pod_requests
@@ -326,7 +332,8 @@ def to_gang(obj: dict | PyTorchJob, *, default_backend: str | None = None) -> Py
             elastic = {"minNodes": e.min_replicas, "maxNodes": e.max_replicas}
             if e.max_restarts is not None:
                 elastic["maxRestarts"] = e.max_restarts
-        job_spec: dict = {"backoffLimit": 0}
+        # A Job counts its pods' container restarts against backoffLimit: gangctl's budget counts them instead
+        job_spec: dict = {"backoffLimit": UNCOUNTED if restarts_in_place(spec) else 0}
         if spec.restart_policy == "ExitCode":
             job_spec["podFailurePolicy"] = {"rules": [{"action": "FailJob", "onExitCodes": {
                 "containerName": DEFAULT_CONTAINER, "operator": "In", "values": list(PERMANENT_EXIT_CODES)}}]}
@@ -337,6 +344,7 @@ def to_gang(obj: dict | PyTorchJob, *, default_backend: str | None = None) -> Py
             pod_template=template, job_spec=job_spec, requests=pod_requests(pod_spec),
             failure_policy=_jobset_failure_policy(failure), success_policy=success_policy(job), elastic=elastic,
             group_name=group_name(job.name), placement=_replica_intent(rtype, template),
+            restart_in_place=restarts_in_place(spec),
         )
         groups.append(ReplicaGroup(rtype, resolved, offset, gated))
     groups = _one_placement(groups)
@@ -382,14 +390,22 @@ def _check_names(job: PyTorchJob) -> None:
             f"(Service names and hostnames allow {MAX_NAME}); shorten the name by {len(longest) - MAX_NAME}")
 
 
+def restarts_in_place(spec: ReplicaSpec) -> bool:
+    """v1's OnFailure: a replica whose container fails is restarted by the kubelet in the same pod on
+    the same node; the other ranks' collectives then fail, and their containers restart as well. gangctl
+    charges each such episode once to the restart budget (`decide_pytorchjob`); past it, the job fails."""
+    return spec.restart_policy == "OnFailure"
+
+
 def _pod_template(job: PyTorchJob, spec: ReplicaSpec, gated: bool) -> dict:
     template = copy.deepcopy(spec.template)
     meta = template.setdefault("metadata", {})
     meta["labels"] = {**(meta.get("labels") or {}),
                       **template_labels(job.name, spec.replica_type, job.master is not None)}
     pod_spec = template["spec"]
-    # gangctl restarts the gang; the pod itself never restarts in place (v1's ExitCode did the same).
-    pod_spec["restartPolicy"] = "Never"
+    # OnFailure: the kubelet restarts a failed container in its pod, as under v1 (gangctl charges the
+    # restarts, `restarts_in_place`); otherwise gangctl restarts the gang and the pod never restarts.
+    pod_spec["restartPolicy"] = "OnFailure" if restarts_in_place(spec) else "Never"
     if gated:
         pod_spec["schedulingGates"] = list(pod_spec.get("schedulingGates") or []) + [{"name": RANK_GATE}]
     extra = env(job, spec.replica_type)
@@ -492,7 +508,9 @@ def failure_policy(job: PyTorchJob) -> FailurePolicy:
 
     Never: a failed pod fails the job. ExitCode: exit codes 1-127 fail the job (the child Job's
     podFailurePolicy turns them into reason PodFailurePolicy), 128+ (signals) restart the gang.
-    OnFailure / Always: restart the gang. Restarts charged to the user stop at backoffLimit
+    OnFailure: the kubelet restarts the failed containers in their pods (`restarts_in_place`); a pod
+    that fails anyway (evicted, its node lost) restarts the gang. Always: restart the gang.
+    Restarts charged to the user stop at backoffLimit
     (unlimited when unset, as v1); disruptions are never charged (gangctl's rule)."""
     rules = []
     for rtype, spec in job.replica_specs.items():

@@ -1,7 +1,8 @@
 """PyTorchJob (kubeflow.org/v1) served by gangctl's controller on the session cluster: a v1 DDP
 manifest runs real torchrun workers on process nodes to Succeeded with v1's env; an elastic gang on
 KWOK GPU nodes gets one PodGroup whose minMember honours elasticPolicy.minReplicas; a failing
-worker charges the restart budget (runPolicy.backoffLimit) and ends Failed with v1's reason; an
+worker charges the restart budget (runPolicy.backoffLimit) and ends Failed with v1's reason; an OnFailure
+rank that fails once restarts in place (same pods) and resumes from its checkpoint; an
 invalid PyTorchJob is refused by the API naming the field; `gangctl explain pytorchjob/NS/NAME` gives a
 waiting gang's reason and numbers; suspend lets go of the gang; an edit the running Workers cannot take
 is reported as an event; an elastic Worker Job shrinks on node loss and grows back."""
@@ -196,6 +197,46 @@ async def test_a_failing_worker_charges_the_restart_budget_then_fails_with_v1_re
     assert condition(job, "Failed")["reason"] == "PyTorchJobFailed"
     counters = json.loads(job["metadata"]["annotations"][RESTARTS_ANNOTATION])
     assert counters["user"] == 0 and counters["lastFailure"]["action"] == "Fail", counters
+
+
+async def test_an_on_failure_rank_that_fails_once_restarts_in_place_and_resumes(kube, namespace, kubeconfig, controller,
+                                                                               process_nodes):
+    """v1's OnFailure, real torchrun: worker 0 (rank 1) exits with code 3 once after step 60; the kubelet
+    restarts containers in their pods, the run resumes from the step-50 checkpoint, one restart is charged."""
+    name, ckpt = "in-place", Path("/tmp/gangctl-ddp") / namespace / "in-place"
+    replica = {"restartPolicy": "OnFailure", "template": {"spec": {"containers": [{"name": "pytorch", "image": "x", "env": [
+        {"name": "CHECKPOINT_DIR", "value": str(ckpt)}, {"name": "FAIL_ONCE", "value": "1:60:3"},
+        {"name": "TARGET_LOSS", "value": "0.02"}, {"name": "MAX_STEPS", "value": "600"}]}]}}}
+    obj = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": namespace},
+           "spec": {"runPolicy": {"backoffLimit": 2},
+                    "pytorchReplicaSpecs": {"Master": {"replicas": 1, **copy.deepcopy(replica)},
+                                            "Worker": {"replicas": 2, **copy.deepcopy(replica)}}}}
+    on_process_nodes(obj, ["torchrun", "--nproc-per-node=1", str(REPO_ROOT / "examples" / "ddp" / "train.py")], cpu="500m")
+    try:
+        await kube.create(PYTORCHJOBS.path(namespace), obj)
+
+        async def all_running() -> bool:
+            found = await pods(kube, namespace, name)
+            return len(found) == 3 and all(p["status"].get("phase") == "Running" for p in found)
+        await eventually(all_running, 90, "the three pods Running")
+        before = {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in await pods(kube, namespace, name)}
+        jobs_before = {j["metadata"]["uid"] for j in (await kube.get(JOBS.path(namespace)))["items"]}
+        job = await finished(kube, namespace, name, "Succeeded", 240)
+
+        counters = json.loads(job["metadata"]["annotations"][RESTARTS_ANNOTATION])
+        assert counters["user"] == 1 and counters["infrastructure"] == 0, counters
+        last = counters["lastFailure"]
+        assert (last["action"], last["reason"], last["attemptRestarts"]) == ("RestartInPlace", "RestartedInPlace", 1), last
+        found = await pods(kube, namespace, name)
+        assert {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in found} == before, "same pods on the same nodes"
+        assert {j["metadata"]["uid"] for j in (await kube.get(JOBS.path(namespace)))["items"]} == jobs_before, "no new Job"
+        worker0 = next(p for p in found if p["metadata"]["labels"][pj.REPLICA_TYPE] == "worker"
+                       and p["metadata"]["labels"][pj.REPLICA_INDEX] == "0")
+        assert worker0["status"]["containerStatuses"][0]["restartCount"] >= 1
+        out = kubectl(kubeconfig, "logs", "-n", namespace, worker0["metadata"]["name"]).stdout
+        assert "resumed from checkpoint" in out and "(step 50)" in out, out[-2000:]
+    finally:
+        shutil.rmtree(ckpt, ignore_errors=True)
 
 
 async def test_an_invalid_pytorchjob_is_refused_naming_the_field(kube, namespace, controller):

@@ -92,11 +92,11 @@ def test_identity_placement_and_progress_survive(pod):
 
 
 def test_in_place_restart_counts_survive():
-    from gangctl.policy.decide import _trainer_exit_code, _trainer_restarts
+    from gangctl.policy.failure import InPlace, most_restarted
 
     pod = {"metadata": {"name": "p"}, "spec": {}, "status": {"phase": "Running", "containerStatuses": [
         {"name": "node", "restartCount": 2, "image": "x", "lastState": {"terminated": {"exitCode": 3}}}]}}
-    assert (_trainer_restarts(pod_view(pod)), _trainer_exit_code(pod_view(pod))) == (2, 3)
+    assert most_restarted([pod_view(pod)], "node") == InPlace(2, "p", 3)
 
 
 def test_the_lost_pod_reaper_picks_the_same_pods():

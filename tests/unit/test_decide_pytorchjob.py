@@ -499,3 +499,59 @@ def test_a_nudge_touches_a_waiting_gangs_podgroup_only():
     held = dp.decide(snap(pytorchjob(), gate=GateView(None, HOLD), nudge=True))
     assert not [p for p in held.of(Patch) if p.resource == POD_GROUPS], "a job the gate holds has no gang to nudge"
     assert not dp.waiting_for_gang({**pytorchjob(), "status": held.status})
+
+
+# --- OnFailure: the kubelet restarts in place, gangctl charges the episodes ----------------------------------
+def restarted(name: str, owner_uid: str, rtype: str, index: int, count: int, exit_code: int = 3) -> dict:
+    p = pod(name, owner_uid, rtype, index)
+    p["status"]["containerStatuses"] = [{"name": "pytorch", "restartCount": count, "ready": True,
+                                         "lastState": {"terminated": {"exitCode": exit_code}}}]
+    return p
+
+
+def on_failure_child(name: str, uid: str) -> dict:
+    job = child(name, uid)
+    job["spec"]["template"] = {"spec": {"restartPolicy": "OnFailure"}}
+    return job
+
+
+def in_place_record(obj: dict, action: str, seen: int, user: int) -> dict:
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["annotations"] = {dp.RESTARTS_ANNOTATION: json.dumps({
+        "user": user, "infrastructure": 0, "ignored": 0, "lastFailure": {
+            "jobUID": "m1", "action": action, "attemptRestarts": seen, "reason": "RestartedInPlace",
+            "decision": "MaxRestartsExceeded" if action == "Fail" else "RestartedInPlace",
+            "decisionMessage": "restart budget exhausted (1/1 restarts used)" if action == "Fail" else "restart 1/1"}})}
+    return obj
+
+
+def test_an_on_failure_restart_in_place_is_charged_once_and_keeps_the_jobs():
+    jobs = (on_failure_child("ddp-master", "m1"), on_failure_child("ddp-worker", "w1"))
+    pods = (restarted("ddp-master-0-a", "m1", "master", 0, 0), restarted("ddp-worker-0-a", "w1", "worker", 0, 1),
+            restarted("ddp-worker-1-a", "w1", "worker", 1, 1, exit_code=1))
+    plan = dp.decide(snap(pytorchjob(runPolicy={"backoffLimit": 2}), jobs=jobs, pods=pods))
+    record, event = plan.steps
+    counters = json.loads(record.patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])
+    assert record.patch["metadata"]["resourceVersion"] == "7", "charged once: a stale cache gets 409"
+    assert counters["user"] == 1 and counters["lastFailure"]["action"] == "RestartInPlace", counters
+    assert (counters["lastFailure"]["jobUID"], counters["lastFailure"]["attemptRestarts"]) == ("m1", 1)
+    assert counters["lastFailure"]["exitCode"] in (3, 1)
+    assert (event.reason, event.type) == ("RestartedInPlace", "Warning") and "1/2" in event.message, event
+    charged = dp.decide(snap(in_place_record(pytorchjob(runPolicy={"backoffLimit": 2}), "RestartInPlace", 1, 1),
+                             jobs=jobs, pods=pods))
+    assert not [s for s in charged.of(Patch) if s.resource == PYTORCHJOBS], "the same episode is not charged again"
+    assert not charged.of(Delete), "the attempt's Jobs and pods stay"
+
+
+def test_in_place_restarts_past_the_budget_fail_the_job_and_stop_its_pods():
+    jobs = (on_failure_child("ddp-master", "m1"), on_failure_child("ddp-worker", "w1"))
+    pods = (restarted("ddp-worker-0-a", "w1", "worker", 0, 3),)
+    obj = pytorchjob(runPolicy={"backoffLimit": 1})   # cleanPodPolicy None: v1 would keep the pods
+    (record, _) = dp.decide(snap(obj, jobs=jobs, pods=pods)).steps
+    counters = json.loads(record.patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])
+    assert (counters["lastFailure"]["action"], counters["user"]) == ("Fail", 1), counters
+    plan = dp.decide(snap(in_place_record(obj, "Fail", 3, 1), jobs=jobs, pods=pods))
+    failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "PyTorchJobFailed" and "1/1 restarts used" in failed["message"], failed
+    assert {(p.name, json.dumps(p.patch["spec"])) for p in plan.of(Patch) if p.resource == JOBS} == {
+        ("ddp-master", '{"suspend": true}'), ("ddp-worker", '{"suspend": true}')}, "the kubelet would restart them forever"

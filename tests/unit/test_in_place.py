@@ -7,7 +7,7 @@ import pytest
 from gangctl.api.resources import JOBS
 from gangctl.model.resolve import RESTART_ANNOTATION
 from gangctl.policy.decide import Apply, Delete, Event, Patch, WriteStatus, decide
-from gangctl.policy.failure import FailurePolicy, Restarts, charge_in_place
+from gangctl.policy.failure import FailurePolicy, InPlace, Restarts, charge_in_place, most_restarted
 from gangctl.sim import objects
 from tests.unit.test_decide import child, condition, runtime, snap, trainjob
 
@@ -74,7 +74,22 @@ def test_past_the_budget_the_job_fails_and_its_gang_goes():
 @pytest.mark.parametrize("most,seen,charged", [(1, 0, 1), (3, 1, 2), (1, 1, None), (0, 0, None)])
 def test_charge_in_place_counts_only_new_episodes(most, seen, charged):
     restarts = Restarts(user=seen, last_failure={"jobUID": "u", "action": "RestartInPlace", "attemptRestarts": seen})
-    out = charge_in_place(FailurePolicy(max_restarts=5), restarts, "a", "u", most, "p", 1, "2026-11-28T12:00:00Z")
+    out = charge_in_place(FailurePolicy(max_restarts=5), restarts, "a", "u", InPlace(most, "p", 1), "2026-11-28T12:00:00Z")
     assert (out[1].user - seen if out else None) == charged
-    other = charge_in_place(FailurePolicy(max_restarts=5), restarts, "a", "another-attempt", 1, "p", 1, "t")
+    other = charge_in_place(FailurePolicy(max_restarts=5), restarts, "a", "another-attempt", InPlace(1, "p", 1), "t")
     assert other is not None and other[1].user == seen + 1, "a new attempt's count starts at zero"
+
+
+def test_episodes_seen_at_once_past_the_budget_charge_what_it_allowed_then_fail():
+    decision, after = charge_in_place(FailurePolicy(max_restarts=1), Restarts(), "a", "u", InPlace(3, "p", 3), "t")
+    assert (decision.action, decision.reason, after.user) == ("Fail", "MaxRestartsExceeded", 1)
+    assert "(1/1 restarts used)" in decision.message and after.last_failure["exitCode"] == 3, decision.message
+
+
+def test_the_most_restarted_pod_names_the_episode():
+    def pod(name, count, code=None):
+        last = {"terminated": {"exitCode": code}} if code is not None else {}
+        return {"metadata": {"name": name}, "status": {"containerStatuses": [
+            {"name": "sidecar", "restartCount": 9}, {"name": "pytorch", "restartCount": count, "lastState": last}]}}
+    assert most_restarted([pod("a", 1, 3), pod("b", 2, 137), pod("c", 0)], "pytorch") == InPlace(2, "b", 137)
+    assert most_restarted([], "pytorch") is None

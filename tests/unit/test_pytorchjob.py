@@ -139,7 +139,9 @@ def test_master_only():
         "PYTHONUNBUFFERED": "1", "MASTER_PORT": "23456", "PET_MASTER_PORT": "23456",
         "MASTER_ADDR": "simple-master-0", "PET_MASTER_ADDR": "simple-master-0", "WORLD_SIZE": "1",
         "RANK": "0", "PET_NODE_RANK": "0", "PET_NPROC_PER_NODE": "auto", "PET_NNODES": "1"}
-    assert template["spec"]["restartPolicy"] == "Never"
+    # v1's OnFailure: the kubelet restarts the container in place; the Job must not count it (gangctl does)
+    assert template["spec"]["restartPolicy"] == "OnFailure" and group.job.restart_in_place
+    assert group.job.job_spec["backoffLimit"] == 2147483647
     assert (gang.min_member, gang.size) == (1, 1)
     assert [s["metadata"]["name"] for s in gang.services] == ["simple-master-0"]
     assert group.job.runtime_kind == "PyTorchJob" and group.job.num_nodes == 1
