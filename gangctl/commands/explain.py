@@ -20,6 +20,7 @@ from gangctl.model.gang import Gang, size_gang
 from gangctl.model.topology import PlacementIntent, Topology, TopologyError
 from gangctl.plugins.quota_objects import POLICY_NAMESPACE, TOPOLOGY_CONFIGMAP, topology_of
 from gangctl.policy.placement import Floor, domain_rooms
+from gangctl.policy.status import is_true
 from gangctl.model.resolve import resolve
 
 
@@ -55,7 +56,9 @@ async def explain(kubeconfig: Path | str | None, namespace: str, name: str,
         bound, (rooms, excluded), says = await _room(kube, namespace, TRAINJOB_NAME, name, job.pod_template)
         d = diagnose(trainjob.get("status"), gang, bound, rooms, says, retry_seconds, excluded)
         d = with_progress(d, trainjob.get("status"), job.stall_timeout_seconds, datetime.now(timezone.utc))
-        return trainjob, with_domains(d, job.placement, await _topology(kube), rooms, gang)
+        status = trainjob.get("status")
+        finished = is_true(status, "Complete") or is_true(status, "Failed")
+        return trainjob, with_domains(d, job.placement, await _topology(kube), rooms, gang, finished)
     finally:
         await kube.close()
 
@@ -63,7 +66,8 @@ async def explain(kubeconfig: Path | str | None, namespace: str, name: str,
 async def explain_pytorchjob(kubeconfig: Path | str | None, namespace: str, name: str,
                              retry_seconds: float | None = None) -> tuple[dict, Diagnosis]:
     """The same for a PyTorchJob: its gang as the controller maps it (floor = elasticPolicy.minReplicas
-    or schedulingPolicy.minAvailable), the room for its Worker pods."""
+    or schedulingPolicy.minAvailable), the room for its Worker pods, and per domain when it asks for a
+    topology placement (one intent for every replica, `pj.to_gang`)."""
     kube = await Kube.connect(kubeconfig)
     try:
         try:
@@ -76,9 +80,12 @@ async def explain_pytorchjob(kubeconfig: Path | str | None, namespace: str, name
             mapped = pj.to_gang(obj)
         except pj.PyTorchJobMappingError as err:
             return obj, Diagnosis("InvalidSpec", str(err))
-        template = mapped.groups[-1].job.pod_template          # the Workers' (the gang's per-pod size)
-        bound, (rooms, excluded), says = await _room(kube, namespace, pj.JOB_NAME, name, template)
-        return obj, diagnose_pytorchjob(obj.get("status"), mapped.gang(), bound, rooms, says, retry_seconds, excluded)
+        workers = mapped.groups[-1].job          # the Workers' template: the gang's per-pod size
+        bound, (rooms, excluded), says = await _room(kube, namespace, pj.JOB_NAME, name, workers.pod_template)
+        gang = mapped.gang()
+        d = diagnose_pytorchjob(obj.get("status"), gang, bound, rooms, says, retry_seconds, excluded)
+        finished = is_true(obj.get("status"), pj.SUCCEEDED) or is_true(obj.get("status"), pj.FAILED)
+        return obj, with_domains(d, workers.placement, await _topology(kube), rooms, gang, finished)
     finally:
         await kube.close()
 
@@ -109,10 +116,14 @@ async def _topology(kube: Kube) -> Topology | None:
         return None
 
 
+NOT_WAITING = ("GangScheduled", "Binding", "Suspended")
+
+
 def with_domains(d: Diagnosis, intent: PlacementIntent | None, topology: Topology | None,
-                 rooms: list, gang: Gang) -> Diagnosis:
-    """The diagnosis of a gang with a placement intent, with the free room per domain at its level."""
-    if intent is None or topology is None or d.reason in ("GangScheduled", "Complete", "Failed"):
+                 rooms: list, gang: Gang, finished: bool) -> Diagnosis:
+    """The diagnosis of a gang with a placement intent that still waits, with the free room per domain
+    at its level."""
+    if intent is None or topology is None or finished or d.reason in NOT_WAITING:
         return d
     try:
         on = intent.on(topology)

@@ -90,6 +90,21 @@ async def test_gangs_with_a_required_rack_fill_racks_wait_for_one_and_start_when
     await eventually(c_running, 90, "the third gang running in the freed rack")
     assert await racks_of(kube, namespace, "c", racks) == freed
 
+    # a PyTorchJob waiting for a rack is explained per rack too (each has one free host again)
+    await kube.create(PYTORCHJOBS.path(namespace), rack_pytorchjob("pc", namespace))
+
+    seen: dict = {}
+
+    async def explained() -> bool:
+        out = gangctl_cli("explain", f"pytorchjob/{namespace}/pc", "-o", "json", kubeconfig=kubeconfig, timeout=60)
+        seen.update(json.loads(out.stdout))
+        return seen["reason"] == WAITING
+    await eventually(explained, 60, "the PyTorchJob explained as waiting for a rack", interval=1)
+    shown = seen
+    assert [(r["domain"], r["hosts"], r["hosts_with_room"]) for r in shown["domains"]] == [
+        ("t0", 4, 1), ("t1", 4, 1)], shown["domains"]
+    assert shown["level"] == "rack" and shown["next_domain"] == "", shown
+
 
 async def test_a_gang_no_rack_can_hold_fails_at_once_with_the_numbers(kube, namespace, racks):
     await submit(kube, rack_job("big", namespace, HOSTS_PER_RACK + 1))
@@ -114,13 +129,20 @@ async def test_a_level_the_cluster_topology_lacks_fails_naming_the_annotation(ku
     assert cond["reason"] == "InvalidPlacement" and KUEUE_REQUIRED in cond["message"], cond
 
 
-async def test_a_pytorchjob_with_a_required_rack_runs_its_master_and_workers_in_one_rack(kube, namespace, racks):
-    from tests.integration.quota_common import get_pytorchjob, pj_pods, pytorchjob, v1_condition
+def rack_pytorchjob(name: str, namespace: str) -> dict:
+    """A Master and two Workers whose pods must share one rack (the annotation on the Worker template)."""
+    from tests.integration.quota_common import pytorchjob
 
-    job = pytorchjob("ranked", namespace, masters=1, workers=2)
+    job = pytorchjob(name, namespace, masters=1, workers=2)
     del job["spec"]["runPolicy"]["schedulingPolicy"]["priorityClass"]   # the shared cluster's own classes vary
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"][KUEUE_REQUIRED] = RACK
-    await kube.create(PYTORCHJOBS.path(namespace), job)
+    return job
+
+
+async def test_a_pytorchjob_with_a_required_rack_runs_its_master_and_workers_in_one_rack(kube, namespace, racks):
+    from tests.integration.quota_common import get_pytorchjob, pj_pods, v1_condition
+
+    await kube.create(PYTORCHJOBS.path(namespace), rack_pytorchjob("ranked", namespace))
 
     async def running() -> bool:
         obj = await get_pytorchjob(kube, namespace, "ranked")

@@ -185,11 +185,13 @@ def test_explain_shows_each_racks_room_and_the_rack_that_would_hold_the_gang():
     view = cluster(busy=("r0-h0", "r0-h1", "r1-h0"))
     rooms = node_rooms(view.nodes, view.pods)
     gang = size_gang(3, {GPU: 8})
-    d = with_domains(Diagnosis(WAITING, "waiting"), PlacementIntent(required="rack"), TOPOLOGY, rooms, gang)
+    d = with_domains(Diagnosis(WAITING, "waiting"), PlacementIntent(required="rack"), TOPOLOGY, rooms, gang, False)
     assert d.level == "rack" and d.next_domain == "rack r1"
     assert [(r.domain, r.hosts, r.hosts_with_room, r.room, r.gpus_free) for r in d.domains] == [
         ("r0", 4, 2, 2, 16), ("r1", 4, 3, 3, 24)]
-    assert with_domains(Diagnosis(WAITING, "waiting"), None, TOPOLOGY, rooms, gang).domains == (), "no intent, no domains"
+    assert with_domains(Diagnosis(WAITING, "waiting"), None, TOPOLOGY, rooms, gang, False).domains == (), "no intent, no domains"
+    assert with_domains(Diagnosis(WAITING, "waiting"), PlacementIntent(required="rack"), TOPOLOGY, rooms, gang,
+                        True).domains == (), "a finished job waits for nothing"
 
 
 def test_a_gang_refused_in_its_rack_past_the_schedule_timeout_is_placed_again():
