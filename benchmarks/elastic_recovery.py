@@ -6,15 +6,16 @@ after recovery, over repeated kills, beside what torchrun's default rendezvous s
 Brings up its own cluster (2 KWOK GPU nodes, 5 process nodes: 4 workers + the rendezvous store),
 its own controller, and one elastic TrainJob (min 2, max 4, one worker per node) running
 examples/elastic/train.py for as long as the benchmark needs. Each round: wait for 4 workers to be
-training, SIGKILL the agent of the node that hosts the completion-index-0 pod, and read from the pods'
+training, SIGKILL the agent of the node that hosts the lowest completion index running, and read from the pods'
 logs (`kubectl logs --timestamps`, torchrun's agents at LOGLEVEL=INFO):
   detect  = kill -> first survivor agent reports its worker group failed (gloo connection reset)
   rdzv    = that -> the survivors' new rendezvous round complete
   start   = that -> first training step (workers start, import torch, gloo init, DCP load)
   total   = kill -> first training step with 3 workers
 then start a new process node and measure `regrow` = node start -> first step with 4 workers.
-`--victim rotate` kills the node of completion index k mod 4 in round k instead (node losses spread
-over the job, as in a long run; the default, index0, loses the same index every round).
+`--victim rotate` kills the node of the k-th lowest index (mod 4) in round k instead (node losses spread
+over the job, as in a long run; the default, index0, loses the lowest index every round: a lost
+worker's replacement gets a fresh index, so that is a different pod each time).
 torchrun's defaults (keep-alive 5 s x 3 before a dead agent is dropped, last_call 30 s) would add
 15 s + 30 s = 45 s to the rendezvous: `default ~= detect + 45 s + start` (gangctl: 1 s x 3 and 2 s).
 The cluster is deleted at the end.
@@ -133,9 +134,11 @@ async def run(settings: ClusterSettings, kubeconfig: Path, kills: int, victim: s
                 return any(w == 4 and t > since + 2 for _, w, t in await logs.steps())
             await wait_for(four, 180, "4 workers training")
             pods = (await kube.get(PODS.path(NS), labelSelector=f"jobset.sigs.k8s.io/jobset-name={NAME}"))["items"]
-            lose = "0" if victim == "index0" else str(k % 4)
-            [target] = [p for p in pods if p["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index")
-                        == lose and p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+            running = sorted((p for p in pods if p["status"].get("phase") == "Running"
+                              and not p["metadata"].get("deletionTimestamp")),
+                             key=lambda p: int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]))
+            # a lost worker's replacement gets a fresh index: "index0" is the lowest index running
+            target = running[0 if victim == "index0" else k % len(running)]
             node = target["spec"]["nodeName"]
             await logs.read()
             os.kill(launch.agent_pid(state, node), signal.SIGKILL)
@@ -176,7 +179,7 @@ def main() -> int:
     p.add_argument("--cluster", default="gangctl-bench-elastic")
     p.add_argument("--json", action="store_true")
     p.add_argument("--victim", choices=("index0", "rotate"), default="index0",
-                   help="whose node each round kills: completion index 0's, or index k mod 4's in round k")
+                   help="whose node each round kills: the lowest running completion index's, or the k-th lowest's (mod 4) in round k")
     p.add_argument("--lost-pod-seconds", type=float, default=None,
                    help="start the controller with GANGCTL_LOST_POD_SECONDS (the opt-in lost-pod reaper)")
     p.add_argument("--record", action="store_true", help="write the table to benchmarks/results/elastic_recovery.json")

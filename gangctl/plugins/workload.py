@@ -76,6 +76,24 @@ ELASTIC_BACKOFF_LIMIT = 2147483647
 # An elastic Job is done when any worker finishes: torchrun's workers end together, and an index
 # still waiting for a node must not keep the Job open.
 ELASTIC_SUCCESS_POLICY = {"rules": [{"succeededCount": 1}]}
+# An elastic Job draws its workers from a pool of completion indexes far larger than its size
+# (parallelism), each index tried once (backoffLimitPerIndex 0): a worker lost with its node fails its
+# index for good, and the Job controller starts the next unused index at once. A fresh index has no
+# failed pod, so none of the controller's pod-failure backoff applies (per index it doubles with the
+# index's failures, job-wide with every failure since the last success: a job that lost ten nodes
+# would wait minutes to grow back). torchrun's c10d rendezvous gives the ranks, so an index is only a
+# name. A user's failure is still judged by gangctl (`elastic.failed_worker`) as the attempt's.
+ELASTIC_INDEXES_PER_NODE = 100
+MAX_INDEXES = 100_000   # completions above this with backoffLimitPerIndex need further limits
+
+
+def elastic_job_spec(user_spec: dict, max_nodes: int, size: int) -> dict:
+    """The batch/v1 fields of an elastic Job of `size` workers (at most `max_nodes`)."""
+    pool = min(MAX_INDEXES, max(1_000, ELASTIC_INDEXES_PER_NODE * max_nodes))
+    spec = {**copy.deepcopy(user_spec), "backoffLimit": ELASTIC_BACKOFF_LIMIT, "backoffLimitPerIndex": 0,
+            "completionMode": "Indexed", "completions": pool, "parallelism": size}
+    spec.setdefault("successPolicy", copy.deepcopy(ELASTIC_SUCCESS_POLICY))
+    return spec
 
 
 # A runtime with gangctl.io/restart: InPlace: when the trainer exits with a failure, the kubelet
@@ -102,7 +120,8 @@ def _set_up_trainer(spec: dict, job: ResolvedJob) -> None:
 
 def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, scheduler_name: str,
              size: int | None = None, gang: Gang | None = None, progress_url: str | None = None) -> dict:
-    """The Indexed Job; `size` is an elastic job's current completions = parallelism (default: max).
+    """The Indexed Job; `size` is an elastic job's current parallelism (default: max; its completions
+    are a pool of indexes, `elastic_job_spec`).
 
     With `progress_url` (the controller's status endpoint), every container may report training
     progress (gangctl.model.progress).
@@ -123,20 +142,13 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
     if progress_url:
         progress.inject(spec, progress_url, job.namespace, job.name)
 
-    user_spec = copy.deepcopy(job.job_spec)
-    if job.elastic:
-        user_spec["backoffLimit"] = ELASTIC_BACKOFF_LIMIT
-        user_spec.setdefault("successPolicy", copy.deepcopy(ELASTIC_SUCCESS_POLICY))
     nodes = size or job.num_nodes
-    job_spec = {
-        "backoffLimit": 0,
-        **user_spec,
-        "completionMode": "Indexed",
-        "completions": nodes,
-        "parallelism": nodes,
-        "suspend": job.suspend or base.controls_suspend(backend),
-        "template": template,
-    }
+    if job.elastic:
+        job_spec = elastic_job_spec(job.job_spec, job.num_nodes, nodes)
+    else:
+        job_spec = {"backoffLimit": 0, **copy.deepcopy(job.job_spec), "completionMode": "Indexed",
+                    "completions": nodes, "parallelism": nodes}
+    job_spec.update({"suspend": job.suspend or base.controls_suspend(backend), "template": template})
     # The runtime's (and its runtimePatches') Job labels and annotations; gangctl's own win.
     metadata = {
         "name": child_job_name(job.name, NODE_JOB),

@@ -1026,8 +1026,9 @@ def _elastic_size(s: Snapshot, job: ResolvedJob, gang: Gang, max_nodes: int, obs
                                               _previous(s).get("elastic") or {}, s.now, hints)
     if resize is not None:
         size = resize.size
-        # Hints of indexes beyond the new size are accounted for by this shrink.
-        hints = {n: h for n, h in hints.items() if h.index is None or h.index < size}
+        # Hints of lost pods already gone are accounted for by this resize.
+        present = {p["metadata"]["name"] for p in pods}
+        hints = {n: h for n, h in hints.items() if n in present}
     recheck = size < max_nodes or any(not w.healthy for w in workers)
     return size, resize, gone, hints, recheck
 

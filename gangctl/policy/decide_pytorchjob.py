@@ -43,7 +43,7 @@ from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, SERVICES
 from gangctl.plugins import base
 from gangctl.model.names import MANAGED_BY, MANAGER
 from gangctl.plugins.registry import BACKENDS, backend_for
-from gangctl.plugins.workload import (ELASTIC_BACKOFF_LIMIT, ELASTIC_SUCCESS_POLICY, gang_pod,
+from gangctl.plugins.workload import (ELASTIC_BACKOFF_LIMIT, elastic_job_spec, gang_pod,
                                       owner_reference, with_spec_hash)
 from gangctl.policy import elastic, ownership, placement
 from gangctl.policy import pytorchjob as pj
@@ -354,7 +354,7 @@ def _carry_out(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, restarts: Res
 def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str, size: int | None = None,
               gang: Gang | None = None) -> dict:
     """The Indexed Job of one replica type: pod i's hostname is `<job>-<type>-<i>`, as v1's pod name.
-    `size`: an elastic Worker Job's current size (completions = parallelism, changed together);
+    `size`: an elastic Worker Job's current size (its parallelism; its completions are a pool of indexes);
     `gang`: the job's gang, for the backend's Job labels and annotations (Kueue's queue name)."""
     job = group.job
     size = job.num_nodes if size is None else size
@@ -364,10 +364,11 @@ def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str,
     annotations = dict(meta.get("annotations") or {})
     spec = template["spec"]
     gang_pod(meta, spec, labels, annotations, job, backend, scheduler_name)
-    job_spec = copy.deepcopy(job.job_spec)
     if job.elastic:
-        job_spec["backoffLimit"] = ELASTIC_BACKOFF_LIMIT
-        job_spec.setdefault("successPolicy", copy.deepcopy(ELASTIC_SUCCESS_POLICY))
+        job_spec = elastic_job_spec(job.job_spec, job.num_nodes, size)
+    else:
+        job_spec = {"backoffLimit": 0, **copy.deepcopy(job.job_spec), "completionMode": "Indexed",
+                    "completions": size, "parallelism": size}
     child_labels = {MANAGED_BY: MANAGER, pj.JOB_NAME: job.name, pj.REPLICA_TYPE: group.replica_type.lower()}
     metadata: dict = {"name": group.child_name, "namespace": job.namespace, "labels": child_labels,
                       "ownerReferences": [owner]}
@@ -378,9 +379,7 @@ def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str,
     return with_spec_hash({
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": metadata,
-        "spec": {"backoffLimit": 0, **job_spec, "completionMode": "Indexed", "completions": size,
-                 "parallelism": size, "suspend": job.suspend or base.controls_suspend(backend),
-                 "template": template},
+        "spec": {**job_spec, "suspend": job.suspend or base.controls_suspend(backend), "template": template},
     })
 
 

@@ -3,21 +3,21 @@ between elasticPolicy.minReplicas and its replicas).
 
 Pure: the caller passes what the current attempt's pods show, the Job's current size and `now`.
 
-The child is an elastic Indexed Job (completions = parallelism = size, changed together); torchrun
-runs with `--nnodes=min:max` and re-rendezvouses whenever membership changes, so the job's
-effective world size is the number of *healthy* workers (bound to a node, not lost, not deleting).
+The child is an elastic Indexed Job whose size is its parallelism; its completions are a pool of
+indexes each tried once (`gangctl.plugins.workload.elastic_job_spec`), so a lost worker is replaced at
+once by a pod of a fresh index, with none of the Job controller's pod-failure backoff. torchrun runs
+with `--nnodes=min:max` and re-rendezvouses whenever membership changes, so the job's effective world
+size is the number of *healthy* workers (bound to a node, not lost, not deleting).
 
-- **Shrink instead of waiting.** After a node loss the Job controller replaces the lost pod; when the
-  replacement cannot be scheduled, the trailing indexes that have no healthy pod are cut off the Job
-  (never below minNodes). Only indexes without a running worker are removed, so a shrink never kills
-  a healthy worker (an Indexed Job always removes its highest indexes). A lost low index (say the
-  rank-0 pod) keeps its pending replacement, which is the probe for capacity: torchrun carries on with
-  the survivors meanwhile.
-- **Grow back.** While size < maxNodes and no pod is waiting for capacity, one index is added at a
-  time (a probe); it joins when it is scheduled, and the next one is added. A probe that stays
-  unschedulable is cut again, and probing waits `grow_backoff` after such a shrink.
-- Never more live pods than the size: the Job controller keeps at most `parallelism` pods per index
-  range, and a shrink only removes indexes with no live pod.
+- **Shrink instead of waiting.** A worker that cannot be placed (its pod unschedulable for
+  `shrink_after`: a lost worker's replacement, or a probe) is given up: the size drops by the number
+  of such pods (never below minNodes). Lowering parallelism makes the Job controller delete pods in
+  its ActivePods order, unscheduled ones first, so a shrink never kills a healthy worker while a
+  waiting one is left.
+- **Grow back.** While size < maxNodes and every worker is healthy, the size grows by one (a probe);
+  it joins when it is scheduled, and the next one is added. A probe that stays unschedulable is cut
+  again, and probing waits `grow_backoff` after such a shrink.
+- Never more live pods than the size: the Job controller keeps at most `parallelism` pods running.
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ class Worker:
     lost: bool = False             # DisruptionTarget, or deleting on a lost node
     unschedulable_since: datetime | None = None   # PodScheduled=False/Unschedulable since
     succeeded: bool = False
+    deleting: bool = False         # on its way out (a shrink's victim, or lost)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def workers_of(pods: Iterable[dict], hints: Mapping[str, PodFailure] = {}) -> li
             index=int(index), bound=bound,
             healthy=bound and not deleting and not disrupted and phase in ("Pending", "Running"),
             lost=disrupted or (deleting and bound and phase not in ("Succeeded",)),
-            unschedulable_since=since, succeeded=phase == "Succeeded"))
+            unschedulable_since=since, succeeded=phase == "Succeeded", deleting=deleting))
     return out
 
 
@@ -94,40 +95,25 @@ def plan(size: int, min_nodes: int, max_nodes: int, workers: list[Worker], now: 
     """The next size of the Job, or None to keep it."""
     if any(w.succeeded for w in workers):
         return None  # training is finishing: the Job's successPolicy ends it
-    by_index: dict[int, list[Worker]] = {}
-    for w in workers:
-        by_index.setdefault(w.index, []).append(w)
-
-    def waiting(index: int) -> bool:
-        """No healthy pod for this index, and its pod (if any) has waited for a node long enough."""
-        pods = by_index.get(index, [])
-        if any(p.healthy for p in pods):
-            return False
-        pending = [p for p in pods if not p.bound and not p.lost]
-        if not pending:
-            return any(p.lost for p in pods)  # lost and not replaced yet
-        return all(p.unschedulable_since is not None and now - p.unschedulable_since >= shrink_after
-                   for p in pending)
-
-    cut = 0
-    while size - cut > min_nodes and waiting(size - 1 - cut):
-        cut += 1
-    if cut:
+    live = [w for w in workers if not w.lost and not w.deleting]
+    # Pods beyond the size (a shrink the Job controller has not carried out yet) go first, and it
+    # takes the waiting ones first: those are given up already.
+    waiting = sum(1 for w in live if not w.bound and w.unschedulable_since is not None
+                  and now - w.unschedulable_since >= shrink_after) - max(0, len(live) - size)
+    cut = min(waiting, size - min_nodes)
+    if cut > 0:
         # lost_unseen: the Job counted a failed pod that is already gone (a lost node's pod is
         # evicted and deleted within seconds, possibly between two looks at the cache).
-        lost = lost_unseen or any(w.lost and w.index >= size - cut for w in workers)
+        lost = lost_unseen or any(w.lost for w in workers)
         cause = "NodeLost" if lost else "Unschedulable"
         return Resize(size - cut, cause,
-                      f"shrink {size} -> {size - cut}: index(es) {size - cut}-{size - 1} have no node "
+                      f"shrink {size} -> {size - cut}: {waiting} worker(s) cannot be placed "
                       f"({'a node was lost' if lost else 'no capacity'}); {healthy_count(workers)} workers healthy")
-
-    if size < max_nodes:
-        in_range = [w for w in workers if w.index < size]
-        all_placed = len({w.index for w in in_range if w.healthy}) == size
-        if all_placed and (last_shrink is None or now - last_shrink >= grow_backoff):
-            return Resize(size + 1, "CapacityProbe",
-                          f"grow {size} -> {size + 1}: all {size} workers healthy, trying for one more "
-                          f"(max {max_nodes})")
+    settled = healthy_count(live) == len(live) == size   # every worker placed, none waiting or extra
+    if size < max_nodes and settled and (last_shrink is None or now - last_shrink >= grow_backoff):
+        return Resize(size + 1, "CapacityProbe",
+                      f"grow {size} -> {size + 1}: all {size} workers healthy, trying for one more "
+                      f"(max {max_nodes})")
     return None
 
 
@@ -157,14 +143,14 @@ def noted(memo: Mapping, resize: Resize, stamp: str, gone: int) -> dict:
 
 
 def failed_worker(job: dict, pods: Iterable[dict], container: str) -> tuple[str, str] | None:
-    """An elastic Job never fails on its own (huge backoffLimit): a worker in range (`pods`: the Job's)
-    that exited non-zero without a disruption is the attempt's failure, judged by the failure policy."""
+    """An elastic Job never fails on its own (huge backoffLimit): a worker (`pods`: the Job's) that
+    exited non-zero without a disruption, and was not deleted (a shrink's or a deletion's victim), is
+    the attempt's failure, judged by the failure policy."""
     meta = job["metadata"]
-    size = int((job.get("spec") or {}).get("parallelism") or 0)
     for pod in pods:
         failed = PodFailure.from_pod(pod, container=container)
         if (failed is not None and failed.disruption is None and failed.index is not None
-                and failed.index < size and (pod.get("status") or {}).get("phase") == "Failed"):
+                and not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") == "Failed"):
             code = f" with exit code {failed.exit_code}" if failed.exit_code is not None else ""
             return "PodFailed", f"worker {meta['namespace']}/{failed.name} failed{code}"
     return None

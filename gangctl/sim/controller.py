@@ -159,6 +159,16 @@ def _annotated(obj: dict, key: str, value: dict) -> dict:
     return {**obj, "metadata": {**meta, "annotations": {**meta.get("annotations", {}), key: text}}}
 
 
+def unplaced(job: dict, index: int, since: float) -> dict:
+    """Pod `index` of `job` waiting for a node: unschedulable since `since` (a lost worker's
+    replacement, or a probe, that finds no room)."""
+    pod = worker(job, index, phase="Pending")
+    del pod["spec"]["nodeName"]
+    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                    "lastTransitionTime": st.timestamp(at(since))}]
+    return pod
+
+
 def worker(job: dict, index: int, *, phase: str = "Running", disrupted: bool = False,
            exit_code: int | None = None) -> dict:
     """Pod `index` of `job`, bound to a node, as the Job controller and the kubelet show it: labelled
@@ -261,7 +271,8 @@ class SimController:
     def size_after_loss(self, spec: TraceJob, pods: int, lost: int, now: float,
                         written: Written) -> tuple[int | None, Written]:
         """An elastic job running `pods` pods lost `lost` of them at `now` (the engine does not track
-        indexes: the highest ones). The size the controller shrinks its Job to, or None when it cannot
+        indexes: the highest ones), and their replacements find no node (the engine places a job's
+        pods only when it grows). The size the controller shrinks its Job to, or None when it cannot
         keep running there (rigid, or it waits at minNodes for replacements: the engine restarts the
         gang); with what its status shows once the shrink is carried out."""
         def answer() -> tuple[int | None, float | None]:
@@ -270,8 +281,9 @@ class SimController:
                 return None, None
             job = obs.attempt(1, pods)
             keep = pods - lost
+            replacements = tuple(unplaced(job, pods + i, -60.0) for i in range(lost))
             snapshot = obs.snapshot(0.0, obj=obs.sized(pods, None), job=job,
-                                    pods=tuple(worker(job, i, disrupted=i >= keep) for i in range(pods)))
+                                    pods=(*(worker(job, i, disrupted=i >= keep) for i in range(pods)), *replacements))
             plan = self._decide("shrink", obs, snapshot)
             if _sizing(plan).get("size") != keep:
                 return None, None

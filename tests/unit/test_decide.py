@@ -194,33 +194,43 @@ def test_kueue_owned_job_is_created_once_suspended_and_never_applied():
     assert (again.status["gang"]["state"], again.status["gang"]["reason"]) == ("Waiting", "WaitingForQuota")
 
 
-def test_elastic_shrinks_on_a_lost_worker_and_looks_again_soon():
+def unplaced(index: int) -> dict:
+    """A pod of the node Job that has found no node for a minute (a lost worker's replacement)."""
+    waiting = pod(index, node=None, phase="Pending")
+    waiting["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                        "lastTransitionTime": "2026-11-23T11:59:00Z"}]
+    return waiting
+
+
+def test_elastic_shrinks_when_a_lost_workers_replacement_finds_no_node_and_looks_again_soon():
     tj = trainjob(nodes=4, elastic={"minNodes": 2, "maxNodes": 4})
     job = child(parallelism=4)
-    pods = (pod(0), pod(1), pod(2), pod(3, disrupted=True))
-    plan = decide(snap(tj, node_job=job, pods=pods))
+    lost = (pod(0), pod(1), pod(2), pod(3, disrupted=True))
+    waits = decide(snap(tj, node_job=job, pods=lost))
+    assert not [a for a in waits.of(Apply) if a.resource == JOBS and a.obj["spec"]["parallelism"] != 4], \
+        "the Job controller replaces it at once (a fresh index): no shrink before the replacement is refused"
+    plan = decide(snap(tj, node_job=job, pods=(*lost, unplaced(4))))
     applied = next(a.obj for a in plan.of(Apply) if a.resource == JOBS)
-    assert applied["spec"]["parallelism"] == 3
+    assert applied["spec"]["parallelism"] == 3 and applied["spec"]["completions"] == 1_000
     assert plan.status["elastic"]["lastResizeReason"] == "NodeLost"
     assert plan.status["elastic"]["size"] == 3 and plan.status["elastic"]["currentNodes"] == 3
     assert [e.reason for e in plan.of(Event)] == ["Resized"]
     assert plan.requeue_after is not None
-    assert plan.hints is not None and "llm-node-0-3" not in plan.hints[1], "the shrink accounts for the lost pod"
     assert any(a.resource == PODS for a in plan.of(Create)), "an elastic job gets its rendezvous store"
 
 
-def test_elastic_lost_worker_gone_from_the_cache_still_shrinks_from_the_hint():
+def test_elastic_lost_worker_gone_from_the_cache_still_names_the_cause_from_the_hint():
     """A lost node's pod is deleted within seconds: the disruption seen on an earlier pass is the
-    only trace, and it enters decide through the snapshot."""
+    only trace, and it enters decide through the snapshot; the shrink accounts for it."""
     tj = trainjob(nodes=4, elastic={"minNodes": 2, "maxNodes": 4})
-    seen = decide(snap(tj, node_job=child(parallelism=4), pods=(pod(0), pod(1), pod(2), pod(3, disrupted=True)),
-                       groups={"coscheduling": None}))
-    without = decide(snap(tj, node_job=child(parallelism=4), pods=(pod(0), pod(1), pod(2))))
+    survivors = (pod(0), pod(1), pod(2), unplaced(4))
+    without = decide(snap(tj, node_job=child(parallelism=4), pods=survivors))
     hint = {"llm-node-0-3": PodFailure.from_pod(pod(3, disrupted=True))}
-    gone = decide(snap(tj, node_job=child(parallelism=4), pods=(pod(0), pod(1), pod(2)), disruptions=hint))
-    assert seen.status["elastic"]["size"] == gone.status["elastic"]["size"] == 3
+    gone = decide(snap(tj, node_job=child(parallelism=4), pods=survivors, disruptions=hint))
+    assert without.status["elastic"]["size"] == gone.status["elastic"]["size"] == 3
     assert gone.status["elastic"]["lastResizeReason"] == "NodeLost"
-    assert without.status["elastic"].get("lastResizeReason") is None, "no hint, no pod: nothing to shrink for yet"
+    assert without.status["elastic"]["lastResizeReason"] == "Unschedulable", "no hint: only the refused pod is seen"
+    assert gone.hints is not None and "llm-node-0-3" not in gone.hints[1], "the shrink accounts for the lost pod"
 
 
 def test_quota_held_job_is_suspended_and_waits_for_quota():

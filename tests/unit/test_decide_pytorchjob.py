@@ -322,18 +322,23 @@ def test_a_worker_whose_replacement_finds_no_node_is_cut_and_recorded_alone():
     # the next pass applies the Worker Job at the recorded size
     after = dp.decide(snap(elastic_job(memo), jobs=(child("ddp-master", "m1"), worker_job(4)), pods=(*running, waiting)))
     spec = worker_apply(after)["spec"]
-    assert spec["parallelism"] == spec["completions"] == 3
+    assert (spec["parallelism"], spec["completions"], spec["backoffLimitPerIndex"]) == (3, 1_000, 0)
     assert after.requeue_after == dp.ELASTIC_RECHECK_SECONDS, "short of its replicas: it looks again soon"
 
 
-def test_a_lost_worker_is_cut_at_once_never_below_min_replicas():
+def test_a_lost_worker_is_cut_when_its_replacement_finds_no_node_never_below_min_replicas():
     lost = worker(3, disrupted=True)
-    plan = dp.decide(snap(elastic_job(), jobs=(worker_job(4),), pods=(*[worker(i) for i in range(3)], lost)))
+    healthy = [worker(i) for i in range(3)]
+    plan = dp.decide(snap(elastic_job(), jobs=(worker_job(4),), pods=(*healthy, lost)))
+    assert not resizes(plan), "the Job controller replaces it at once, with a fresh index"
+    refused = worker(4, node=None, phase="Pending", unschedulable_for=10)
+    plan = dp.decide(snap(elastic_job(), jobs=(worker_job(4),), pods=(*healthy, lost, refused)))
     [memo] = resizes(plan)
     assert memo["size"] == 3 and memo["lastResizeReason"] == "NodeLost"
     # at the floor: two workers left, the rest lost, nothing more is cut
     memo2 = {"size": 2, "lastShrinkTime": NOW.strftime("%Y-%m-%dT%H:%M:%SZ")}
-    plan = dp.decide(snap(elastic_job(memo2), jobs=(worker_job(2),), pods=(worker(0), worker(1, disrupted=True))))
+    plan = dp.decide(snap(elastic_job(memo2), jobs=(worker_job(2),), pods=(
+        worker(0), worker(1, disrupted=True), worker(5, node=None, phase="Pending", unschedulable_for=10))))
     assert not resizes(plan) and worker_apply(plan)["spec"]["parallelism"] == 2
 
 
@@ -435,7 +440,7 @@ def test_an_elastic_worker_only_job_runs_the_workers_it_was_admitted_with_and_ma
     assert wants.min_resources == {"cpu": 2} and (wants.nodes.min_nodes, wants.nodes.max_nodes) == (2, 4)
     plan = dp.decide(snap(obj, gate=admitted(nodes=3)))
     spec = worker_apply(plan)["spec"]
-    assert spec["parallelism"] == spec["completions"] == 3
+    assert (spec["parallelism"], spec["completions"]) == (3, 1_000)
     assert [type(i) for i in plan.gate] == [GateMayGrow]
 
 

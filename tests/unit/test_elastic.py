@@ -1,4 +1,5 @@
-"""Elastic sizing (shrink on loss without killing healthy workers, probe to grow) and the torchrun env."""
+"""Elastic sizing (shrink when workers cannot be placed, never killing healthy ones; probe to grow), the
+elastic Job's pool of indexes, and the torchrun env."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -25,7 +26,7 @@ def lost(i):
     return Worker(i, bound=True, healthy=False, lost=True)
 
 
-def test_trailing_unschedulable_indexes_are_cut_never_below_min():
+def test_workers_that_cannot_be_placed_are_cut_never_below_min():
     r = plan(4, 2, 4, [up(0), up(1), pending(2), pending(3)], T0)
     assert (r.size, r.cause, r.direction) == (2, "Unschedulable", "shrink")
     r = plan(4, 3, 4, [up(0), pending(1), pending(2), pending(3)], T0)
@@ -33,16 +34,26 @@ def test_trailing_unschedulable_indexes_are_cut_never_below_min():
 
 
 def test_lost_node_shrinks_only_when_its_replacement_cannot_be_placed():
-    assert plan(4, 2, 4, [up(0), up(1), up(2), lost(3), pending(3, since=T0)], T0) is None, "wait a moment"
-    r = plan(4, 2, 4, [up(0), up(1), up(2), lost(3), pending(3)], T0)
+    # the Job controller replaces a lost worker at once, with a pod of a fresh index
+    assert plan(4, 2, 4, [up(0), up(1), up(2), lost(3), pending(4, since=T0)], T0) is None, "wait a moment"
+    r = plan(4, 2, 4, [up(0), up(1), up(2), lost(3), pending(4)], T0)
     assert (r.size, r.cause) == (3, "NodeLost")
-    r = plan(4, 2, 4, [up(0), up(1), up(2), lost(3)], T0)
-    assert r.size == 3
+    assert plan(4, 2, 4, [up(0), up(1), up(2), lost(3)], T0) is None, "its replacement comes: no cut before it"
 
 
-def test_a_lost_low_index_never_kills_a_healthy_high_index():
-    # rank 0's node lost: its replacement waits for capacity, torchrun goes on with 1..3
-    assert plan(4, 2, 4, [lost(0), pending(0), up(1), up(2), up(3)], T0) is None
+def test_a_shrink_the_job_controller_has_not_carried_out_yet_is_not_cut_again():
+    # size 3 recorded, the Job still shows the refused pod (it goes first): nothing more to cut
+    assert plan(3, 2, 4, [up(0), up(1), up(2), pending(3)], T0) is None
+    assert plan(3, 2, 4, [up(0), up(1), pending(2), pending(3)], T0).size == 2, "one more refused: one more cut"
+    leaving = Worker(5, bound=False, healthy=False, unschedulable_since=LONG_AGO, deleting=True)
+    assert plan(3, 2, 4, [up(0), up(1), up(2), leaving], T0, last_shrink=T0) is None, "a pod being deleted counts for nothing"
+
+
+def test_a_lost_low_index_is_given_up_like_any_other():
+    # rank 0's node lost and no node for its replacement: the size drops by one; lowering parallelism
+    # makes the Job controller delete the unscheduled pod first, never one of the healthy 1..3
+    r = plan(4, 2, 4, [lost(0), pending(4), up(1), up(2), up(3)], T0)
+    assert (r.size, r.cause) == (3, "NodeLost")
 
 
 def test_grow_one_probe_at_a_time_after_the_backoff():
@@ -51,6 +62,7 @@ def test_grow_one_probe_at_a_time_after_the_backoff():
     assert plan(3, 2, 4, [up(0), up(1), up(2)], T0, last_shrink=T0 - timedelta(seconds=5)) is None
     assert plan(4, 2, 4, [up(0), up(1), up(2), up(3)], T0) is None, "at maxNodes"
     assert plan(3, 2, 4, [up(0), up(1), Worker(2, True, False, succeeded=True)], T0) is None, "finishing"
+    assert plan(3, 2, 4, [up(0), up(1), lost(2), up(7)], T0).size == 4, "a replaced worker counts as healthy"
 
 
 def elastic_job(**trainer):
@@ -76,10 +88,21 @@ def test_trainjob_override_and_elastic_job_spec():
     job = elastic_job(elasticPolicy={"minNodes": 3})
     assert (job.min_nodes, job.num_nodes) == (3, 4)
     spec = node_job(job, {"uid": "u"}, None, "s", size=3)["spec"]
-    assert spec["completions"] == spec["parallelism"] == 3
+    # a pool of indexes each tried once: a lost worker's replacement is a fresh index, never backed off
+    assert (spec["parallelism"], spec["completions"], spec["backoffLimitPerIndex"]) == (3, 1_000, 0)
+    assert spec["completionMode"] == "Indexed" and "maxFailedIndexes" not in spec
     assert spec["backoffLimit"] == ELASTIC_BACKOFF_LIMIT
     assert spec["successPolicy"] == {"rules": [{"succeededCount": 1}]}
     import pytest
     from gangctl.model.resolve import ResolveError
     with pytest.raises(ResolveError, match="minNodes"):
         elastic_job(elasticPolicy={"minNodes": 5})
+
+
+def test_the_index_pool_grows_with_max_nodes_within_the_apis_limit():
+    from gangctl.plugins.workload import elastic_job_spec
+    pools = [elastic_job_spec({}, n, 2)["completions"] for n in (4, 50, 2_000)]
+    assert pools == [1_000, 5_000, 100_000], "100 per node, at least 1,000, at most the API's 100,000"
+    spec = elastic_job_spec({"podFailurePolicy": {"rules": []}, "backoffLimit": 3}, 4, 3)
+    assert (spec["parallelism"], spec["backoffLimitPerIndex"], spec["backoffLimit"]) == (3, 0, ELASTIC_BACKOFF_LIMIT)
+    assert spec["podFailurePolicy"] == {"rules": []}, "the runtime's own rules pass through"
