@@ -135,8 +135,7 @@ async def run(settings: ClusterSettings, kubeconfig: Path, kills: int, victim: s
             await wait_for(four, 180, "4 workers training")
             pods = (await kube.get(PODS.path(NS), labelSelector=f"jobset.sigs.k8s.io/jobset-name={NAME}"))["items"]
             running = sorted((p for p in pods if p["status"].get("phase") == "Running"
-                              and not p["metadata"].get("deletionTimestamp")),
-                             key=lambda p: int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]))
+                              and not p["metadata"].get("deletionTimestamp")), key=_index)
             # a lost worker's replacement gets a fresh index: "index0" is the lowest index running
             target = running[0 if victim == "index0" else k % len(running)]
             node = target["spec"]["nodeName"]
@@ -159,7 +158,7 @@ async def run(settings: ClusterSettings, kubeconfig: Path, kills: int, victim: s
                 return next((t for _, w, t in await logs.steps() if w == 4 and t > first), None)
             back = await wait_for(regrown, 180, "4 workers again")
             await kube.delete(NODES.path(name=node))
-            r = {"kill": k + 1, "index": int(lose), "step": step, "detect": failed - killed, "rdzv": rdzv - failed,
+            r = {"kill": k + 1, "index": _index(target), "step": step, "detect": failed - killed, "rdzv": rdzv - failed,
                  "start": first - rdzv, "total": first - killed, "regrow": back - grow}
             r["default_estimate"] = r["detect"] + r["start"] + max(r["rdzv"], DEFAULT_EXTRA)
             say(" ".join(f"{key}={v:.1f}" if isinstance(v, float) else f"{key}={v}" for key, v in r.items()))
@@ -171,6 +170,10 @@ async def run(settings: ClusterSettings, kubeconfig: Path, kills: int, victim: s
         launch.stop(settings.cluster_name, state)
         shutil.rmtree(ckpt, ignore_errors=True)
     return rounds
+
+
+def _index(pod: dict) -> int:
+    return int(pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
 
 
 def main() -> int:

@@ -75,7 +75,7 @@ BENCHMARKS: dict[str, Benchmark] = {b.script.removesuffix(".py"): b for b in (
               "fresh local cluster of 100 KWOK nodes × 8 GPUs.", _CONTROLLER),
     Benchmark("elastic_recovery.py", "Elastic recovery on real node loss",
               "An elastic TrainJob (min 2, max 4 process nodes, `examples/elastic/train.py`): each round "
-              "SIGKILLs the agent of the node hosting rank 0 and reads the pods' logs: detect, rendezvous, "
+              "SIGKILLs the agent of the node hosting the lowest running index and reads the pods' logs: detect, rendezvous, "
               "workers restarted, total (kill → first step with 3 workers), regrow (new node → 4 workers); "
               "`default_estimate` is the same round with torchrun's default keep-alive and last call.",
               (*_CONTROLLER, "gangctl/nodeagent", "gangctl/trainer_progress.py", "examples/elastic")),
