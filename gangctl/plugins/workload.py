@@ -87,11 +87,15 @@ ELASTIC_INDEXES_PER_NODE = 100
 MAX_INDEXES = 100_000   # completions above this with backoffLimitPerIndex need further limits
 
 
-def elastic_job_spec(user_spec: dict, max_nodes: int, size: int) -> dict:
-    """The batch/v1 fields of an elastic Job of `size` workers (at most `max_nodes`)."""
+def elastic_job_spec(user_spec: dict, max_nodes: int, size: int, pooled: bool = True) -> dict:
+    """The batch/v1 fields of an elastic Job of `size` workers (at most `max_nodes`). `pooled` False:
+    the shape of a Job an older gangctl made (completions = parallelism, no backoffLimitPerIndex, which
+    is immutable), kept for that Job's life so an upgrade never makes its Job unappliable."""
     pool = min(MAX_INDEXES, max(1_000, ELASTIC_INDEXES_PER_NODE * max_nodes))
-    spec = {**copy.deepcopy(user_spec), "backoffLimit": ELASTIC_BACKOFF_LIMIT, "backoffLimitPerIndex": 0,
-            "completionMode": "Indexed", "completions": pool, "parallelism": size}
+    spec = {**copy.deepcopy(user_spec), "backoffLimit": ELASTIC_BACKOFF_LIMIT, "completionMode": "Indexed",
+            "completions": size, "parallelism": size}
+    if pooled:
+        spec.update({"backoffLimitPerIndex": 0, "completions": pool})
     spec.setdefault("successPolicy", copy.deepcopy(ELASTIC_SUCCESS_POLICY))
     return spec
 
@@ -118,10 +122,16 @@ def _set_up_trainer(spec: dict, job: ResolvedJob) -> None:
             container.update(IN_PLACE_RESTART)
 
 
+def pooled(observed: dict | None) -> bool:
+    """Whether an elastic Job is (to be) made with the pool of indexes: a new one, or one made so."""
+    return observed is None or "backoffLimitPerIndex" in (observed.get("spec") or {})
+
+
 def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, scheduler_name: str,
-             size: int | None = None, gang: Gang | None = None, progress_url: str | None = None) -> dict:
+             size: int | None = None, gang: Gang | None = None, progress_url: str | None = None,
+             pooled: bool = True) -> dict:
     """The Indexed Job; `size` is an elastic job's current parallelism (default: max; its completions
-    are a pool of indexes, `elastic_job_spec`).
+    are a pool of indexes, `elastic_job_spec`; `pooled` False for a Job made before the pool).
 
     With `progress_url` (the controller's status endpoint), every container may report training
     progress (gangctl.model.progress).
@@ -144,7 +154,7 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
 
     nodes = size or job.num_nodes
     if job.elastic:
-        job_spec = elastic_job_spec(job.job_spec, job.num_nodes, nodes)
+        job_spec = elastic_job_spec(job.job_spec, job.num_nodes, nodes, pooled)
     else:
         job_spec = {"backoffLimit": 0, **copy.deepcopy(job.job_spec), "completionMode": "Indexed",
                     "completions": nodes, "parallelism": nodes}

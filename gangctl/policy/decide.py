@@ -30,7 +30,8 @@ from gangctl.model.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, chi
 from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.torch import STORE_ROLE as TORCH_STORE_ROLE
 from gangctl.plugins.torch import rendezvous_store
-from gangctl.plugins.workload import claims, headless_service, node_job, owner_reference, step_job, with_spec_hash
+from gangctl.plugins.workload import (claims, headless_service, node_job, owner_reference, pooled, step_job,
+                                      with_spec_hash)
 from gangctl.policy import elastic, ownership
 from gangctl.model import jobset, progress
 from gangctl.policy import status as st
@@ -788,7 +789,7 @@ def _converge(s: Snapshot, plan: Plan, job: ResolvedJob, backend, gang: Gang, qu
     if first and progress_url and s.progress is not None:
         steps.append(Create(CONFIGMAPS, progress.config_map(job.namespace, job.name, s.progress.ca_pem, owner),
                             cached=False))
-    desired = node_job(job, owner, backend, s.scheduler_name, size, gang, progress_url)
+    desired = node_job(job, owner, backend, s.scheduler_name, size, gang, progress_url, pooled(observed))
     after = observed
     if not kueue_owned:
         steps += ensure(JOBS, observed, desired, first)

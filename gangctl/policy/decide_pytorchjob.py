@@ -43,7 +43,7 @@ from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, SERVICES
 from gangctl.plugins import base
 from gangctl.model.names import MANAGED_BY, MANAGER
 from gangctl.plugins.registry import BACKENDS, backend_for
-from gangctl.plugins.workload import (ELASTIC_BACKOFF_LIMIT, elastic_job_spec, gang_pod,
+from gangctl.plugins.workload import (elastic_job_spec, gang_pod, pooled,
                                       owner_reference, with_spec_hash)
 from gangctl.policy import elastic, ownership, placement
 from gangctl.policy import pytorchjob as pj
@@ -352,10 +352,11 @@ def _carry_out(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, restarts: Res
 
 # --- the running job ----------------------------------------------------------------------------
 def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str, size: int | None = None,
-              gang: Gang | None = None) -> dict:
+              gang: Gang | None = None, observed: dict | None = None) -> dict:
     """The Indexed Job of one replica type: pod i's hostname is `<job>-<type>-<i>`, as v1's pod name.
     `size`: an elastic Worker Job's current size (its parallelism; its completions are a pool of indexes);
-    `gang`: the job's gang, for the backend's Job labels and annotations (Kueue's queue name)."""
+    `gang`: the job's gang, for the backend's Job labels and annotations (Kueue's queue name);
+    `observed`: the Job as it is (one made before the pool of indexes keeps its shape)."""
     job = group.job
     size = job.num_nodes if size is None else size
     template = copy.deepcopy(job.pod_template)
@@ -365,7 +366,7 @@ def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str,
     spec = template["spec"]
     gang_pod(meta, spec, labels, annotations, job, backend, scheduler_name)
     if job.elastic:
-        job_spec = elastic_job_spec(job.job_spec, job.num_nodes, size)
+        job_spec = elastic_job_spec(job.job_spec, job.num_nodes, size, pooled(observed))
     else:
         job_spec = {"backoffLimit": 0, **copy.deepcopy(job.job_spec), "completionMode": "Indexed",
                     "completions": size, "parallelism": size}
@@ -496,7 +497,7 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
             continue   # made once: Kueue owns its suspend (and, admitting part of it, its parallelism)
         steps += ensure(JOBS, current[group.child_name],
                          child_job(group, owner, backend, s.scheduler_name, size if group is workers else None,
-                                   gang.gang()))
+                                   gang.gang(), current[group.child_name]))
     for pod in _attempt_pods(s, current):
         stamp = pj.pod_stamp(job, pod)
         if stamp is not None and not pod["metadata"].get("deletionTimestamp"):

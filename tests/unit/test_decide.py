@@ -205,6 +205,7 @@ def unplaced(index: int) -> dict:
 def test_elastic_shrinks_when_a_lost_workers_replacement_finds_no_node_and_looks_again_soon():
     tj = trainjob(nodes=4, elastic={"minNodes": 2, "maxNodes": 4})
     job = child(parallelism=4)
+    job["spec"]["backoffLimitPerIndex"] = 0   # made with the pool of indexes
     lost = (pod(0), pod(1), pod(2), pod(3, disrupted=True))
     waits = decide(snap(tj, node_job=job, pods=lost))
     assert not [a for a in waits.of(Apply) if a.resource == JOBS and a.obj["spec"]["parallelism"] != 4], \

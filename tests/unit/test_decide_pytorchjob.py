@@ -273,7 +273,7 @@ WORKERS_4 = {"minReplicas": 2, "maxReplicas": 4, "rdzvHost": "etcd", "rdzvPort":
 
 def worker_job(size: int, uid: str = "w1", failed: int = 0) -> dict:
     j = child("ddp-worker", uid)
-    j["spec"] = {"parallelism": size, "completions": size}
+    j["spec"] = {"parallelism": size, "completions": 1_000, "backoffLimitPerIndex": 0}   # the pool of indexes
     j["status"]["failed"] = failed
     return j
 

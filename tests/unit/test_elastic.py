@@ -106,3 +106,14 @@ def test_the_index_pool_grows_with_max_nodes_within_the_apis_limit():
     spec = elastic_job_spec({"podFailurePolicy": {"rules": []}, "backoffLimit": 3}, 4, 3)
     assert (spec["parallelism"], spec["backoffLimitPerIndex"], spec["backoffLimit"]) == (3, 0, ELASTIC_BACKOFF_LIMIT)
     assert spec["podFailurePolicy"] == {"rules": []}, "the runtime's own rules pass through"
+
+
+def test_a_job_made_before_the_pool_keeps_its_shape_for_its_life():
+    """backoffLimitPerIndex is immutable: an elastic Job an older gangctl made (completions = parallelism)
+    is resized in its own shape, never re-applied with the pool (the API would refuse it, every pass)."""
+    from gangctl.plugins.workload import pooled
+    job = elastic_job()
+    old = {"spec": {"completions": 4, "parallelism": 4}}
+    spec = node_job(job, {"uid": "u"}, None, "s", size=3, pooled=pooled(old))["spec"]
+    assert (spec["completions"], spec["parallelism"]) == (3, 3) and "backoffLimitPerIndex" not in spec
+    assert pooled(None) and pooled({"spec": {"backoffLimitPerIndex": 0}}), "new Jobs, and those made so, get the pool"
