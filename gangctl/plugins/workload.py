@@ -122,6 +122,16 @@ def _set_up_trainer(spec: dict, job: ResolvedJob) -> None:
             container.update(IN_PLACE_RESTART)
 
 
+def indexed_spec(job: ResolvedJob, size: int, pooled: bool = True) -> dict:
+    """The batch/v1 fields of the Indexed Job of `job` at `size` (its template and suspend aside): the
+    runtime's own fields, with an elastic job's pool of indexes (`elastic_job_spec`), else `size`
+    completions that fail on the first failure unless the runtime says otherwise."""
+    if job.elastic:
+        return elastic_job_spec(job.job_spec, job.num_nodes, size, pooled)
+    return {"backoffLimit": 0, **copy.deepcopy(job.job_spec), "completionMode": "Indexed",
+            "completions": size, "parallelism": size}
+
+
 def pooled(observed: dict | None) -> bool:
     """Whether an elastic Job is (to be) made with the pool of indexes: a new one, or one made so."""
     return observed is None or "backoffLimitPerIndex" in (observed.get("spec") or {})
@@ -153,12 +163,8 @@ def node_job(job: ResolvedJob, owner: dict, backend: GangBackend | None, schedul
         progress.inject(spec, progress_url, job.namespace, job.name)
 
     nodes = size or job.num_nodes
-    if job.elastic:
-        job_spec = elastic_job_spec(job.job_spec, job.num_nodes, nodes, pooled)
-    else:
-        job_spec = {"backoffLimit": 0, **copy.deepcopy(job.job_spec), "completionMode": "Indexed",
-                    "completions": nodes, "parallelism": nodes}
-    job_spec.update({"suspend": job.suspend or base.controls_suspend(backend), "template": template})
+    job_spec = {**indexed_spec(job, nodes, pooled), "suspend": job.suspend or base.controls_suspend(backend),
+                "template": template}
     # The runtime's (and its runtimePatches') Job labels and annotations; gangctl's own win.
     metadata = {
         "name": child_job_name(job.name, NODE_JOB),

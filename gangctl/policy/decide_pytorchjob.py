@@ -43,7 +43,7 @@ from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, SERVICES
 from gangctl.plugins import base
 from gangctl.model.names import MANAGED_BY, MANAGER
 from gangctl.plugins.registry import BACKENDS, backend_for
-from gangctl.plugins.workload import (elastic_job_spec, gang_pod, pooled,
+from gangctl.plugins.workload import (gang_pod, indexed_spec, pooled,
                                       owner_reference, with_spec_hash)
 from gangctl.policy import elastic, ownership, placement
 from gangctl.policy import pytorchjob as pj
@@ -365,11 +365,7 @@ def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str,
     annotations = dict(meta.get("annotations") or {})
     spec = template["spec"]
     gang_pod(meta, spec, labels, annotations, job, backend, scheduler_name)
-    if job.elastic:
-        job_spec = elastic_job_spec(job.job_spec, job.num_nodes, size, pooled(observed))
-    else:
-        job_spec = {"backoffLimit": 0, **copy.deepcopy(job.job_spec), "completionMode": "Indexed",
-                    "completions": size, "parallelism": size}
+    job_spec = indexed_spec(job, size, pooled(observed))
     child_labels = {MANAGED_BY: MANAGER, pj.JOB_NAME: job.name, pj.REPLICA_TYPE: group.replica_type.lower()}
     metadata: dict = {"name": group.child_name, "namespace": job.namespace, "labels": child_labels,
                       "ownerReferences": [owner]}
