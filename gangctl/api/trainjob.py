@@ -427,6 +427,9 @@ class LastFailure(K8sModel):
     action: Literal["Fail", "Restart", "RestartInPlace"] | None = None
     attempt_restarts: int | None = Field(None, ge=0, description="RestartInPlace: the in-place restarts of the Job "
                                                                  "(jobUID) charged so far")
+    streak: int | None = Field(None, ge=1, description="Restart: attempts in a row that failed within 10 min of starting")
+    backoff_seconds: int | None = Field(None, ge=0, description="Restart: the next attempt is made this long after "
+                                                                "time (crash-loop pacing)")
     time: str | None = Field(None, json_schema_extra={"format": "date-time"})
 
 

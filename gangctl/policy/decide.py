@@ -35,8 +35,8 @@ from gangctl.plugins.workload import (claims, headless_service, node_job, owner_
 from gangctl.policy import elastic, ownership
 from gangctl.model import jobset, progress
 from gangctl.policy import status as st
-from gangctl.policy.failure import (PodFailure, Restarts, charge_in_place, classify, most_restarted,
-                                    parse_failure_policy)
+from gangctl.policy.failure import (PodFailure, Restarts, charge_in_place, classify, most_restarted, paced,
+                                    parse_failure_policy, recreate_wait)
 from gangctl.policy.failure import decide as judge
 from gangctl.model.gang import Gang, size_gang
 from gangctl.model.quota_plan import NodeRange
@@ -625,6 +625,8 @@ def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
     elif any((p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
              for p in s.pods if (p["metadata"].get("labels") or {}).get(REPLICATED_JOB) == NODE_JOB):
         return plan  # an old attempt's pods are still going: never two live pods for one index
+    elif (wait := recreate_wait(Restarts.from_status(_previous(s)).last_failure, s.now)) > 0:
+        return dataclasses.replace(plan, requeue_after=wait)   # a gang failing soon after it starts: paced
     elif job.elastic and quota.max_nodes < job.num_nodes:
         size = quota.max_nodes
     plan = _converge(s, plan, job, backend, gang, quota, size, resize, lost_gone)
@@ -981,7 +983,8 @@ def _failed_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.Chi
     failure = classify(reason, message, list(pods.values()))
     policy = parse_failure_policy(job.failure_policy) if job.failure_policy is not None else None
     decision = judge(policy, failure, restarts)
-    after = restarts.after(decision, failure, observed["metadata"]["name"], uid, st.timestamp(s.now))
+    after = restarts.after(decision, failure, observed["metadata"]["name"], uid, st.timestamp(s.now), ran_seconds(s, observed))
+    decision = paced(decision, after)
     status = {**previous, "restarts": after.to_status(), "restartCount": after.user}
     status["jobsStatus"] = st.derive_status(previous, [child], None, False, s.now)["jobsStatus"]
     if decision.action == "Fail":  # observed is s.node_job: _fail releases it
@@ -994,6 +997,12 @@ def _failed_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.Chi
     return Plan(steps=(WriteStatus(status), Event(kind, "Restarting", f"{decision.reason}: {decision.message}"),
                        *_delete_attempt(observed)),
                 metrics=(Metric("restarts", "inc", (decision.counter,)),), drop_hints=uid)
+
+
+def ran_seconds(s: Snapshot, child: dict) -> float:
+    """How long a child Job of the attempt has existed (how soon after it started the attempt failed)."""
+    created = child["metadata"].get("creationTimestamp")
+    return (s.now - st.parse_time(created)).total_seconds() if created else float("inf")
 
 
 def _delete_attempt(job: dict) -> list[Step]:

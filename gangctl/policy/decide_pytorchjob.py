@@ -51,10 +51,10 @@ from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store
 from gangctl.policy.decide import (Delete, Event, GateIntent, Metric, Patch, Plan, Snapshot, Step, WriteStatus,
                                    ask_gate, cache_grace_left, delete_child, ensure, ensure_store, let_go_of_store,
-                                   missing_priority_class, nudge, patch_child, place, PLACEMENT_RECHECK_SECONDS, store_pods, with_annotations,
+                                   missing_priority_class, nudge, patch_child, place, PLACEMENT_RECHECK_SECONDS, ran_seconds, store_pods, with_annotations,
                                    with_placement)
 from gangctl.policy.failure import (RESTART_IN_PLACE, Decision, PodFailure, Restarts, charge_in_place, classify,
-                                    most_restarted)
+                                    most_restarted, paced, recreate_wait)
 from gangctl.policy.failure import decide as judge
 from gangctl.model.gang import Gang
 from gangctl.model.topology import Topology
@@ -122,6 +122,8 @@ def _decide(s: Snapshot) -> Plan:
             return _judge(s, gang, group, child, failure, restarts)
     if any(c is not None and c["metadata"].get("deletionTimestamp") for c in current.values()):
         return Plan()  # a restart is under way: the deletion of the old attempt requeues us
+    if all(c is None for c in current.values()) and (wait := recreate_wait(last, s.now)) > 0:
+        return Plan(requeue_after=wait)   # a gang failing soon after it starts: paced
     for group in gang.groups:
         if current[group.child_name] is None and (
                 missing := missing_priority_class(group.job.pod_template, s.priority_classes)):
@@ -294,7 +296,8 @@ def _judge(s: Snapshot, gang: pj.PyTorchGang, group: pj.ReplicaGroup, child: dic
             if (f := PodFailure.from_pod(p, container=DEFAULT_CONTAINER)) is not None]
     found = classify(failure[0], failure[1], pods)
     decision = judge(gang.failure_policy, found, restarts, group.replica_type.lower())
-    after = restarts.after(decision, found, child["metadata"]["name"], uid, st.timestamp(s.now))
+    after = restarts.after(decision, found, child["metadata"]["name"], uid, st.timestamp(s.now), ran_seconds(s, child))
+    decision = paced(decision, after)
     metrics = (Metric("restarts", "inc", (decision.counter,)),) if decision.action == "Restart" else ()
     return Plan(steps=(_record(s, decision, after),), metrics=metrics)
 

@@ -21,7 +21,8 @@ and is never charged to the user's budget; it is counted apart (`status.restarts
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Iterable, Literal
 
 from gangctl.model.progress import STALLED   # progress reports stopped (the runtime's stall timeout)
@@ -39,6 +40,28 @@ REASON_BUDGET = "MaxRestartsExceeded"
 # containers where they are; the episode is charged like a restart, recorded with this action.
 RESTART_IN_PLACE = "RestartInPlace"
 REASON_IN_PLACE = "RestartedInPlace"
+
+# Recreating a gang that keeps failing soon after it starts is paced as the kubelet paces a
+# crash-looping container (CrashLoopBackOff's numbers): the first restart at once, then 10 s doubling
+# up to 5 min while attempts keep failing within 10 min of their start; an attempt that ran 10 min
+# starts the count again. Bounds what a crash loop costs the API and the scheduler, also where no
+# budget does (infrastructure failures, RestartJobSetAndIgnoreMaxRestarts rules).
+PACE_FIRST_SECONDS, PACE_MAX_SECONDS, PACE_RESET_SECONDS = 10, 300, 600
+
+
+def pace(streak: int) -> int:
+    """Seconds from the `streak`-th failure in a row of an attempt that failed soon after it started
+    to the next attempt."""
+    return 0 if streak <= 1 else min(PACE_MAX_SECONDS, PACE_FIRST_SECONDS * 2 ** min(streak - 2, 30))
+
+
+def recreate_wait(last_failure: dict, now: datetime) -> float:
+    """Seconds left before the next attempt after a restart judged in `last_failure` may be created."""
+    backoff = int(last_failure.get("backoffSeconds") or 0)
+    if last_failure.get("action") != "Restart" or backoff <= 0 or not last_failure.get("time"):
+        return 0.0
+    at = datetime.fromisoformat(str(last_failure["time"]).replace("Z", "+00:00"))
+    return max(0.0, backoff - (now - at).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -185,11 +208,19 @@ class Restarts:
         """The later of two views of the same counters (they only grow): guards against a stale cache."""
         return other if other is not None and other.total > self.total else self
 
-    def after(self, decision: Decision, failure: Failure, job_name: str, job_uid: str, at: str) -> Restarts:
-        """The counters once `decision` on `failure` of Job `job_uid` is recorded."""
+    def after(self, decision: Decision, failure: Failure, job_name: str, job_uid: str, at: str,
+              ran_seconds: float = float("inf")) -> Restarts:
+        """The counters once `decision` on `failure` of Job `job_uid` (which ran `ran_seconds`) is
+        recorded. A restart records how many attempts in a row failed soon after they started
+        (`streak`) and how long the next one waits (`backoffSeconds`, `pace`)."""
         grow = decision.action == "Restart"
         last = {"kind": failure.kind, "reason": failure.job_reason, "message": failure.describe(),
                 "job": job_name, "jobUID": job_uid, "action": decision.action, "time": at}
+        if grow:
+            streak = 1 if ran_seconds >= PACE_RESET_SECONDS else int(self.last_failure.get("streak") or 0) + 1
+            last["streak"] = streak
+            if pace(streak):
+                last["backoffSeconds"] = pace(streak)
         if failure.pod:
             last["pod"] = failure.pod
         if failure.exit_code is not None:
@@ -206,6 +237,16 @@ class Restarts:
         if self.last_failure:
             out["lastFailure"] = dict(self.last_failure)
         return out
+
+
+def paced(decision: Decision, after: Restarts) -> Decision:
+    """The decision's message with the wait before the next attempt, when there is one."""
+    backoff = int(after.last_failure.get("backoffSeconds") or 0)
+    if decision.action != "Restart" or not backoff:
+        return decision
+    return replace(decision, message=f"{decision.message}; next attempt in {backoff}s "
+                                     f"({after.last_failure.get('streak')} attempts in a row failed within "
+                                     f"{PACE_RESET_SECONDS // 60} min of starting)")
 
 
 def decide(policy: FailurePolicy | None, failure: Failure, restarts: Restarts,

@@ -12,10 +12,12 @@ import asyncio
 import copy
 import signal
 import uuid
+from datetime import datetime, timedelta
 
 import pytest
 
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, PODS, TRAINJOBS
+from gangctl.kube.events import CORE_EVENTS
 from gangctl.kube.client import ApiError
 from tests.integration.conftest import wait_ready
 from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, condition, eventually, get_trainjob, is_true, jobs_in,
@@ -147,6 +149,14 @@ async def test_budget_exhausted_names_the_last_failure_and_stays_sticky(kube, co
     restarts = tj["status"]["restarts"]
     assert restarts["user"] == 2 and restarts["infrastructure"] == 0, restarts
     assert tj["status"]["restartCount"] == 2
+    # The second attempt also failed soon after it started: the third was made 10 s later, not at once
+    # (crash-loop pacing), and the Event said so.
+    events = (await kube.get(CORE_EVENTS.path(namespace), fieldSelector="involvedObject.name=flaky"))["items"]
+    paced = [e for e in events if e["reason"] == "Restarting" and "next attempt in 10s" in e["message"]]
+    assert len(paced) == 1, [e["message"] for e in events]
+    said = datetime.fromisoformat((paced[0].get("eventTime") or paced[0]["lastTimestamp"]).replace("Z", "+00:00"))
+    third_failed = datetime.fromisoformat(restarts["lastFailure"]["time"].replace("Z", "+00:00"))
+    assert third_failed - said >= timedelta(seconds=10), (said, third_failed)
 
     # Deleting the children of the failed TrainJob neither recreates them nor resets the budget.
     for job in await jobs_in(kube, namespace):

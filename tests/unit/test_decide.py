@@ -447,3 +447,24 @@ def test_a_failed_initializer_fails_the_trainjob_with_its_reason_and_the_trainer
     assert cond["status"] == "True" and cond["reason"] == "BackoffLimitExceeded"
     assert "llm-dataset-initializer-0 (dataset-initializer) failed" in cond["message"]
     assert not plan.of(Apply) and not plan.of(Create)
+
+
+def test_a_second_attempt_failing_soon_after_it_started_waits_before_the_gang_is_made_again():
+    rt = runtime(failure_policy={"maxRestarts": 5})
+    once = {"restarts": {"user": 1, "infrastructure": 0, "ignored": 0,
+                         "lastFailure": {"kind": "user", "reason": "BackoffLimitExceeded", "jobUID": "job-1",
+                                         "action": "Restart", "streak": 1}}, "restartCount": 1}
+    quick = child("job-2", conditions=FAILED)
+    quick["metadata"]["creationTimestamp"] = st.timestamp(NOW - timedelta(seconds=30))
+    plan = decide(snap(trainjob(status=once), rt=rt, node_job=quick, pods=(pod(0, "job-2", phase="Failed", exit_code=1),)))
+    last = plan.status["restarts"]["lastFailure"]
+    assert (last["streak"], last["backoffSeconds"]) == (2, 10)
+    assert plan.status["gang"]["message"].endswith("next attempt in 10s (2 attempts in a row failed within 10 min of starting)")
+    assert "next attempt in 10s" in plan.of(Event)[0].message
+    # The attempt is gone: no new Job until the pace allows, and the pass comes back when it does.
+    later = NOW + timedelta(seconds=4)
+    waiting = decide(Snapshot("team-a/llm", later, trainjob(status=plan.status), runtime=rt, groups=ALL_BACKENDS))
+    assert not [a for a in waiting.of(Apply) if a.resource == JOBS] and waiting.requeue_after == 6
+    made = decide(Snapshot("team-a/llm", NOW + timedelta(seconds=10), trainjob(status=plan.status), runtime=rt,
+                           groups=ALL_BACKENDS))
+    assert [a.obj["metadata"]["name"] for a in made.of(Apply) if a.resource == JOBS] == ["llm-node-0"]

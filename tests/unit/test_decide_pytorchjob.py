@@ -560,3 +560,25 @@ def test_in_place_restarts_past_the_budget_fail_the_job_and_stop_its_pods():
     assert failed["reason"] == "PyTorchJobFailed" and "1/1 restarts used" in failed["message"], failed
     assert {(p.name, json.dumps(p.patch["spec"])) for p in plan.of(Patch) if p.resource == JOBS} == {
         ("ddp-master", '{"suspend": true}'), ("ddp-worker", '{"suspend": true}')}, "the kubelet would restart them forever"
+
+
+def test_a_second_attempt_failing_soon_after_it_started_is_paced_before_its_jobs_are_made_again():
+    obj = pytorchjob(restart="Always")   # unlimited restarts (no backoffLimit), as under v1: paced
+    obj["metadata"]["annotations"] = {dp.RESTARTS_ANNOTATION: json.dumps({
+        "user": 1, "infrastructure": 0, "ignored": 0,
+        "lastFailure": {"jobUID": "w1", "action": "Restart", "streak": 1, "time": "2026-11-23T11:58:00Z"}})}
+    worker = child("ddp-worker", "w2", failed=("BackoffLimitExceeded", ""))
+    worker["metadata"]["creationTimestamp"] = "2026-11-23T11:59:40Z"   # failed 20 s after it was made
+    plan = dp.decide(snap(obj, jobs=(child("ddp-master", "m2"), worker)))
+    counters = json.loads(plan.steps[0].patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])
+    last = counters["lastFailure"]
+    assert (last["action"], last["streak"], last["backoffSeconds"]) == ("Restart", 2, 10)
+    assert last["decisionMessage"].endswith("next attempt in 10s (2 attempts in a row failed within 10 min of starting)")
+    # Carried out (both Jobs gone): nothing is made again until the pace allows, then both Jobs are.
+    obj["metadata"]["annotations"] = plan.steps[0].patch["metadata"]["annotations"]
+    waiting = dp.decide(Snapshot("team-a/ddp", NOW + timedelta(seconds=3), obj, scheduler_name="sched",
+                                 gang_scheduler="coscheduling", groups={"coscheduling": None}))
+    assert not waiting.steps and waiting.requeue_after == 7
+    made = dp.decide(Snapshot("team-a/ddp", NOW + timedelta(seconds=10), obj, scheduler_name="sched",
+                              gang_scheduler="coscheduling", groups={"coscheduling": None}))
+    assert {a.obj["metadata"]["name"] for a in made.of(Apply) if a.resource == JOBS} == {"ddp-master", "ddp-worker"}

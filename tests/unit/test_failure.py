@@ -1,6 +1,8 @@
 """Failure classification and the JobSet-style failure/success policy decisions."""
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 from gangctl.policy import failure as f
 from gangctl.sim import objects
 
@@ -92,3 +94,25 @@ def test_success_policy():
     assert f.succeeded({"operator": "Any"}, {"node": True, "launcher": False})
     assert not f.succeeded({"operator": "All"}, {"node": True, "launcher": False})
     assert f.succeeded({"operator": "All", "targetReplicatedJobs": ["node"]}, {"node": True, "launcher": False})
+
+
+def test_a_gang_that_keeps_failing_soon_after_it_starts_is_paced_as_a_crash_loop():
+    assert [f.pace(n) for n in range(1, 8)] == [0, 10, 20, 40, 80, 160, 300]
+    assert f.pace(40) == f.PACE_MAX_SECONDS
+    user = f.Failure("user", "BackoffLimitExceeded", "", "p", 1)
+    policy = f.parse_failure_policy({"maxRestarts": 9})
+    restarts = f.Restarts()
+    backoffs = []
+    for ran in (5.0, 30.0, 60.0, f.PACE_RESET_SECONDS, 1.0):
+        d = f.decide(policy, user, restarts)
+        restarts = restarts.after(d, user, "tj-node-0", f"uid-{ran}", "2026-01-01T00:00:00Z", ran)
+        backoffs.append((restarts.last_failure["streak"], restarts.last_failure.get("backoffSeconds")))
+    # the first failure restarts at once; an attempt that ran 10 min starts the count again
+    assert backoffs == [(1, None), (2, 10), (3, 20), (1, None), (2, 10)]
+    message = f.paced(f.decide(policy, user, restarts), restarts).message
+    assert message.endswith("; next attempt in 10s (2 attempts in a row failed within 10 min of starting)")
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert f.recreate_wait(restarts.last_failure, at + timedelta(seconds=4)) == 6
+    assert f.recreate_wait(restarts.last_failure, at + timedelta(seconds=11)) == 0
+    failed = {**restarts.last_failure, "action": "Fail"}
+    assert f.recreate_wait(failed, at) == 0, "only a restart waits"
