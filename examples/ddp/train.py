@@ -12,7 +12,9 @@ sharded by DCP) to <checkpoint-dir>/step-<N>; at start the run resumes from the 
 
 Exit 0 when the all-reduced loss falls below --target, 1 if --max-steps pass first. To see a restart,
 --fail-once RANK:STEP:CODE makes that rank exit with CODE after that step, once per checkpoint
-directory (a marker file there remembers it), like a crash that a retry gets past.
+directory (a marker file there remembers it), like a crash that a retry gets past; --hang-once
+RANK:STEP makes that rank stop after that step without exiting, once, so the other ranks block in
+their next all-reduce (a hung collective: what a runtime's stall timeout is for).
 Every rank prints `step=<n> loss=<local> global_loss=<mean over ranks>` lines. Rank 0 also reports
 progress to the TrainJob's `status.trainerStatus` (`kubectl get trainjob` shows PROGRESS %) through
 the KUBEFLOW_TRAINER_STATUS_* variables gangctl, like Kubeflow Trainer v2.2+, gives trainer pods.
@@ -50,6 +52,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=int(env("LOG_EVERY", "10")))
     p.add_argument("--fail-once", default=env("FAIL_ONCE", ""), help="RANK:STEP:CODE (see above)")
+    p.add_argument("--hang-once", default=env("HANG_ONCE", ""), help="RANK:STEP (see above)")
     return p.parse_args()
 
 
@@ -64,6 +67,21 @@ def fail_once(spec: str, rank: int, step: int, root: Path) -> None:
         marker.touch()
         print(f"failing once on purpose at step {step} with exit code {code}", flush=True)
         sys.exit(code)
+
+
+def hang_once(spec: str, rank: int, step: int, root: Path) -> None:
+    """Stop for good as --hang-once says (until the pod is stopped), the first time this rank passes
+    that step for this checkpoint directory."""
+    if not spec:
+        return
+    hang_rank, hang_step = (int(part) for part in spec.split(":"))
+    marker = root / f"hung-once-rank{hang_rank}"
+    if rank == hang_rank and step == hang_step and not marker.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        print(f"hanging once on purpose after step {step}", flush=True)
+        while True:
+            time.sleep(3600)
 
 
 IN, HIDDEN = 16, 64
@@ -193,6 +211,7 @@ def main() -> int:
         if reached:
             break
         fail_once(args.fail_once, rank, step, root)
+        hang_once(args.hang_once, rank, step, root)
     took = time.monotonic() - began
     if reached:
         log(f"reached target: global_loss={global_loss:.5f} < {args.target} at step {step} ({took:.1f}s)")

@@ -24,22 +24,41 @@ MANIFEST = REPO_ROOT / "examples" / "ddp" / "trainjob.yaml"
 STEP = re.compile(r"\] step=(\d+) ")
 
 
+async def ddp_job(kube, namespace: str, process_runtime: str, runtime: str, annotations: dict[str, str],
+                  env: dict[str, str]) -> dict:
+    """examples/ddp (3 process nodes) on a TrainingRuntime `runtime`: the shipped process-node runtime
+    with `annotations` and failurePolicy.maxRestarts 2; the trainer gets `env` besides its own."""
+    shipped = await kube.get(CLUSTER_TRAINING_RUNTIMES.path(name=process_runtime))
+    rt = {"apiVersion": shipped["apiVersion"], "kind": "TrainingRuntime",
+          "metadata": {"name": runtime, "namespace": namespace, "annotations": annotations},
+          "spec": copy.deepcopy(shipped["spec"])}
+    rt["spec"]["template"]["spec"]["failurePolicy"] = {"maxRestarts": 2}
+    await kube.create(TRAINING_RUNTIMES.path(namespace), rt)
+    obj = yaml.safe_load(MANIFEST.read_text())
+    obj["metadata"]["namespace"] = namespace
+    obj["spec"]["runtimeRef"] = {"name": runtime, "kind": "TrainingRuntime"}
+    obj["spec"]["trainer"]["env"] += [{"name": k, "value": v} for k, v in env.items()]
+    return obj
+
+
+def resumed_at_step_51(kubeconfig: Path, namespace: str, pods: list[dict]) -> None:
+    """Every pod's current container resumed from the step-50 checkpoint: its first step is 51."""
+    assert pods
+    for pod in pods:
+        out = kubectl(kubeconfig, "logs", "-n", namespace, pod["metadata"]["name"]).stdout
+        assert "resumed from checkpoint" in out and "(step 50)" in out, out[-2000:]
+        steps = [int(m.group(1)) for m in map(STEP.search, out.splitlines()) if m]
+        assert steps and steps[0] == 51, steps[:5]
+
+
 def index(pod: dict) -> int:
     return int(pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
 
 
 async def test_a_rank_that_fails_once_restarts_the_gang_in_place_and_resumes(kube, namespace, kubeconfig, controller,
                                                                               process_runtime):
-    shipped = await kube.get(CLUSTER_TRAINING_RUNTIMES.path(name=process_runtime))
-    rt = {"apiVersion": shipped["apiVersion"], "kind": "TrainingRuntime",
-          "metadata": {"name": "in-place", "namespace": namespace, "annotations": {RESTART_ANNOTATION: "InPlace"}},
-          "spec": copy.deepcopy(shipped["spec"])}
-    rt["spec"]["template"]["spec"]["failurePolicy"] = {"maxRestarts": 2}
-    await kube.create(TRAINING_RUNTIMES.path(namespace), rt)
-    obj = yaml.safe_load(MANIFEST.read_text())
-    obj["metadata"]["namespace"] = namespace
-    obj["spec"]["runtimeRef"] = {"name": "in-place", "kind": "TrainingRuntime"}
-    obj["spec"]["trainer"]["env"].append({"name": "FAIL_ONCE", "value": "1:60:3"})
+    obj = await ddp_job(kube, namespace, process_runtime, "in-place", {RESTART_ANNOTATION: "InPlace"},
+                        {"FAIL_ONCE": "1:60:3"})
     name = obj["metadata"]["name"]
     ckpt = Path("/tmp/gangctl-ddp") / namespace
     try:
@@ -66,10 +85,6 @@ async def test_a_rank_that_fails_once_restarts_the_gang_in_place_and_resumes(kub
         assert {j["metadata"]["uid"] for j in await jobs_in(kube, namespace)} == jobs_before, "no second Job"
         restarted = [next(c for c in p["status"]["containerStatuses"])["restartCount"] for p in pods]
         assert restarted[1] >= 1, restarted
-        for pod in pods:   # the current container is the run after the restart: it resumed at step 50
-            out = kubectl(kubeconfig, "logs", "-n", namespace, pod["metadata"]["name"]).stdout
-            assert "resumed from checkpoint" in out and "(step 50)" in out, out[-2000:]
-            steps = [int(m.group(1)) for m in map(STEP.search, out.splitlines()) if m]
-            assert steps and steps[0] == 51, steps[:5]
+        resumed_at_step_51(kubeconfig, namespace, pods)   # the current containers: the run after the restart
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)

@@ -1,12 +1,15 @@
 """Hang detection on the real cluster (issue 38 item 2): a runtime with a stall timeout restarts a
 running TrainJob whose progress reports stop, charged as infrastructure, and fails it with reason
 Stalled once failurePolicy.maxRestarts stall restarts are used; a job that never reported is left
-alone. KWOK plays the pods; the test writes status.trainerStatus itself, as the progress endpoint
-does for a reporting pod."""
+alone. In the first test KWOK plays the pods and the test writes status.trainerStatus itself, as the
+progress endpoint does for a reporting pod; in the second, real torchrun on process nodes hangs in
+an all-reduce and reports through the endpoint."""
 from __future__ import annotations
 
 import copy
+import shutil
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,7 +17,8 @@ import yaml
 from gangctl.api.resources import TRAINING_RUNTIMES, TRAINJOBS
 from gangctl.config import REPO_ROOT
 from gangctl.model.progress import STALL_TIMEOUT_ANNOTATION
-from tests.integration.helpers import eventually, get_trainjob, is_running, is_true, submit, trainjob
+from tests.integration.helpers import eventually, get_trainjob, is_running, is_true, pods_of, submit, trainjob
+from tests.integration.test_in_place import ddp_job, resumed_at_step_51
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -63,3 +67,47 @@ async def test_a_job_whose_reports_stop_is_restarted_then_failed_and_a_silent_on
 
     silent = await get_trainjob(kube, namespace, "silent")
     assert is_running(silent) and not (silent["status"].get("restarts") or {}).get("infrastructure"), silent["status"]
+
+
+HANG_TIMEOUT = 30   # beyond a restarted attempt's start (three ranks importing torch on 2 cores)
+
+
+async def test_a_rank_hung_in_an_all_reduce_is_detected_restarted_and_the_run_resumes(kube, namespace, kubeconfig,
+                                                                                        controller, process_runtime):
+    """examples/ddp, 3 nodes, real torchrun: rank 1 stops after step 60 (once), so ranks 0 and 2 block
+    in the next all-reduce and rank 0's progress reports stop. gangctl restarts the gang within the
+    stall timeout (reason Stalled, charged as infrastructure); the new attempt resumes from the step-50
+    checkpoint and completes."""
+    obj = await ddp_job(kube, namespace, process_runtime, "hangs", {STALL_TIMEOUT_ANNOTATION: f"{HANG_TIMEOUT}s"},
+                        {"HANG_ONCE": "1:60"})
+    name = obj["metadata"]["name"]
+    ckpt = Path("/tmp/gangctl-ddp") / namespace
+    try:
+        await submit(kube, obj)
+        marker = ckpt / name / "hung-once-rank1"
+
+        async def hung() -> bool:
+            return marker.exists()
+        await eventually(hung, 150, "rank 1 hung after step 60", interval=0.5)
+        hung_at = marker.stat().st_mtime
+        first = {p["metadata"]["uid"] for p in await pods_of(kube, namespace, name)}
+
+        async def complete() -> bool:
+            tj = await get_trainjob(kube, namespace, name)
+            assert not is_true(tj, "Failed"), tj.get("status")
+            return is_true(tj, "Complete")
+        await eventually(complete, 300, "the TrainJob Complete after its stall restart", interval=0.5)
+
+        status = (await get_trainjob(kube, namespace, name))["status"]
+        restarts = status["restarts"]
+        assert (restarts["user"], restarts["infrastructure"], restarts.get("stalled")) == (0, 1, 1), restarts
+        last = restarts["lastFailure"]
+        assert (last["kind"], last["reason"]) == ("infrastructure", "Stalled"), last
+        judged = datetime.fromisoformat(last["time"].replace("Z", "+00:00")).timestamp()
+        # the last report came at most ~2 s before the hang (rank 0 reports every 2 s); timestamps are to the second
+        assert HANG_TIMEOUT - 3 <= judged - hung_at <= HANG_TIMEOUT + 15, judged - hung_at
+        pods = await pods_of(kube, namespace, name)
+        assert pods and not first & {p["metadata"]["uid"] for p in pods}, "the gang was made anew"
+        resumed_at_step_51(kubeconfig, namespace, pods)
+    finally:
+        shutil.rmtree(ckpt, ignore_errors=True)
