@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/scale.py --only gangctl --json /tmp/scale.json   # one side (the JSON is merged)
     .venv/bin/python benchmarks/scale.py --report /tmp/scale.json                # tables, ratios, goals
     .venv/bin/python benchmarks/scale.py --gpu-nodes 200 --p1-pods 64 --p2-jobs 50 --p3-pods 2000   # small
+    .venv/bin/python benchmarks/scale.py --scenarios p4 --rounds 1 --json /tmp/p4.json   # recovery only
 
 Each side runs in a cluster of its own (`gangctl-bench-scale-gangctl`, `gangctl-bench-scale-trainer`:
 the pinned kube-apiserver, kube-controller-manager, Coscheduling scheduler, etcd, KWOK GPU nodes), one
@@ -17,6 +18,14 @@ scenario after the other, and the cluster is deleted at the end (`--keep` leaves
 - **P2** `--p2-jobs` TrainJobs x `--p2-nodes` pods (1 GPU each) submitted in a burst: first create ->
   every child Job created (the throughput figure), and -> every pod Ready (from the Jobs'
   status.ready), if that comes within `--p2-settle` seconds.
+- **P4** recovery (issue 38): `--p4-rounds` times, a fresh TrainJob of `--p1-pods` pods (8 GPUs each)
+  runs with every pod Running; then one of its pods fails (KWOK's `pod-container-running-failed`
+  stage, exit code 1; both runtimes have `failurePolicy.maxRestarts: 3`, node Jobs with
+  `backoffLimit: 0` and pods with a 2 s termination grace, so a failed pod fails the attempt and the
+  gang is recreated: gangctl deletes its
+  node Job and makes it again, Trainer's JobSet restarts its Jobs). Time from the pod seen Failed
+  to every pod of the new attempt Running, and to the new attempt's first pod created. Each round's
+  job is deleted (and its pods gone) before the next, so every failure is a first failure.
 - **P3** cold start: the controller is stopped and started again, twice: with what P1 and P2
   left, and after filler pods bring the cluster to `--p3-pods` pods (created directly with a
   nodeName, so KWOK runs them without the scheduler; gangctl's pod template without the GPU request,
@@ -63,7 +72,7 @@ from benchmarks.local import controller, own_cluster  # noqa: E402
 from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, JOBS, NAMESPACES, NODES, POD_GROUPS, PODS,  # noqa: E402
                                    SERVICES, TRAINJOBS)
 from gangctl.cluster import lifecycle, setup  # noqa: E402
-from gangctl.harness import peer, results as published, rounds  # noqa: E402
+from gangctl.harness import chaos, peer, results as published, rounds  # noqa: E402
 from gangctl.cluster.local import LocalCluster, coscheduling_crd  # noqa: E402
 from gangctl.config import ClusterSettings  # noqa: E402
 from gangctl.kube.client import ApiError, Kube  # noqa: E402
@@ -78,6 +87,7 @@ from gangctl.processes import ControllerProcess  # noqa: E402
 RUNTIME = "torch-kwok-gpu"
 BENCH_AGENT = "gangctl-scale-bench"
 SCHEDULER = "scheduler-plugins-scheduler"
+TERMINATION_GRACE = 2   # P4's pods: see `restarting`
 STATE = Path("/tmp/gangctl-bench-scale")
 say = cp.say
 
@@ -149,10 +159,26 @@ def make_cluster(args: argparse.Namespace, side: str) -> Callable[[ClusterSettin
         asyncio.run(make_nodes(cluster.kubeconfig, args.gpu_nodes, args.gpus_per_node))
         if side == "peer":
             peer.start(settings, cluster.kubeconfig, say, progress=cp.build_progress)
-            asyncio.run(cp.apply_runtime(cluster.kubeconfig, cp.with_kwok_delay(peer.runtime(settings.integrations_dir, name=RUNTIME))))
+            asyncio.run(cp.apply_runtime(cluster.kubeconfig, restarting(cp.with_kwok_delay(
+                peer.runtime(settings.integrations_dir, name=RUNTIME)))))
         say(f"cluster {settings.cluster_name} ready with {args.gpu_nodes} GPU nodes in {time.monotonic() - started:.0f} s")
         return cluster
     return make
+
+
+def restarting(runtime: dict) -> dict:
+    """The runtime whose gang is recreated when a pod fails (P4): node Jobs with backoffLimit 0 (a failed
+    pod fails the attempt, not replaced by the Job controller), failurePolicy.maxRestarts 3, and pods
+    with a 2 s termination grace (a trainer that exits on SIGTERM; KWOK removes a deleted pod at a
+    random moment within its grace, 30 s by default, which would otherwise be most of what P4 measures).
+    Inert for P1-P3, where no pod fails."""
+    runtime = copy.deepcopy(runtime)
+    spec = runtime["spec"]["template"]["spec"]
+    spec["failurePolicy"] = {"maxRestarts": 3}
+    for job in spec["replicatedJobs"]:
+        job["template"]["spec"]["backoffLimit"] = 0
+        job["template"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = TERMINATION_GRACE
+    return runtime
 
 
 async def install_gangctl(settings: ClusterSettings) -> None:
@@ -161,7 +187,7 @@ async def install_gangctl(settings: ClusterSettings) -> None:
         crds = setup.load_manifests(settings.deploy_dir / "crds") + [coscheduling_crd(settings.integrations_dir)]
         await setup.install_crds(kube, crds)
         rt = next(d for d in setup.load_manifests(settings.deploy_dir / "runtimes") if d["metadata"]["name"] == RUNTIME)
-        await kube.apply(CLUSTER_TRAINING_RUNTIMES.path(name=RUNTIME), cp.with_kwok_delay(rt), setup.FIELD_MANAGER)
+        await kube.apply(CLUSTER_TRAINING_RUNTIMES.path(name=RUNTIME), restarting(cp.with_kwok_delay(rt)), setup.FIELD_MANAGER)
     finally:
         await kube.close()
 
@@ -404,6 +430,78 @@ async def p1(kubeconfig: Path, side: str, ns: str, pods: int, gpus: int, procs: 
         return result | {"window_seconds_to_end": round(t_end - t0, 2)}
     finally:
         await kube.close()
+
+
+# ---------- P4: recovery of a big gang from one failed pod -------------------------------------
+
+async def p4(kubeconfig: Path, side: str, ns: str, pods: int, gpus: int, repeats: int, timeout: float) -> dict:
+    kube = await BenchKube.connect(kubeconfig)
+    try:
+        await ensure_namespace(kube, ns)
+        runs = []
+        for r in range(repeats):
+            runs.append(await _recover_once(kube, ns, f"rec-{r}", pods, gpus, timeout))
+            say(f"P4 {side} round {r + 1}/{repeats}: {runs[-1]}")
+        done = [x for x in runs if x.get("all_running_s") is not None]
+        return {"scenario": "P4", "side": side, "pods": pods, "runs": runs,
+                "all_running_s": rounds.summary([x["all_running_s"] for x in done]) if done else None}
+    finally:
+        await kube.close()
+
+
+async def _recover_once(kube: Kube, ns: str, name: str, pods: int, gpus: int, timeout: float) -> dict:
+    """One TrainJob up, one pod failed, the time until every pod of the next attempt runs; the job gone."""
+    running: dict[str, bool] = {}
+    made: dict[str, float] = {}
+    failed_at: list[float] = []
+    victim: list[str] = []
+    stop = asyncio.Event()
+
+    def on_pod(ev: dict) -> None:
+        obj, now = ev["object"], time.monotonic()
+        uid, phase = obj["metadata"]["uid"], (obj.get("status") or {}).get("phase")
+        made.setdefault(uid, now)
+        if ev["type"] == "DELETED":
+            running.pop(uid, None)
+            return
+        running[uid] = phase == "Running" and not obj["metadata"].get("deletionTimestamp")
+        if victim and obj["metadata"]["name"] == victim[0] and phase == "Failed" and not failed_at:
+            failed_at.append(now)
+
+    watcher = asyncio.create_task(watch_loop(kube, PODS.path(namespace=ns), on_pod, stop))
+    try:
+        await asyncio.sleep(0.5)
+        await kube.create(TRAINJOBS.path(namespace=ns), trainjob(ns, name, pods, gpus))
+        if not await wait_until(lambda: sum(running.values()) >= pods, timeout,
+                                lambda: f"{sum(running.values())}/{pods} pods Running", [watcher]):
+            return {"error": "the first attempt never ran"}
+        first = set(made)   # every pod of the first attempt (and any replaced before it ran whole)
+        listed = (await kube.get(PODS.path(namespace=ns), limit=1))["items"]   # the round's job is the only one
+        victim.append(listed[0]["metadata"]["name"])
+        await kube.merge_patch(PODS.path(ns, victim[0]), {"metadata": {
+            "labels": {chaos.FAIL_LABEL: "true"},
+            "annotations": {chaos.FAIL_DELAY: "0s", chaos.FAIL_JITTER: "1s", chaos.FAIL_EXIT_CODE: "1"}}})
+
+        def recovered() -> bool:
+            return bool(failed_at) and sum(v for u, v in running.items() if u not in first) >= pods
+        ok = await wait_until(recovered, timeout, lambda: f"failed: {bool(failed_at)}, "
+                              f"{sum(v for u, v in running.items() if u not in first)}/{pods} new pods Running", [watcher])
+        end = time.monotonic()
+        new = [t for u, t in made.items() if u not in first]
+        result = {"timed_out": not ok,
+                  "all_running_s": round(end - failed_at[0], 2) if ok else None,
+                  "first_new_pod_s": round(min(new) - failed_at[0], 2) if new and failed_at else None}
+    finally:
+        stop.set()
+        watcher.cancel()
+    await kube.delete(TRAINJOBS.path(ns, name), propagation="Foreground")
+
+    async def gone() -> bool:
+        return not (await kube.get(PODS.path(namespace=ns), limit=1))["items"]
+    deadline = time.monotonic() + timeout
+    while not await gone() and time.monotonic() < deadline:
+        await asyncio.sleep(1)
+    return result
 
 
 def floor_objects(trainjob: dict, runtime: dict) -> list[tuple]:
@@ -908,6 +1006,9 @@ def run_side(args: argparse.Namespace, side: str, save: Callable[[str, dict], No
             if "p1" in scen:
                 save("p1", asyncio.run(p1(cluster.kubeconfig, side, "bench-p1", args.p1_pods, args.p1_gpus,
                                           procs, cpids, audit, args.timeout)))
+            if "p4" in scen:
+                save("p4", asyncio.run(p4(cluster.kubeconfig, side, "bench-p4", args.p1_pods, args.p1_gpus,
+                                          args.p4_rounds, args.timeout)))
             if "p2" in scen:
                 save("p2", asyncio.run(p2(cluster.kubeconfig, side, "bench-p2", args.p2_jobs, args.p2_nodes,
                                           args.p2_concurrency, procs, cpids, audit, args.timeout, args.p2_settle)))
@@ -1103,7 +1204,8 @@ def median_rows(round_data: list[dict]) -> tuple[list[str], list[list]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenarios", default="p1,p2,p3", help="comma-separated: p1, p2, p3 (in this order)")
+    ap.add_argument("--scenarios", default="p1,p2,p3", help="comma-separated: p1, p4, p2, p3 (run in this order)")
+    ap.add_argument("--p4-rounds", type=int, default=3, help="P4: recoveries, each of a fresh TrainJob")
     ap.add_argument("--only", choices=["gangctl", "peer"], help="run one side only")
     ap.add_argument("--gpu-nodes", type=int, default=5000)
     ap.add_argument("--gpus-per-node", type=int, default=8)
