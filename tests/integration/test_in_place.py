@@ -41,6 +41,16 @@ async def ddp_job(kube, namespace: str, process_runtime: str, runtime: str, anno
     return obj
 
 
+async def completes(kube, namespace: str, name: str, timeout: float, what: str) -> dict:
+    """Wait until the TrainJob is Complete, never Failed on the way; its status then."""
+    async def complete() -> bool:
+        tj = await get_trainjob(kube, namespace, name)
+        assert not is_true(tj, "Failed"), tj.get("status")
+        return is_true(tj, "Complete")
+    await eventually(complete, timeout, f"the TrainJob Complete {what}", interval=0.5)
+    return (await get_trainjob(kube, namespace, name))["status"]
+
+
 def resumed_at_step_51(kubeconfig: Path, namespace: str, pods: list[dict]) -> None:
     """Every pod's current container resumed from the step-50 checkpoint: its first step is 51."""
     assert pods
@@ -70,13 +80,7 @@ async def test_a_rank_that_fails_once_restarts_the_gang_in_place_and_resumes(kub
         before = {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in await pods_of(kube, namespace, name)}
         jobs_before = {j["metadata"]["uid"] for j in await jobs_in(kube, namespace)}
 
-        async def complete() -> bool:
-            tj = await get_trainjob(kube, namespace, name)
-            assert not is_true(tj, "Failed"), tj.get("status")
-            return is_true(tj, "Complete")
-        await eventually(complete, 240, "the TrainJob Complete after its in-place restart", interval=0.5)
-
-        status = (await get_trainjob(kube, namespace, name))["status"]
+        status = await completes(kube, namespace, name, 240, "after its in-place restart")
         assert status["restarts"]["user"] == 1 and status["restarts"]["infrastructure"] == 0, status["restarts"]
         last = status["restarts"]["lastFailure"]
         assert (last["action"], last["reason"], last["attemptRestarts"]) == ("RestartInPlace", "RestartedInPlace", 1), last

@@ -18,7 +18,7 @@ from gangctl.api.resources import TRAINING_RUNTIMES, TRAINJOBS
 from gangctl.config import REPO_ROOT
 from gangctl.model.progress import STALL_TIMEOUT_ANNOTATION
 from tests.integration.helpers import eventually, get_trainjob, is_running, is_true, pods_of, submit, trainjob
-from tests.integration.test_in_place import ddp_job, resumed_at_step_51
+from tests.integration.test_in_place import completes, ddp_job, resumed_at_step_51
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -92,13 +92,7 @@ async def test_a_rank_hung_in_an_all_reduce_is_detected_restarted_and_the_run_re
         hung_at = marker.stat().st_mtime
         first = {p["metadata"]["uid"] for p in await pods_of(kube, namespace, name)}
 
-        async def complete() -> bool:
-            tj = await get_trainjob(kube, namespace, name)
-            assert not is_true(tj, "Failed"), tj.get("status")
-            return is_true(tj, "Complete")
-        await eventually(complete, 300, "the TrainJob Complete after its stall restart", interval=0.5)
-
-        status = (await get_trainjob(kube, namespace, name))["status"]
+        status = await completes(kube, namespace, name, 300, "after its stall restart")
         restarts = status["restarts"]
         assert (restarts["user"], restarts["infrastructure"], restarts.get("stalled")) == (0, 1, 1), restarts
         last = restarts["lastFailure"]
