@@ -93,7 +93,7 @@ def _single(sc, policy, jobs, directory: Path, quiet: bool) -> None:
 
 
 def _sweep(sc, policy, jobs, axis, quiet: bool) -> None:
-    from gangctl.sim.report import duration
+    from gangctl.sim.report import duration, preferred_spread
     from gangctl.sim.sweep import run_sweep
 
     with _bar(quiet) as bar:
@@ -103,13 +103,20 @@ def _sweep(sc, policy, jobs, axis, quiet: bool) -> None:
         print(json.dumps([{axis.key: getattr(p.value, "value", p.value), "summary": p.summary} for p in points], indent=2))
         return
     table = Table(title=f"{sc.name}: sweep over {axis.key}")
-    for column in (axis.key, "p95 queueing delay", "mean queueing delay", "mean JCT", "GPU utilization"):
+    topology = bool(sc.cluster.topology)
+    columns = [axis.key, "p95 queueing delay", "mean queueing delay", "mean JCT", "GPU utilization"]
+    for column in columns + (["required gangs over >1 domain", "domains per preferred gang", "stranded GPUs"]
+                             if topology else []):
         table.add_column(column, justify="right")
     for p in points:
         s = p.summary
-        table.add_row(str(getattr(p.value, "value", p.value)), duration(s["queue_delay_seconds"]["p95"]),
-                      duration(s["queue_delay_seconds"]["mean"]), duration(s["jct_seconds"]["mean"]),
-                      f"{s['gpu_utilization']:.1%}")
+        row = [str(getattr(p.value, "value", p.value)), duration(s["queue_delay_seconds"]["p95"]),
+               duration(s["queue_delay_seconds"]["mean"]), duration(s["jct_seconds"]["mean"]),
+               f"{s['gpu_utilization']:.1%}"]
+        if topology:
+            t = s["topology"]
+            row += [str(t["required_violations"]), preferred_spread(t), f"{t['stranded_gpus_mean']:.1f}"]
+        table.add_row(*row)
     out.print(table)
 
 
@@ -121,19 +128,20 @@ def _question(sc, policy, jobs, axis, target, directory: Path, quiet: bool) -> N
         task = bar.add_task("searching", total=None)
         answer, points = smallest_cluster(sc, policy, jobs, axis, target,
                                           lambda what: bar.update(task, advance=1, description=what))
-    curve = plot_curve(points, target, answer, directory / "smallest-cluster.png")
+    unit = "GPUs" if axis.key == "gpus" else axis.key
+    curve = plot_curve(points, target, answer, directory / "smallest-cluster.png", unit)
     if quiet:
-        print(json.dumps({"target": target.text, "smallest_gpus": answer,
-                          "curve": [{"gpus": p.value, "value": target.measure(p.summary)} for p in points]}, indent=2))
+        print(json.dumps({"target": target.text, f"smallest_{axis.key}": answer,
+                          "curve": [{axis.key: p.value, "value": target.measure(p.summary)} for p in points]}, indent=2))
         return
     for p in points:
         value = target.measure(p.summary)
         shown = f"{value:.1%}" if target.path == ("gpu_utilization",) else duration(value)
-        out.print(f"  {p.value:>6} GPUs: {shown} {'[green]meets' if target.met(p.summary) else '[red]misses'}[/] {target.text}")
+        out.print(f"  {p.value:>6} {unit}: {shown} {'[green]meets' if target.met(p.summary) else '[red]misses'}[/] {target.text}")
     if answer is None:
-        out.print(f"[red]no cluster in {axis.values[0]}..{axis.values[-1]} GPUs meets {target.text}[/]")
+        out.print(f"[red]no cluster in {axis.values[0]}..{axis.values[-1]} {unit} meets {target.text}[/]")
     else:
-        out.print(f"[bold]smallest cluster such that {target.text}: {answer} GPUs[/]")
+        out.print(f"[bold]smallest cluster such that {target.text}: {answer} {unit}[/]")
     out.print(f"curve: {curve}")
 
 

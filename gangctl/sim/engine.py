@@ -19,6 +19,13 @@ observe and apply): the gang of each job and what it asks the quota for, whether
 restarts or fails the job (the restart budget), how an elastic job shrinks on a node loss and when
 it probes for growth. It keeps of a job only what those plans wrote (`controller.Written`).
 tests/unit/test_sim_parity.py checks the plans behind whole runs under every backend.
+
+With a topology, a job drawn to ask for a level (`gangctl.sim.topology`) is placed as its backend or
+gangctl's own choice places it; a gang whose required level has no domain large enough is rejected
+(`TopologyUnsatisfiable`, as the controller fails it). The summary's `topology` section counts, per
+kind of ask, the domains each multi-pod gang spans at its level, the required gangs that span more
+than one (violations), the queueing delay, and the stranded GPUs: free, but in domains that hold none of
+the waiting gangs that require a level.
 """
 from __future__ import annotations
 
@@ -36,9 +43,10 @@ from gangctl.model.quota import QuotaPolicy
 from gangctl.plugins.registry import BACKENDS
 from gangctl.sim.clock import SimClock
 from gangctl.sim.controller import SimController, Written
-from gangctl.sim.metrics import JobOutcome, Recorder, Series, summarize
+from gangctl.sim.metrics import JobOutcome, Recorder, Series, summarize, topology_summary
 from gangctl.sim.model import Cluster, Placement
 from gangctl.sim.scenario import Backend, ControlPlane, ElasticSpec, Failures, Scenario
+from gangctl.sim.topology import Asked, Placer
 from gangctl.sim.traces import TraceJob
 from gangctl.sim.units import SIM_UNITS
 
@@ -97,7 +105,7 @@ class SimJob:
     __slots__ = ("spec", "team", "gang", "pod_requests", "workload", "gpu_type", "state", "placement",
                  "pods", "held_pods", "remaining", "run_start", "segment_begin", "version", "first_start",
                  "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds", "written",
-                 "queued_at", "fails", "failed_at", "seq", "before")
+                 "queued_at", "fails", "failed_at", "seq", "before", "asked")
 
     def __init__(self, spec: TraceJob, team: str, priority: int, gang: Gang, gpu_type: str | None,
                  requests: dict[str, int] | None = None) -> None:
@@ -126,6 +134,7 @@ class SimJob:
         self.failed_at = 0.0        # last time found unschedulable
         self.seq = 0                # creation order: ties in Coscheduling's sort (by creation, then rejection)
         self.before = (0, 0.0)      # (fails, failed_at) until the last counted attempt comes
+        self.asked: Asked | None = None   # its placement intent in the topology
 
     def queue_state(self, now: float) -> tuple[int, float]:
         """(fails, failed_at) as kube-scheduler's queue has them at `now`."""
@@ -148,7 +157,8 @@ class Simulation:
                  failures: Failures, elastic: ElasticSpec, seed: int, sample_seconds: float = 600.0,
                  pods_ready_timeout_seconds: float = 300.0, control_plane: ControlPlane | None = None,
                  observer: Callable[[Simulation], None] | None = None,
-                 controller: SimController | None = None, race_seed: int | None = None) -> None:
+                 controller: SimController | None = None, race_seed: int | None = None,
+                 placer: Placer | None = None) -> None:
         self.policy = policy
         declared = BACKENDS[Backend(backend).value]
         self.controller = controller or SimController(elastic, failures.restart_budget, backend=declared.name)
@@ -157,6 +167,9 @@ class Simulation:
                              f"backend is {declared.name}")
         self.quotas = policy.to_quotas(SIM_UNITS)
         self.cluster = cluster
+        self.placer = placer
+        # Waiting gangs that require a level, by (GPU type, level, GPUs per pod): pods -> how many.
+        self._required: dict[tuple[str | None, int, int], dict[int, int]] = {}
         # What the backend declares (gangctl.plugins.base.GangBackend), read on every scheduling round:
         # one that takes a gang only when its quota and free nodes both hold it, in one decision,
         # leaves a waiting gang holding no quota; under gangctl's own gate a job's quota is counted
@@ -278,7 +291,10 @@ class Simulation:
         if progress is not None:
             progress(self.finished, total)
         nominal = {t.name: t.nominal.gpu or 0.0 for t in self.policy.teams}
-        return SimResult(summarize(rec, end=end, team_nominal_gpus=nominal), rec.series, rec.outcomes)
+        summary = summarize(rec, end=end, team_nominal_gpus=nominal)
+        if cluster.levels:
+            summary["topology"] = topology_summary(rec, [lv.name for lv in cluster.levels])
+        return SimResult(summary, rec.series, rec.outcomes)
 
     def _push(self, t: float, kind: int, job: SimJob | None, version: int) -> None:
         self._seq += 1
@@ -340,6 +356,14 @@ class Simulation:
         if requests is None:
             requests = self._requests[shape] = gang.min_resources
         job = SimJob(spec, spec.group, priority, gang, gpu_type, requests)
+        job.asked = self.placer.ask_of(spec.id) if self.placer is not None else None
+        if job.asked is not None and job.asked.ask.required:
+            level = job.asked.ask.level
+            largest = self.cluster.largest_gang(spec.gpus_per_node, gpu_type, level)
+            if largest < gang.min_member:
+                name = self.cluster.levels[level].name
+                return (f"TopologyUnsatisfiable: no {name} can ever hold {gang.min_member} pods of "
+                        f"{spec.gpus_per_node} GPUs (the largest has room for {largest})")
         # never_fits reads only the team and the requests: asked once per team and gang shape.
         memo = (spec.group, shape)
         if memo in self._never_fits:
@@ -383,10 +407,22 @@ class Simulation:
             self._queued[key] = n
         else:
             del self._queued[key]
+        if job.asked is not None and job.asked.ask.required:
+            sizes = self._required.setdefault((job.gpu_type, job.asked.ask.level, job.spec.gpus_per_node), {})
+            pods = job.gang.min_member
+            sizes[pods] = sizes.get(pods, 0) + delta
+            if not sizes[pods]:
+                del sizes[pods]
+
+    def _place(self, job: SimJob, pods: int) -> Placement | None:
+        """Where `pods` pods of the job go now, as its backend (or gangctl's choice) places its intent."""
+        if job.asked is None:
+            return self.cluster.place(pods, job.spec.gpus_per_node, job.gpu_type)
+        return self.placer.place(self.cluster, job.asked, pods, job.spec.gpus_per_node, job.gpu_type)
 
     def _volcano_gate(self, w: Workload) -> str | None:
         job = self.by_id[w.id]
-        placement = self.cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
+        placement = self._place(job, job.gang.min_member)
         if placement is None:
             return f"no room on the nodes for {job.gang.min_member} pods of {job.spec.gpus_per_node} GPUs"
         job.placement = placement
@@ -402,7 +438,7 @@ class Simulation:
             self._start(job, job.placement)
             return
         if self._allocates_whole:    # a preemptor: its victims' nodes are free now
-            placement = self.cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
+            placement = self._place(job, job.gang.min_member)
             if placement is None:
                 self._requeue(job, job.workload)
             else:
@@ -488,7 +524,7 @@ class Simulation:
         """Whether the free GPUs fall short of the gang in sum (Coscheduling's PreFilter), and else where
         it fits node by node, if anywhere."""
         short = self.cluster.free_gpus < job.gang.min_member * job.spec.gpus_per_node
-        return short, None if short else self.cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
+        return short, None if short else self._place(job, job.gang.min_member)
 
     def _set_aside(self, job: SimJob, short: bool) -> None:
         """Until an event retries it: Coscheduling rejected it (short in sum) or NodeResourcesFit did."""
@@ -510,7 +546,7 @@ class Simulation:
         gang's rejection lets them go, a few milliseconds later."""
         gpp = job.spec.gpus_per_node
         for pods in range(job.gang.min_member - 1, 0, -1):
-            placement = self.cluster.place(pods, gpp, job.gpu_type)
+            placement = self._place(job, pods)
             if placement is not None:
                 return placement, gpp
         return None
@@ -521,7 +557,7 @@ class Simulation:
         hold ends either way; a gang that would not fit without the held node leaves it held."""
         cluster = self.cluster
         cluster.release(*held)
-        placement = cluster.place(job.gang.min_member, job.spec.gpus_per_node, job.gpu_type)
+        placement = self._place(job, job.gang.min_member)
         if placement is None:
             cluster.reserve(*held)
             return None, held
@@ -545,6 +581,11 @@ class Simulation:
         for node, n in placement:
             self.node_jobs[node][job.spec.id] = n
         self.team_gpus[job.team] += job.pods * job.spec.gpus_per_node
+        if self.cluster.levels and job.pods > 1:
+            asked = job.asked
+            level = asked.ask.level if asked is not None else len(self.cluster.levels) - 1
+            self.recorder.spread(asked.kind if asked is not None else "none", self.cluster.domains_spanned(placement, level),
+                                 asked is not None and asked.ask.required)
         restart = job.first_start is not None
         if not restart:
             job.first_start = now + self.bind_seconds
@@ -607,7 +648,8 @@ class Simulation:
             spec.id, team, spec.gpus, spec.submit, job.first_start if job else None,
             self.clock.now + (self.finish_seconds if state == DONE else 0.0) if job else None, state,
             job.user_restarts if job else 0, job.infra_restarts if job else 0,
-            job.preemptions if job else 0, job.lost_gpu_seconds if job else 0.0, reason))
+            job.preemptions if job else 0, job.lost_gpu_seconds if job else 0.0, reason,
+            job.asked.kind if job and job.asked else ""))
 
     def _user_fail(self, job: SimJob) -> None:
         self._interrupt(job, planned=False)
@@ -654,7 +696,7 @@ class Simulation:
             # one node at a time every few seconds, which is at once on the simulator's time scale.
             near = job.placement[0][0]
             for k in range(want, 0, -1):
-                extra = cluster.place(k, gpp, near=near)
+                extra = cluster.place(k, gpp, near=near, ask=job.asked.ask if job.asked else None)
                 if extra is not None:
                     self._resize(job, job.placement + extra, [])
                     break
@@ -749,6 +791,9 @@ class Simulation:
         c = self.cluster
         self.recorder.sample(self.clock.now, c.busy_gpus, c.total_gpus, self.pending_count, len(self.waiting),
                              c.fragmented_gpus(smallest), self.team_gpus)
+        if c.levels:
+            self.recorder.series.stranded_gpus.append(
+                c.stranded_gpus({key: min(sizes) for key, sizes in self._required.items() if sizes}))
 
     def _heap_has_work(self) -> bool:
         """Whether an event other than sampling and node failures could still move a job."""
@@ -768,10 +813,12 @@ def simulate(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob],
     spread packing's ties between equally free nodes (default: the scenario's seed)."""
     spec = scenario.cluster
     cluster = Cluster(spec.node_pools(), spec.packing, spec.same_zone,
-                      seed=scenario.seed if placement_seed is None else placement_seed)
+                      seed=scenario.seed if placement_seed is None else placement_seed, levels=spec.levels())
+    placer = (Placer(spec.levels(), scenario.workload.placement, BACKENDS[Backend(scenario.backend).value])
+              if spec.topology else None)
     sim = Simulation(jobs, policy, cluster, backend=scenario.backend, failures=scenario.failures,
                      elastic=scenario.workload.elastic, seed=scenario.seed, sample_seconds=scenario.sample_seconds,
                      pods_ready_timeout_seconds=scenario.pods_ready_timeout_seconds,
                      control_plane=scenario.control_plane, observer=observer,
-                     race_seed=placement_seed)
+                     race_seed=placement_seed, placer=placer)
     return sim.run(progress)

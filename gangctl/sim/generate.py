@@ -2,7 +2,8 @@
 
 Shapes (approximate readings of the job-size and duration CDFs published with the traces, not fits):
 most jobs use one GPU, with a tail of 8–128-GPU gangs; run times are log-normal (heavy-tailed) with
-medians of minutes, and larger gangs run longer (duration × GPUs^0.2). Arrivals are Poisson, with an
+medians of minutes, and larger gangs run longer (duration × GPUs^0.2). `gangs` is no trace's: a
+training cluster's mix where most jobs are multi-node gangs (the topology scenarios' workload). Arrivals are Poisson, with an
 optional diurnal cycle (rate × (1 + 0.6·sin), peak mid-afternoon) made by thinning.
 Gangs above one node become whole nodes: `gpus / gpus_per_node` pods of `gpus_per_node` GPUs.
 """
@@ -20,6 +21,7 @@ class Shape(str, Enum):
     PAI = "pai"
     PHILLY = "philly"
     HELIOS = "helios"
+    GANGS = "gangs"
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ SHAPES = {
                                median_seconds=3600, sigma=1.9),
     Shape.HELIOS: _ShapeParams({1: 0.60, 2: 0.08, 4: 0.10, 8: 0.14, 16: 0.04, 32: 0.025, 64: 0.012, 128: 0.003},
                                median_seconds=600, sigma=2.2),
+    Shape.GANGS: _ShapeParams({8: 0.3, 16: 0.3, 32: 0.25, 48: 0.1, 64: 0.05}, median_seconds=1800, sigma=1.0),
 }
 _MIN_SECONDS, _MAX_SECONDS = 10.0, 14 * 86400.0
 _DIURNAL_AMPLITUDE = 0.6

@@ -20,6 +20,7 @@ class JobOutcome:
     preemptions: int = 0
     lost_gpu_seconds: float = 0.0
     reason: str = ""           # why a job was rejected
+    placement: str = ""        # what it asked of the topology ("required rack"; "": nothing)
 
     @property
     def queue_delay(self) -> float | None:
@@ -38,6 +39,7 @@ class Series:
     pending: list[int] = field(default_factory=list)            # waiting for quota
     waiting_for_nodes: list[int] = field(default_factory=list)  # admitted, not placed
     fragmented_gpus: list[int] = field(default_factory=list)
+    stranded_gpus: list[int] = field(default_factory=list)      # with a topology (see Cluster.stranded_gpus)
     team_gpus: dict[str, list[float]] = field(default_factory=dict)
 
 
@@ -51,7 +53,13 @@ class Recorder:
         self.up_gpu_seconds = 0.0
         self.team_gpu_seconds = {t: 0.0 for t in teams}
         self.node_failures = 0
+        self.spans: dict[str, list[int]] = {}   # kind of ask -> domains each multi-pod gang spanned at its start
+        self.violations = 0                      # required gangs started over more than one domain
         self._last = 0.0
+
+    def spread(self, kind: str, domains: int, required: bool) -> None:
+        self.spans.setdefault(kind, []).append(domains)
+        self.violations += required and domains > 1
 
     def advance(self, now: float, busy: int, up: int, team_gpus: dict[str, int]) -> None:
         dt = now - self._last
@@ -115,3 +123,21 @@ def summarize(rec: Recorder, *, end: float, team_nominal_gpus: dict[str, float])
         },
         "makespan_seconds": end,
     }
+
+
+def topology_summary(rec: Recorder, levels: list[str]) -> dict:
+    """Per kind of ask ("required rack", ..., "none": at the narrowest level): the multi-pod gang
+    starts, the mean domains they spanned, the jobs and their queueing delay; the violations and
+    the stranded GPUs (time-sampled mean)."""
+    kinds = sorted({o.placement or "none" for o in rec.outcomes} | set(rec.spans))
+    by_kind = {}
+    for kind in kinds:
+        spans = rec.spans.get(kind, [])
+        delays = [o.queue_delay for o in rec.outcomes if (o.placement or "none") == kind and o.start is not None]
+        by_kind[kind] = {"jobs": sum(1 for o in rec.outcomes if (o.placement or "none") == kind),
+                         "gang_starts": len(spans),
+                         "mean_domains": float(np.mean(spans)) if spans else None,
+                         "queue_delay_seconds": _stats(delays)}
+    stranded = rec.series.stranded_gpus
+    return {"levels": levels, "required_violations": rec.violations, "by_ask": by_kind,
+            "stranded_gpus_mean": float(np.mean(stranded)) if stranded else 0.0}

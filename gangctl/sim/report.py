@@ -54,7 +54,23 @@ def summary_table(name: str, summary: dict) -> Table:
                       f"{t['mean_gpus']:.1f} / {t['peak_gpus']} / {t['nominal_gpus']:g}", "", "",
                       duration(t["queue_delay_p95_seconds"]))
     table.add_row("simulated time", duration(summary["makespan_seconds"]), "", "", "")
+    topology = summary.get("topology")
+    if topology:
+        table.add_row(f"topology ({' > '.join(topology['levels'])}): required violations, stranded GPUs (mean)",
+                      f"{topology['required_violations']}, {topology['stranded_gpus_mean']:.1f}", "", "", "")
+        for kind, row in topology["by_ask"].items():
+            s = row["queue_delay_seconds"]
+            spread = "-" if row["mean_domains"] is None else f"{row['mean_domains']:.2f}"
+            table.add_row(f"ask {kind}: jobs, domains per gang; queueing delay", f"{row['jobs']}, {spread}",
+                          duration(s["p50"]), duration(s["p95"]), duration(s["p99"]))
     return table
+
+
+def preferred_spread(topology: dict) -> str:
+    """Mean domains spanned per multi-pod gang that preferred a level (`-`: none started)."""
+    rows = [row for kind, row in topology["by_ask"].items() if kind.startswith("preferred") and row["gang_starts"]]
+    starts = sum(row["gang_starts"] for row in rows)
+    return f"{sum(row['mean_domains'] * row['gang_starts'] for row in rows) / starts:.2f}" if starts else "-"
 
 
 def write_report(scenario: Scenario, result: SimResult, directory: Path) -> Path:

@@ -15,6 +15,10 @@ Backend semantics, i.e. what differs between the scheduler backends in the model
   with the control plane's retries modelled, a gang that does not fit is tried again as soon as pods
   leave a node (kube-scheduler's own requeueing), not only on a nudge or the periodic retry, since
   no PreFilter rejects it on the gang's sum.
+With a topology (`cluster.topology`) and jobs asking for a level (`workload.placement`), a backend
+whose scheduler takes the intent places the gang in the narrowest, fullest domain that holds it
+(Kueue TAS, Volcano networkTopology, KAI, native's required level), and where it has none
+(Coscheduling, native's preferred level) gangctl's own choice picks the domain (`gangctl.sim.topology`).
 In all of them, admitted gangs are placed in admission order by whichever fits (no node reservation
 for big gangs: small gangs may pass them), and preemption follows the quota policy file. The
 controller decides with the scenario's backend (`gangctl.sim.controller`), and the engine reads the
@@ -36,7 +40,7 @@ from gangctl.api.pytorchjob import KIND as PYTORCHJOB_KIND
 from gangctl.api.runtime import GANG_BACKENDS
 from gangctl.model.quota import QuotaPolicy
 from gangctl.sim.generate import Shape, generate
-from gangctl.sim.model import NodePool, Packing
+from gangctl.sim.model import Level, NodePool, Packing
 from gangctl.sim.traces import Trace, TraceFormat, load_trace
 
 
@@ -56,13 +60,43 @@ class PoolSpec(_Model):
     zone: str = "zone-a"
 
 
+class LevelSpec(_Model):
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description="e.g. block or rack; nodes get the "
+                      "label topology.gangctl.io/<name> naming their domain, as `gangctl cluster up --topology` labels them")
+    nodes: int = Field(ge=1, description="nodes in one domain of this level (consecutive nodes of one pool; a pool's "
+                       "last domain may be smaller)")
+
+
 class ClusterSpec(_Model):
     pools: list[PoolSpec] = Field(min_length=1)
     packing: Packing = Packing.BEST_FIT
     same_zone: bool = Field(False, description="place each gang within one zone")
+    topology: list[LevelSpec] = Field(default_factory=list, description="topology levels from the widest to the "
+                                      "narrowest above the hosts (e.g. block, rack); each level's nodes a multiple "
+                                      "of the next one's")
+
+    @model_validator(mode="after")
+    def _nested(self) -> ClusterSpec:
+        names = [lv.name for lv in self.topology]
+        if len(set(names)) != len(names):
+            raise ValueError(f"topology: level names must differ, got {names}")
+        for wide, narrow in zip(self.topology, self.topology[1:]):
+            if wide.nodes % narrow.nodes:
+                raise ValueError(f"topology: a {wide.name} of {wide.nodes} nodes is not made of whole "
+                                 f"{narrow.name}s of {narrow.nodes} nodes")
+        return self
 
     def node_pools(self) -> list[NodePool]:
         return [NodePool(p.name, p.nodes, p.gpus_per_node, p.gpu_type, p.zone) for p in self.pools]
+
+    def levels(self) -> list[Level]:
+        return [Level(lv.name, lv.nodes) for lv in self.topology]
+
+    @property
+    def racks(self) -> int:
+        """Domains of the narrowest topology level, over all pools."""
+        narrowest = self.topology[-1].nodes
+        return sum(-(-p.nodes // narrowest) for p in self.pools)
 
     @property
     def total_gpus(self) -> int:
@@ -121,6 +155,17 @@ class ElasticSpec(_Model):
     min_fraction: float = Field(0.5, gt=0, le=1, description="minNodes = ceil(numNodes × this) for multi-node jobs")
 
 
+class PlacementMode(str, Enum):
+    REQUIRED = "required"
+    PREFERRED = "preferred"
+
+
+class PlacementShare(_Model):
+    level: str = Field(description="a level of cluster.topology")
+    mode: PlacementMode
+    share: float = Field(gt=0, le=1, description="share of the jobs asking for it, drawn by a stable hash of each job's id")
+
+
 class WorkloadSpec(_Model):
     trace: TraceSpec | None = None
     generate: GeneratorSpec | None = None
@@ -130,6 +175,10 @@ class WorkloadSpec(_Model):
     pytorchjob_share: float = Field(0.0, ge=0, le=1, description="share of the jobs submitted as Training Operator v1 "
                                     "PyTorchJobs (Worker replicas only, elasticPolicy as `elastic` says) instead of TrainJobs, drawn by a stable "
                                     "hash of each job's id")
+
+    placement: list[PlacementShare] = Field(default_factory=list, description="what shares of the jobs require or "
+                                            "prefer one domain of a topology level (as Kueue's podset annotations, "
+                                            "Volcano's networkTopology or KAI's annotations ask); the rest ask nothing")
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadSpec:
@@ -149,6 +198,17 @@ class Scenario(_Model):
     control_plane: ControlPlane = Field(default_factory=ControlPlane)
     workload: WorkloadSpec
     sample_seconds: float = Field(600.0, gt=0, description="interval of the time series in the report")
+
+    @model_validator(mode="after")
+    def _placement_levels(self) -> Scenario:
+        levels = [lv.name for lv in self.cluster.topology]
+        for i, ask in enumerate(self.workload.placement):
+            if ask.level not in levels:
+                raise ValueError(f"workload.placement[{i}].level: {ask.level!r} is not a level of cluster.topology "
+                                 f"({', '.join(levels) or 'none declared'})")
+        if sum(a.share for a in self.workload.placement) > 1 + 1e-9:
+            raise ValueError("workload.placement: the shares add up to more than 1")
+        return self
 
 
 def load_scenario(path: Path) -> Scenario:

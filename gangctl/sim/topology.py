@@ -1,0 +1,72 @@
+"""Placement in the simulated topology: which jobs ask for a level, and who chooses their domain.
+
+A scenario's workload says what share of its jobs requires or prefers one domain of which level
+(`workload.placement`); each job is drawn by a stable hash of its id, the same on every run and at
+every point of a sweep. Who places an asking gang follows what the scenario's backend declares, by
+the controller's own test (`gangctl.policy.placement.places_itself`):
+- a backend whose scheduler takes the intent (Kueue's TAS annotations, Volcano's networkTopology,
+  KAI's topology constraint, native gangs' required level) places it as `gangctl.sim.model` does:
+  the narrowest, fullest domain that holds it now; a preferred gang no domain holds spans the
+  fewest domains of its level;
+- where it does not (Coscheduling; native's preferred level), gangctl's own choice decides:
+  `gangctl.policy.placement.choose`, the controller's code, on the nodes as the reconciler would see
+  them (`Cluster.rooms`), and the gang is pinned to the domain it names; a preferred gang no domain
+  holds goes wherever the scheduler's packing puts it (gangctl pins it nowhere).
+gangctl chooses at the moment the gang fits (the simulator has no schedule timeout to re-choose after).
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+from gangctl.model.topology import PlacementIntent, Topology, TopologyLevel
+from gangctl.plugins.base import GangBackend
+from gangctl.policy.placement import Floor, Placed, choose, places_itself
+from gangctl.sim.model import GPU, Ask, Cluster, Level, Placement
+from gangctl.sim.scenario import PlacementMode, PlacementShare
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One job's placement intent in the simulator: the model's `ask`, the controller's `intent`
+    (levels as node labels), and whether gangctl chooses the domain (`own`)."""
+    ask: Ask
+    intent: PlacementIntent
+    own: bool
+    kind: str                 # "required rack", "preferred block": how reports group jobs
+
+
+class Placer:
+    def __init__(self, levels: list[Level], shares: list[PlacementShare], backend: GangBackend) -> None:
+        self.levels = levels
+        self.topology = Topology(levels=[TopologyLevel(name=lv.name, node_label=lv.label) for lv in levels])
+        self.index = {lv.label: i for i, lv in enumerate(levels)}
+        self.choices: list[tuple[float, Asked]] = []
+        bound = 0.0
+        for share in shares:
+            at = [lv.name for lv in levels].index(share.level)
+            required = share.mode is PlacementMode.REQUIRED
+            label = levels[at].label
+            intent = PlacementIntent(required=label) if required else PlacementIntent(preferred=label)
+            bound += share.share
+            self.choices.append((bound, Asked(Ask(at, required), intent, not places_itself(backend, intent, self.topology),
+                                              f"{share.mode.value} {share.level}")))
+
+    def ask_of(self, job_id: str) -> Asked | None:
+        """The job's intent, drawn by a stable hash of its id (None: it asks for nothing)."""
+        draw = zlib.crc32(f"placement:{job_id}".encode()) / 2**32
+        return next((asked for bound, asked in self.choices if draw < bound), None)
+
+    def place(self, cluster: Cluster, asked: Asked, pods: int, gpus_per_pod: int,
+              gpu_type: str | None) -> Placement | None:
+        """Place the gang as its backend would, or where gangctl's own choice pins it."""
+        if not asked.own:
+            return cluster.place(pods, gpus_per_pod, gpu_type, ask=asked.ask)
+        if cluster.best_domain(pods, gpus_per_pod, gpu_type, asked.ask) is None:
+            # No domain holds it now: gangctl's choice would wait (required) or pin it nowhere
+            # (preferred), without the cost of weighing every node.
+            return None if asked.ask.required else cluster.place(pods, gpus_per_pod, gpu_type)
+        chosen = choose(cluster.rooms(gpu_type), self.topology, asked.intent, Floor(pods, {GPU: gpus_per_pod}))
+        if not isinstance(chosen, Placed) or chosen.domain is None or chosen.level is None:
+            raise AssertionError(f"a domain holds the gang, but gangctl's choice says {chosen}")
+        return cluster.place_in(self.index[chosen.level], chosen.domain, pods, gpus_per_pod)
