@@ -50,7 +50,7 @@ from gangctl.sim.topology import Asked, Placer
 from gangctl.sim.traces import TraceJob
 from gangctl.sim.units import SIM_UNITS
 
-_ARRIVE, _FINISH, _USER_FAIL, _NODE_DOWN, _NODE_UP, _READY_TIMEOUT, _SAMPLE, _RETRY, _RELEASE = range(9)
+_ARRIVE, _FINISH, _USER_FAIL, _NODE_DOWN, _NODE_UP, _READY_TIMEOUT, _SAMPLE, _RETRY, _RELEASE, _RECHECK = range(10)
 PENDING, ADMITTED, RUNNING, DONE, FAILED = "pending", "admitted", "running", "done", "failed"
 Held = tuple[Placement, int]   # pods reserved at Coscheduling's Permit for a gang being rejected, their GPUs each
 
@@ -105,7 +105,7 @@ class SimJob:
     __slots__ = ("spec", "team", "gang", "pod_requests", "workload", "gpu_type", "state", "placement",
                  "pods", "held_pods", "remaining", "run_start", "segment_begin", "version", "first_start",
                  "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds", "written",
-                 "queued_at", "fails", "failed_at", "seq", "before", "asked")
+                 "queued_at", "fails", "failed_at", "seq", "before", "asked", "recheck_at")
 
     def __init__(self, spec: TraceJob, team: str, priority: int, gang: Gang, gpu_type: str | None,
                  requests: dict[str, int] | None = None) -> None:
@@ -135,6 +135,7 @@ class SimJob:
         self.seq = 0                # creation order: ties in Coscheduling's sort (by creation, then rejection)
         self.before = (0, 0.0)      # (fails, failed_at) until the last counted attempt comes
         self.asked: Asked | None = None   # its placement intent in the topology
+        self.recheck_at = 0.0       # gangctl's own placement does not look at it again before this
 
     def queue_state(self, now: float) -> tuple[int, float]:
         """(fails, failed_at) as kube-scheduler's queue has them at `now`."""
@@ -219,6 +220,7 @@ class Simulation:
         self.retry_seconds = cp.retry_seconds
         self.retry_on_arrival = cp.retry_on_arrival
         self.nudge_delay = cp.finish_seconds + cp.nudge_delay_seconds
+        self._recheck = cp.topology_recheck_seconds
         # Coscheduling's Permit: a gang rejected with some pods reserved holds their nodes for a moment.
         self._holds = cp.permit_hold_race > 0 and self._rejects_short and cp.retry_seconds is not None
         self._hold_race = cp.permit_hold_race
@@ -270,6 +272,9 @@ class Simulation:
                 self._node_up(version)
             elif kind == _RELEASE:
                 self._hold(job, 0)
+            elif kind == _RECHECK:   # gangctl looks at a gang waiting for its topology again
+                self._parked.discard(job.spec.id)
+                self._unfit.discard(job.spec.id)
             elif kind == _RETRY:   # gangctl touches the PodGroups: a Coscheduling event
                 self._parked.clear()
                 if version == 1:   # the periodic retry, not a nudge after a job is done
@@ -418,7 +423,15 @@ class Simulation:
         """Where `pods` pods of the job go now, as its backend (or gangctl's choice) places its intent."""
         if job.asked is None:
             return self.cluster.place(pods, job.spec.gpus_per_node, job.gpu_type)
-        return self.placer.place(self.cluster, job.asked, pods, job.spec.gpus_per_node, job.gpu_type)
+        own = job.asked.own and self._recheck
+        now = self.clock.now
+        if own and now < job.recheck_at:
+            return None         # no Job yet: gangctl decides again at its recheck
+        placement = self.placer.place(self.cluster, job.asked, pods, job.spec.gpus_per_node, job.gpu_type)
+        if placement is None and own:
+            job.recheck_at = now + self._recheck
+            self._push(job.recheck_at, _RECHECK, job, job.version)
+        return placement
 
     def _volcano_gate(self, w: Workload) -> str | None:
         job = self.by_id[w.id]

@@ -51,6 +51,8 @@ def unvalidated(scenario: Scenario) -> list[str]:
         gaps.append("PyTorchJobs")
     if scenario.cluster.same_zone:
         gaps.append("zone topology (sameZone)")
+    if scenario.cluster.topology:
+        gaps.append("racks and blocks (cluster.topology)")
     return gaps
 
 
@@ -58,7 +60,7 @@ def sentence(fidelity: dict | None, scenario: Scenario | None = None) -> str:
     """The error bars to print under a report of `scenario`, or why there are none."""
     if scenario is not None and (gaps := unvalidated(scenario)):
         return (f"Not validated against a real cluster: {', '.join(gaps)}. The replays that give the simulator "
-                "its error bars ran the Coscheduling backend without failures, elastic jobs, PyTorchJobs or zones "
+                "its error bars ran the Coscheduling backend without failures, elastic jobs, PyTorchJobs, zones or racks "
                 "(benchmarks/README.md), so none are claimed here.")
     if not fidelity:
         return ("Not validated against a real control plane on this checkout (benchmarks/sim_fidelity.py "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from gangctl.api.trainjob import TRAINJOB_KIND
 from gangctl.model.admission import CPU, GPU, MEMORY
@@ -73,25 +74,29 @@ def resource_requests(job: TraceJob) -> dict[str, str]:
 
 
 def trainjob_submissions(jobs: list[TraceJob], *, runtime: str, namespace_of_team: dict[str, str],
-                         image: str = "busybox", compression: float = 1.0, run_id: str = "") -> list[Submission]:
-    """One TrainJob per job (team in `TraceJob.group`), in submission order. Jobs a scenario made
-    PyTorchJobs are refused: the replay submits TrainJobs only."""
+                         image: str = "busybox", compression: float = 1.0, run_id: str = "",
+                         annotations: Callable[[str], dict[str, str]] = lambda job_id: {}) -> list[Submission]:
+    """One TrainJob per job (team in `TraceJob.group`), in submission order; `annotations(job id)`
+    adds pod template annotations (a placement intent). Jobs a scenario made PyTorchJobs are
+    refused: the replay submits TrainJobs only."""
     if (other := next((j for j in jobs if j.kind != TRAINJOB_KIND), None)) is not None:
         raise ValueError(f"job {other.id} is a {other.kind}: the replay submits TrainJobs only "
                          "(set the scenario's workload.pytorchjobShare to 0)")
     return [Submission(j.submit, j.id, trainjob_manifest(j, runtime=runtime, namespace=namespace_of_team[j.group],
-                                                        image=image, run_id=run_id))
+                                                        image=image, run_id=run_id, annotations=annotations(j.id)))
             for j in sorted(compressed(jobs, compression), key=lambda j: (j.submit, j.id))]
 
 
-def trainjob_manifest(j: TraceJob, *, runtime: str, namespace: str, image: str = "busybox", run_id: str = "") -> dict:
+def trainjob_manifest(j: TraceJob, *, runtime: str, namespace: str, image: str = "busybox", run_id: str = "",
+                      annotations: dict[str, str] | None = None) -> dict:
     """The TrainJob that runs `j` (its duration as given: compress first)."""
     name = trainjob_name(j.id)
     requests = resource_requests(j)
     labels = {SIM_JOB_LABEL: name}
     if run_id:
         labels[SIM_RUN_LABEL] = run_id
-    override: dict = {"targetJobs": [{"name": "node"}], "metadata": {"annotations": kwok_annotations(j.duration)}}
+    override: dict = {"targetJobs": [{"name": "node"}],
+                      "metadata": {"annotations": kwok_annotations(j.duration) | (annotations or {})}}
     if j.priority_class:
         override["spec"] = {"priorityClassName": j.priority_class}
     trainer = {"image": image, "command": ["sleep", f"{j.duration:.3f}"], "numNodes": j.num_nodes,

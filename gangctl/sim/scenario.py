@@ -127,6 +127,9 @@ class ControlPlane(_Model):
     attempt_seconds: float = Field(0.0, ge=0, description="with retrySeconds: kube-scheduler's time per pod attempt; it works "
                                    "through the waiting gangs one pod after another, so a gang's attempt comes later than the "
                                    "event that retried it, and an event in between finds it still queued")
+    topology_recheck_seconds: float = Field(0.0, ge=0, description="gangctl's own topology placement: a gang that no "
+                                            "domain holds when it is decided is looked at again only this often "
+                                            "(the controller's WaitingForTopology recheck); 0: at every event")
     permit_hold_race: float = Field(0.0, ge=0, le=1, description="coscheduling, with retrySeconds: how often the pods of a "
                                     "rejected gang, waiting at Permit, still hold their node when the next gang that needs it "
                                     "is tried (a race inside kube-scheduler; that gang then waits behind the rest)")

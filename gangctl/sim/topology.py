@@ -19,7 +19,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from gangctl.model.topology import PlacementIntent, Topology, TopologyLevel
+from gangctl.model.topology import KUEUE_PREFERRED, KUEUE_REQUIRED, PlacementIntent, Topology, TopologyLevel
 from gangctl.plugins.base import GangBackend
 from gangctl.policy.placement import Floor, Placed, choose, places_itself
 from gangctl.sim.model import GPU, Ask, Cluster, Level, Placement
@@ -51,6 +51,15 @@ class Placer:
             bound += share.share
             self.choices.append((bound, Asked(Ask(at, required), intent, not places_itself(backend, intent, self.topology),
                                               f"{share.mode.value} {share.level}")))
+
+    def annotations(self, job_id: str) -> dict[str, str]:
+        """The pod template annotations that ask the real controller for the job's intent (Kueue's
+        podset annotations, which gangctl reads on every backend): what a replay submits."""
+        asked = self.ask_of(job_id)
+        if asked is None:
+            return {}
+        key = KUEUE_REQUIRED if asked.ask.required else KUEUE_PREFERRED
+        return {key: self.levels[asked.ask.level].label}
 
     def ask_of(self, job_id: str) -> Asked | None:
         """The job's intent, drawn by a stable hash of its id (None: it asks for nothing)."""

@@ -80,22 +80,27 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
                policy_text: str | None = None) -> dict:
     """`policy_text`: replay under that quota policy (the scenario's, as its file says it)."""
     from gangctl.kube.client import Kube
+    from gangctl.plugins.quota_objects import POLICY_CONFIGMAP, TOPOLOGY_CONFIGMAP
     from gangctl.sim.engine import simulate
     from gangctl.sim.replay import RUNTIME, trainjob_submissions
     from gangctl.validate import runner
     from gangctl.validate.expectation import expected
-    from gangctl.validate.plan import gpu_pools, local_control_plane, namespaces_of, plan
+    from gangctl.validate.plan import gpu_pools, local_control_plane, namespaces_of, plan, topology_levels
 
     kube = await Kube.connect(kubeconfig)
     try:
         await runner.check_runtime(kube, RUNTIME)
-        pools = gpu_pools(await runner.gpu_nodes(kube))
-        p = plan(sc, policy, all_jobs, pools, count=count, compression=compression, quota=policy_text is not None)
+        nodes = await runner.gpu_nodes(kube)
+        pools = gpu_pools(nodes)
+        levels = topology_levels(nodes, [lv.name for lv in sc.cluster.topology]) if sc.cluster.topology else None
+        p = plan(sc, policy, all_jobs, pools, count=count, compression=compression, quota=policy_text is not None,
+                 levels=levels)
         ideal = simulate(p.scenario, p.policy, p.sim_jobs)
         run_id = f"{sc.name}-{int(time.time())}"
         ns_of = namespaces_of(p.policy)
+        placer = replay_placer(p.scenario)
         subs = trainjob_submissions(p.jobs, runtime=RUNTIME, namespace_of_team=ns_of, compression=compression,
-                                    run_id=run_id)
+                                    run_id=run_id, annotations=placer.annotations if placer else lambda _: {})
         t0 = subs[0].at_seconds
         subs = [s.__class__(s.at_seconds - t0, s.job_id, s.trainjob) for s in subs]
         if not quiet:
@@ -104,11 +109,15 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
                       f"the simulator expects about {ideal.summary['makespan_seconds']:.0f}s")
         await runner.ensure_namespaces(kube, set(ns_of.values()))
         before = await runner.install_policy(kube, p.policy, policy_text) if policy_text is not None else None
+        topology_before = await runner.install_topology(kube, placer.topology) if placer else None
         try:
             record = await _replay(kube, subs, run_id, timeout, quiet)
         finally:
             if policy_text is not None:
-                await runner.restore_policy(kube, before)
+                await runner.restore(kube, POLICY_CONFIGMAP, before)
+            if placer:
+                await runner.restore(kube, TOPOLOGY_CONFIGMAP, topology_before)
+        placed = await runner.placed_pods(kube, set(ns_of.values())) if placer else []
         if not keep:
             await runner.delete_run(kube, record)
     finally:
@@ -120,13 +129,39 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
     latency = measured_latency(outcomes, ideal.outcomes, {j.id: j.duration for j in p.sim_jobs})
     cp = local_control_plane(latency["bind_seconds"], latency["finish_seconds"], retry_seconds)
     model = expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs)
-    return {"per_job": per_job_rows(p.sim_jobs, outcomes, ideal.outcomes, model.outcomes),
+    topology = ({"real_topology": _real_topology(placer, p.sim_jobs, subs, placed, nodes, outcomes)}
+                if placer else {})
+    return {"per_job": per_job_rows(p.sim_jobs, outcomes, ideal.outcomes, model.outcomes), **topology,
             "scenario": sc.name, "jobs": len(subs), "compression": compression,
             "cluster": [{"nodes": pl.nodes, "gpus_per_node": pl.gpus_per_node} for pl in pools],
             "measured_latency": latency | {"retry_seconds": retry_seconds},
             "scheduler_modelled": {"attempt_seconds": cp.attempt_seconds, "permit_hold_race": cp.permit_hold_race},
             "real": real, "ideal": _pick(ideal.summary), **model.result_fields()}
 
+
+
+def replay_placer(scenario):
+    """The simulator's placer for the replayed scenario (None without a topology): it draws each job's
+    intent, which the replay submits as annotations."""
+    from gangctl.plugins.registry import BACKENDS
+    from gangctl.sim.topology import Placer
+
+    if not scenario.cluster.topology:
+        return None
+    return Placer(scenario.cluster.levels(), scenario.workload.placement, BACKENDS[scenario.backend.value])
+
+
+def _real_topology(placer, sim_jobs, subs, pods, nodes, outcomes) -> dict:
+    from gangctl.validate.topology import domains_by_trainjob, real_topology
+
+    levels = placer.levels
+    name_of = {s.job_id: s.trainjob["metadata"]["name"] for s in subs}
+    asked = {j.id: placer.ask_of(j.id) for j in sim_jobs}
+    label_of = {name_of[j]: levels[a.ask.level if a else len(levels) - 1].label for j, a in asked.items()}
+    spans = domains_by_trainjob(pods, nodes, label_of)
+    return real_topology({j: a.kind if a else "" for j, a in asked.items()}, {j.id: j.num_nodes for j in sim_jobs},
+                         {j: spans[name_of[j]] for j in asked if name_of[j] in spans}, outcomes,
+                         [lv.name for lv in levels])
 
 
 async def _replay(kube, subs, run_id, timeout, quiet):
@@ -199,8 +234,25 @@ def _print(result: dict, rows, tolerance: float, passed: bool) -> None:
               "the real figure is anywhere from 0 to 100 % with equal odds: runs that keep landing high or low "
               "show a bias)")
     out.print(f"real jobs: {result['real']['jobs']}")
+    if "real_topology" in result:
+        _print_topology(result["real_topology"], result["model_topology"])
     verdict_text = "[green]PASS[/]" if passed else "[red]FAIL[/]"
     out.print(f"{verdict_text}: mean JCT and mean queueing delay of the model within {tolerance:.0%} of the real ones")
+
+
+def _print_topology(real: dict, model: dict) -> None:
+    """Per kind of ask: the gangs, the domains they spanned and their queueing delay, real beside the model."""
+    table = Table(title=f"placement ({' > '.join(real['levels'])}): real beside the model's mean")
+    for col in ("ask", "jobs", "multi-pod gangs", "domains per gang", "model", "p95 queueing", "model"):
+        table.add_column(col, justify="right")
+    for kind, row in real["by_ask"].items():
+        m = model["by_ask"].get(kind) or {}
+        table.add_row(kind, str(row["jobs"]), str(row["gang_starts"]), _num(row["mean_domains"]),
+                      _num(m.get("mean_domains")), _num(row["queue_delay_seconds"]["p95"]),
+                      _num((m.get("queue_delay_seconds") or {}).get("p95")))
+    out.print(table)
+    out.print(f"required gangs over more than one domain: real {real['required_violations']}, "
+              f"model {model['required_violations']} (over all draws)")
 
 
 def _band_cells(result: dict) -> list[str]:

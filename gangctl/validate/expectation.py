@@ -25,6 +25,7 @@ from gangctl.sim.metrics import JobOutcome
 from gangctl.sim.scenario import Scenario
 from gangctl.sim.traces import TraceJob
 from gangctl.validate.measure import COMPARED
+from gangctl.validate.topology import mean_topology
 
 DRAWS = 128
 
@@ -44,8 +45,11 @@ class Expectation:
 
     def result_fields(self) -> dict:
         """The model's part of a sim-check result (the JSON `sim-check -o json` prints)."""
-        return {"model": {k: self.summary[k] for k in ("jobs", *COMPARED)}, "model_draws": self.draws,
-                "model_band": self.bands, "model_draw_values": self.draw_values}
+        fields = {"model": {k: self.summary[k] for k in ("jobs", *COMPARED)}, "model_draws": self.draws,
+                  "model_band": self.bands, "model_draw_values": self.draw_values}
+        if "topology" in self.summary:
+            fields["model_topology"] = self.summary["topology"]
+        return fields
 
 
 def expected(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], draws: int = DRAWS) -> Expectation:
@@ -59,6 +63,8 @@ def expected(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], draw
         for stat in runs[0].summary[key]:
             v = values[key][stat] = [r.summary[key][stat] for r in runs if r.summary[key][stat] is not None]
             summary[key][stat] = statistics.fmean(v) if v else None
+    if "topology" in summary:
+        summary["topology"] = mean_topology([r.summary["topology"] for r in runs])
     per_draw = [r.outcomes for r in runs]
     return Expectation(summary, _mean_outcomes(per_draw), draws, per_draw, values)
 

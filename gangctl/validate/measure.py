@@ -57,7 +57,7 @@ def outcome_of(job_id: str, trainjob: Mapping, submitted: float, seen_finished: 
     return RealOutcome(job_id, submitted, bound, finished, "done" if cond["type"] == COMPLETE else "failed")
 
 
-def _stats(values: list[float]) -> dict[str, float | None]:
+def stats(values: list[float]) -> dict[str, float | None]:
     if not values:
         return {"mean": None, "p50": None, "p95": None}
     ordered = sorted(values)
@@ -71,8 +71,8 @@ def summarize(outcomes: Iterable[RealOutcome]) -> dict:
     return {
         "jobs": {state: sum(1 for o in outcomes if o.state == state) for state in ("done", "failed", "unfinished")}
         | {"total": len(outcomes)},
-        "jct_seconds": _stats([o.jct for o in outcomes if o.jct is not None]),
-        "queue_delay_seconds": _stats([o.queue_delay for o in outcomes if o.queue_delay is not None]),
+        "jct_seconds": stats([o.jct for o in outcomes if o.jct is not None]),
+        "queue_delay_seconds": stats([o.queue_delay for o in outcomes if o.queue_delay is not None]),
     }
 
 

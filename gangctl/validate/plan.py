@@ -16,8 +16,12 @@ What the real stack does, and so what the simulation of a replay must model:
   wait until one drains;
 - gangs that can never fit those nodes are left out (the real scheduler would keep them pending);
 - the control plane is this cluster's (`local_control_plane`): the latencies a replay measures,
-  gangctl's retry period, and its scheduler's pace and the race at Coscheduling's Permit, measured
-  in its logs.
+  gangctl's retry period and its recheck of gangs waiting for a domain, and its scheduler's pace and
+  the race at Coscheduling's Permit, measured in its logs;
+- a scenario with a topology is replayed on nodes that carry its levels' labels
+  (`gangctl cluster up --topology`), with the nodes per domain the nodes have (`topology_levels`),
+  and each job asks the controller for the intent the simulator draws for it (gangctl's own
+  placement, the Coscheduling backend's).
 """
 from __future__ import annotations
 
@@ -26,9 +30,11 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
 from gangctl.model.quota import QuotaPolicy, Resources, Team
+from gangctl.policy.decide import PLACEMENT_RECHECK_SECONDS
 from gangctl.sim.model import NodePool, Packing
 from gangctl.sim.replay import compressed
-from gangctl.sim.scenario import Backend, ControlPlane, Failures, PoolSpec, Scenario
+from gangctl.sim.model import Level
+from gangctl.sim.scenario import Backend, ControlPlane, Failures, LevelSpec, PoolSpec, Scenario
 from gangctl.sim.traces import TraceJob
 
 GPU = "nvidia.com/gpu"
@@ -55,19 +61,45 @@ class ReplayPlan:
     left_out: int                 # jobs whose gang can never fit the real nodes
 
 
+def _gpus(node: Mapping) -> int:
+    return int(str(((node.get("status") or {}).get("allocatable") or {}).get(GPU, "0")))
+
+
+def _usable(node: Mapping) -> bool:
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (node.get("status") or {}).get("conditions") or [])
+    return bool(_gpus(node)) and ready and not (node.get("spec") or {}).get("unschedulable")
+
+
 def gpu_pools(nodes: Iterable[Mapping]) -> list[NodePool]:
     """Node pools from Node objects: Ready nodes with nvidia.com/gpu, grouped by GPUs per node."""
     counts: Counter[tuple[int, str]] = Counter()
-    for node in nodes:
-        gpus = int(str(((node.get("status") or {}).get("allocatable") or {}).get(GPU, "0")))
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (node.get("status") or {}).get("conditions") or [])
-        unschedulable = (node.get("spec") or {}).get("unschedulable")
-        if gpus and ready and not unschedulable:
-            product = ((node.get("metadata") or {}).get("labels") or {}).get("nvidia.com/gpu.product", "gpu")
-            counts[(gpus, product)] += 1
+    for node in filter(_usable, nodes):
+        product = ((node.get("metadata") or {}).get("labels") or {}).get("nvidia.com/gpu.product", "gpu")
+        counts[(_gpus(node), product)] += 1
     return [NodePool(f"{product}-{gpus}", n, gpus, "gpu") for (gpus, product), n in sorted(counts.items())]
 
+
+def topology_levels(nodes: Iterable[Mapping], names: list[str]) -> list[LevelSpec]:
+    """The scenario's topology levels (widest first) as the usable GPU nodes carry them: the nodes in
+    one domain of each level, read from the label `topology.gangctl.io/<name>`. ValueError when a node
+    lacks one, or a level's domains differ in size (the model's domains are all alike)."""
+    usable = [n for n in nodes if _usable(n)]
+    levels = []
+    for name in names:
+        label = Level(name, 1).label
+        sizes: Counter[str] = Counter()
+        for node in usable:
+            value = ((node.get("metadata") or {}).get("labels") or {}).get(label)
+            if value is None:
+                raise ValueError(f"node {node['metadata']['name']} has no label {label}: replay a topology scenario "
+                                 "on nodes labelled by `gangctl cluster up --topology BLOCKSxRACKSxHOSTS`")
+            sizes[value] += 1
+        if len(set(sizes.values())) != 1:
+            raise ValueError(f"the {name}s differ in size ({dict(sorted(sizes.items()))} nodes): the simulator's "
+                             f"{name}s are all alike")
+        levels.append(LevelSpec(name=name, nodes=next(iter(sizes.values()))))
+    return levels
 
 def open_policy(policy: QuotaPolicy) -> QuotaPolicy:
     """The same teams and namespaces with nothing limited: what the controller enforces today."""
@@ -80,9 +112,12 @@ def largest_gang(pools: list[NodePool], gpus_per_pod: int) -> int:
 
 def plan(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], pools: list[NodePool], *,
          count: int, compression: float, control_plane: ControlPlane | None = None,
-         quota: bool = False) -> ReplayPlan:
+         quota: bool = False, levels: list[LevelSpec] | None = None) -> ReplayPlan:
+    """`levels`: the topology as the real nodes carry it (`topology_levels`), for a scenario with one."""
     if not pools:
         raise ValueError("the cluster has no Ready GPU nodes")
+    if scenario.cluster.topology and (levels is None or len(pools) != 1):
+        raise ValueError("a topology scenario is replayed on one pool of like GPU nodes with its levels' labels")
     fitting = [j for j in jobs if largest_gang(pools, j.gpus_per_node) >= j.num_nodes]
     slice_ = [replace(j, priority_class=None) for j in fitting[:count]]
     last = fitting[len(slice_) - 1].submit if slice_ else 0.0
@@ -94,7 +129,8 @@ def plan(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], pools: l
     sc = scenario.model_copy(update={
         "cluster": scenario.cluster.model_copy(update={"pools": [
             PoolSpec(name=p.name, nodes=p.nodes, gpus_per_node=p.gpus_per_node, gpu_type=p.gpu_type) for p in pools],
-            "same_zone": False, "packing": Packing.SPREAD}),
+            "same_zone": False, "packing": Packing.SPREAD,
+            "topology": levels if scenario.cluster.topology else []}),
         "backend": Backend.COSCHEDULING,
         "failures": Failures(restart_overhead_seconds=0),
         "workload": scenario.workload.model_copy(update={
@@ -116,4 +152,5 @@ def local_control_plane(bind_seconds: float, finish_seconds: float, retry_second
     measured in the run, gangctl's retry period, and its scheduler's pace and Permit race, measured in its
     logs (`ATTEMPT_SECONDS`, `PERMIT_HOLD_RACE`)."""
     return ControlPlane(bind_seconds=bind_seconds, finish_seconds=finish_seconds, retry_seconds=retry_seconds,
-                        attempt_seconds=ATTEMPT_SECONDS, permit_hold_race=PERMIT_HOLD_RACE)
+                        attempt_seconds=ATTEMPT_SECONDS, permit_hold_race=PERMIT_HOLD_RACE,
+                        topology_recheck_seconds=PLACEMENT_RECHECK_SECONDS)

@@ -11,11 +11,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, CONFIGMAPS, NAMESPACES, NODES, TRAINJOBS
+from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, CONFIGMAPS, NAMESPACES, NODES, PODS, TRAINJOBS
 from gangctl.commands.policy_apply import apply_policy
 from gangctl.kube.client import ApiError, Kube
 from gangctl.model.quota import QuotaPolicy
-from gangctl.plugins.quota_objects import POLICY_CONFIGMAP, POLICY_NAMESPACE
+from gangctl.model.names import TRAINJOB_NAME
+from gangctl.model.topology import Topology
+from gangctl.plugins.quota_objects import POLICY_CONFIGMAP, POLICY_NAMESPACE, TOPOLOGY_CONFIGMAP, stored_topology
 from gangctl.sim.replay import SIM_RUN_LABEL, Submission
 from gangctl.validate.measure import finished_condition
 
@@ -134,23 +136,49 @@ async def delete_run(kube: Kube, record: ReplayRecord) -> None:
         await kube.delete(TRAINJOBS.path(ns, name))
 
 
-async def install_policy(kube: Kube, policy: QuotaPolicy, text: str) -> dict | None:
-    """Store `policy` where the controller's quota gate reads it (as `gangctl policy apply --backend
-    coscheduling` does); return the policy ConfigMap that was there before (None: there was none)."""
+async def _stored(kube: Kube, name: str) -> dict | None:
+    """The ConfigMap gangctl-system/`name` (None: there is none)."""
     try:
-        before = await kube.get(CONFIGMAPS.path(POLICY_NAMESPACE, POLICY_CONFIGMAP))
+        return await kube.get(CONFIGMAPS.path(POLICY_NAMESPACE, name))
     except ApiError as err:
         if not err.not_found:
             raise
-        before = None
+        return None
+
+
+async def install_policy(kube: Kube, policy: QuotaPolicy, text: str) -> dict | None:
+    """Store `policy` where the controller's quota gate reads it (as `gangctl policy apply --backend
+    coscheduling` does); return the policy ConfigMap that was there before (None: there was none)."""
+    before = await _stored(kube, POLICY_CONFIGMAP)
     await apply_policy(kube, policy, "coscheduling", dry_run=False, text=text)
     return before
 
 
-async def restore_policy(kube: Kube, before: dict | None) -> None:
-    """Put back the quota policy a replay replaced (or remove the replay's, when there was none)."""
-    path = CONFIGMAPS.path(POLICY_NAMESPACE, POLICY_CONFIGMAP)
+async def install_topology(kube: Kube, topology: Topology) -> dict | None:
+    """Store `topology` where the controller reads it (as `gangctl policy apply` does); return the
+    ConfigMap that was there before (None: there was none)."""
+    before = await _stored(kube, TOPOLOGY_CONFIGMAP)
+    for obj in stored_topology(topology):
+        meta = obj["metadata"]
+        target = (CONFIGMAPS.path(meta["namespace"], meta["name"]) if obj["kind"] == "ConfigMap"
+                  else NAMESPACES.path(None, meta["name"]))
+        await kube.apply(target, obj, "gangctl-sim-check")
+    return before
+
+
+async def restore(kube: Kube, name: str, before: dict | None) -> None:
+    """Put back the ConfigMap gangctl-system/`name` a replay replaced (`install_policy`,
+    `install_topology`), or remove the replay's when there was none."""
+    path = CONFIGMAPS.path(POLICY_NAMESPACE, name)
     if before is None:
         await kube.delete(path)
         return
     await kube.merge_patch(path, {"data": before.get("data") or {}})
+
+
+async def placed_pods(kube: Kube, namespaces: set[str]) -> list[dict]:
+    """The TrainJobs' pods in `namespaces` (finished ones too: where each gang ran)."""
+    pods: list[dict] = []
+    for ns in sorted(namespaces):
+        pods += (await kube.get(PODS.path(ns), labelSelector=TRAINJOB_NAME))["items"]
+    return pods

@@ -1,0 +1,97 @@
+"""A topology replay's pure parts: the levels the real nodes carry, the intents the replay submits,
+the domains each gang's pods ran in, and the summaries set beside the simulator's."""
+from __future__ import annotations
+
+import pytest
+
+from gangctl.cluster.setup import Shape, gpu_node
+from gangctl.model.names import TRAINJOB_NAME
+from gangctl.model.topology import KUEUE_PREFERRED, KUEUE_REQUIRED, read_intent
+from gangctl.plugins.registry import BACKENDS
+from gangctl.sim.replay import trainjob_manifest
+from gangctl.sim.scenario import Scenario
+from gangctl.sim.topology import Placer
+from gangctl.sim.traces import TraceJob
+from gangctl.validate.measure import RealOutcome
+from gangctl.validate.plan import topology_levels
+from gangctl.validate.topology import domains_by_trainjob, mean_topology, real_topology
+
+SHAPE = Shape(2, 2, 4)
+
+
+def ready(node: dict) -> dict:
+    node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    return node
+
+
+NODES = [ready(gpu_node(i, 8, shape=SHAPE)) for i in range(SHAPE.nodes)]
+
+
+def test_the_levels_are_read_from_the_nodes_labels():
+    levels = topology_levels(NODES, ["block", "rack"])
+    assert [(lv.name, lv.nodes) for lv in levels] == [("block", 8), ("rack", 4)]
+
+
+def test_unlabelled_or_unequal_racks_are_refused_with_what_to_do():
+    with pytest.raises(ValueError, match="has no label topology.gangctl.io/rack: replay a topology scenario on "
+                                         "nodes labelled by `gangctl cluster up --topology"):
+        topology_levels([ready(gpu_node(0, 8))], ["rack"])
+    with pytest.raises(ValueError, match="the racks differ in size"):
+        topology_levels(NODES[:-1], ["rack"])
+
+
+def test_the_replay_asks_the_controller_for_the_intent_the_simulator_drew():
+    sc = Scenario.model_validate({
+        "name": "t", "quotaPolicy": "x.yaml", "backend": "coscheduling",
+        "cluster": {"pools": [{"name": "p", "nodes": 16}], "topology": [{"name": "block", "nodes": 8},
+                                                                        {"name": "rack", "nodes": 4}]},
+        "workload": {"generate": {"jobs": 1, "arrivalsPerHour": 1},
+                     "placement": [{"level": "rack", "mode": "required", "share": 0.5},
+                                   {"level": "block", "mode": "preferred", "share": 0.5}]}})
+    placer = Placer(sc.cluster.levels(), sc.workload.placement, BACKENDS["coscheduling"])
+    seen = set()
+    for i in range(40):
+        job = TraceJob(f"job-{i}", 0, 60, 2, 8, group="t")
+        annotations = placer.annotations(job.id)
+        manifest = trainjob_manifest(job, runtime="r", namespace="ns", annotations=annotations)
+        pod_annotations = manifest["spec"]["podTemplateOverrides"][0]["metadata"]["annotations"]
+        intent = read_intent(pod_annotations)     # what the controller reads from the pod template
+        asked = placer.ask_of(job.id)
+        if asked.ask.required:
+            assert annotations == {KUEUE_REQUIRED: "topology.gangctl.io/rack"} and intent.required == annotations[KUEUE_REQUIRED]
+        else:
+            assert annotations == {KUEUE_PREFERRED: "topology.gangctl.io/block"} and intent.preferred == annotations[KUEUE_PREFERRED]
+        seen.add(asked.kind)
+    assert seen == {"required rack", "preferred block"}
+
+
+def pod(trainjob: str, node: str | None) -> dict:
+    return {"metadata": {"labels": {TRAINJOB_NAME: trainjob}}, "spec": {"nodeName": node} if node else {}}
+
+
+def test_each_gang_counts_the_domains_its_bound_pods_ran_in():
+    rack, block = "topology.gangctl.io/rack", "topology.gangctl.io/block"
+    pods = [pod("a", "gpu-node-000"), pod("a", "gpu-node-004"), pod("b", "gpu-node-000"), pod("b", "gpu-node-004"),
+            pod("c", "gpu-node-001"), pod("c", None), pod("other", "gpu-node-009")]
+    assert domains_by_trainjob(pods, NODES, {"a": rack, "b": block, "c": rack}) == {"a": 2, "b": 1, "c": 1}
+
+
+def test_the_real_summary_groups_by_ask_and_counts_violations():
+    outcomes = [RealOutcome("j1", 0, 2, 10, "done"), RealOutcome("j2", 0, 4, 10, "done"), RealOutcome("j3", 0, 0, 10, "done")]
+    real = real_topology({"j1": "required rack", "j2": "required rack", "j3": ""}, {"j1": 2, "j2": 3, "j3": 1},
+                         {"j1": 1, "j2": 2, "j3": 1}, outcomes, ["block", "rack"])
+    assert real["required_violations"] == 1
+    assert real["by_ask"]["required rack"]["mean_domains"] == 1.5 and real["by_ask"]["required rack"]["gang_starts"] == 2
+    assert real["by_ask"]["required rack"]["queue_delay_seconds"]["mean"] == 3
+    assert real["by_ask"]["none"] == {"jobs": 1, "gang_starts": 0, "mean_domains": None,
+                                      "queue_delay_seconds": {"mean": 0, "p50": 0, "p95": 0}}
+
+
+def test_the_models_draws_are_averaged():
+    def draw(spread: float, p95: float, violations: int) -> dict:
+        delay = {"mean": 1.0, "p50": 1.0, "p95": p95, "p99": p95}
+        return {"levels": ["rack"], "required_violations": violations, "stranded_gpus_mean": 4.0,
+                "by_ask": {"none": {"jobs": 3, "gang_starts": 2, "mean_domains": spread, "queue_delay_seconds": delay}}}
+    mean = mean_topology([draw(1.0, 10, 0), draw(2.0, 20, 1)])
+    assert mean["by_ask"]["none"]["mean_domains"] == 1.5 and mean["by_ask"]["none"]["queue_delay_seconds"]["p95"] == 15
+    assert mean["required_violations"] == 1 and mean["stranded_gpus_mean"] == 4.0
