@@ -9,6 +9,8 @@
     .venv/bin/python benchmarks/sim_fidelity.py --record-runs 6 --slices simulations/replay-check.yaml   # new runs, stored
     .venv/bin/python benchmarks/sim_fidelity.py --report simulations/fidelity-run-*.json --remodel --held-out
     .venv/bin/python benchmarks/sim_fidelity.py --report simulations/fidelity-run-*.json --sweep permit_hold_race=0.33,0.64
+    .venv/bin/python benchmarks/sim_fidelity.py --record-runs 1 --slices simulations/topology-racks.yaml \
+        --topology 2x2x8 --jobs 100 --compression 180        # the topology slice, on labelled racks (~15 min)
 
 One local cluster of its own (8 KWOK nodes x 8 GPUs, as the slices' comments say) and `gangctl
 controller`; each slice runs through `gangctl sim-check SLICE -o json --dump` as a user would run it
@@ -48,6 +50,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.local import cluster_with_controller  # noqa: E402
 from gangctl.cluster.lifecycle import UpOptions  # noqa: E402
+from gangctl.cluster.setup import parse_shape  # noqa: E402
 from gangctl.harness import results as published  # noqa: E402
 from gangctl.validate.measure import (GOAL_TOLERANCE, MIN_RUNS_FOR_VERDICT, bootstrap_interval,  # noqa: E402
                                      interval_verdict, pooled_error)
@@ -76,7 +79,7 @@ def conditions(args: argparse.Namespace) -> dict:
     return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "gangctl": commit,
             "gangctl_uncommitted": sorted(line[3:] for line in dirty if line.strip()),
             "machine": {"cpu": cpu, "cores": os.cpu_count()}, "jobs": args.jobs, "compression": args.compression,
-            "gpu_nodes": args.gpu_nodes, "argv": sys.argv[1:]}
+            "gpu_nodes": args.gpu_nodes, "topology": args.topology, "argv": sys.argv[1:]}
 
 
 def git(*argv: str) -> subprocess.CompletedProcess:
@@ -128,7 +131,7 @@ def remodel(results: list[dict], overrides: dict | None = None, draws: int | Non
     compression and measured latencies (the plan is a pure function of them), so a model change is
     judged against real runs already made."""
     from gangctl.sim.model import NodePool
-    from gangctl.sim.scenario import load_quota_policy, load_scenario, load_workload
+    from gangctl.sim.scenario import LevelSpec, load_quota_policy, load_scenario, load_workload
     from gangctl.validate.expectation import expected
     from gangctl.validate.plan import local_control_plane, plan
 
@@ -136,8 +139,9 @@ def remodel(results: list[dict], overrides: dict | None = None, draws: int | Non
         sc = load_scenario(REPO / "simulations" / f"{r['slice']}.yaml")
         policy = load_quota_policy(sc.quota_policy)
         pools = [NodePool(f"gpu-{i}", c["nodes"], c["gpus_per_node"]) for i, c in enumerate(r["cluster"])]
+        levels = [LevelSpec(**lv) for lv in r["topology_levels"]] if r.get("topology_levels") else None
         p = plan(sc, policy, load_workload(sc, policy).jobs, pools, count=r["jobs"], compression=r["compression"],
-                 quota=r["quota"])
+                 quota=r["quota"], levels=levels)
         cp = local_control_plane(**r["measured_latency"]).model_copy(update=overrides or {})
         e = expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs,
                      **({"draws": draws} if draws else {}))
@@ -199,6 +203,24 @@ def by_shape(sim_jobs, real_jobs: list[dict], model_outcomes) -> list[dict]:
             groups.setdefault((j.num_nodes, j.gpus_per_node), []).append((r["start"] - r["submit"], m.start - j.submit))
     return [{"pods": k[0], "gpus_per_pod": k[1], "jobs": len(v), "real_queueing_mean": sum(a for a, _ in v) / len(v),
              "model_queueing_mean": sum(b for _, b in v) / len(v)} for k, v in sorted(groups.items())]
+
+
+def placement_lines(results: list[dict]) -> list[str]:
+    """A topology slice's placement per kind of ask, real / model: domains per multi-pod gang, p95 queueing."""
+    lines = []
+    for r in results:
+        real, model = r.get("real_topology"), r.get("model_topology")
+        if not real or not model:
+            continue
+        cells = []
+        for kind, row in real["by_ask"].items():
+            m = model["by_ask"].get(kind) or {}
+            spans = "-" if row["mean_domains"] is None else f"{row['mean_domains']:.2f} / {m.get('mean_domains') or 0:.2f}"
+            cells.append(f"{kind} ({row['gang_starts']} gangs) domains {spans}, p95 queueing "
+                         f"{row['queue_delay_seconds']['p95']:.1f} / {m['queue_delay_seconds']['p95']:.1f} s")
+        lines.append(f"{r['slice']} ({r.get('run', '')}): placement real / model: " + "; ".join(cells)
+                     + f"; required gangs over >1 domain {real['required_violations']} / {model['required_violations']}")
+    return lines
 
 
 def share(counts: list[int]) -> str:
@@ -399,8 +421,9 @@ def measure(args: argparse.Namespace) -> dict:
     say("conditions: " + json.dumps(cond))
     dumps = Path("/tmp") / f"{args.cluster_name}-dumps"
     dumps.mkdir(exist_ok=True)
-    with cluster_with_controller(args.cluster_name, UpOptions(gpu_nodes=args.gpu_nodes, gpus_per_node=8),
-                                 say) as (_, cluster, _ctl):
+    shape = parse_shape(args.topology) if args.topology else None
+    options = UpOptions(gpu_nodes=shape.nodes if shape else args.gpu_nodes, gpus_per_node=8, topology=shape)
+    with cluster_with_controller(args.cluster_name, options, say) as (_, cluster, _ctl):
         results = [run_slice(cluster.kubeconfig, s, q, args, dumps) for s, q in slices]
     say(f"per-job dumps in {dumps}")
     return {"conditions": cond, "results": results}
@@ -412,6 +435,8 @@ def main() -> int:
     ap.add_argument("--compression", type=float, default=60.0)
     ap.add_argument("--gpu-nodes", type=int, default=8)
     ap.add_argument("--slices", nargs="*", help="scenario files (default: the three replay-check slices)")
+    ap.add_argument("--topology", metavar="BLOCKSxRACKSxHOSTS", help="label the GPU nodes in blocks and racks "
+                    "(replaces --gpu-nodes): for a topology slice such as simulations/topology-racks.yaml")
     ap.add_argument("--json", help="write conditions and results here")
     ap.add_argument("--record-runs", type=int, metavar="N", help="run the slices N times back to back (a fresh "
                     "cluster each) and store each run in simulations/fidelity-run-<date>*.json")
@@ -484,7 +509,7 @@ def main() -> int:
             print(f"{r['slice']}: the longest-waiting gang of its shape started first, real / model: " + ", ".join(
                 f"{g['pods']}x{g['gpus_per_pod']} {g['real'][0]}/{g['real'][1]} ({share(g['real'])}) / "
                 f"{g['model'][0]}/{g['model'][1]} ({share(g['model'])})" for g in r["oldest_first"]))
-    for line in arrival_order_lines(data["results"]) + ranks(data["results"]):
+    for line in arrival_order_lines(data["results"]) + ranks(data["results"]) + placement_lines(data["results"]):
         print(line)
     f = fidelity(data["results"], data["conditions"])
     print("largest error of the model: " + ", ".join(f"{k} {v:.1%}" for k, v in f["max_relative_error"].items()

@@ -105,7 +105,7 @@ class SimJob:
     __slots__ = ("spec", "team", "gang", "pod_requests", "workload", "gpu_type", "state", "placement",
                  "pods", "held_pods", "remaining", "run_start", "segment_begin", "version", "first_start",
                  "user_restarts", "infra_restarts", "preemptions", "lost_gpu_seconds", "written",
-                 "queued_at", "fails", "failed_at", "seq", "before", "asked", "recheck_at")
+                 "queued_at", "fails", "failed_at", "seq", "before", "asked", "recheck_at", "recheck_event")
 
     def __init__(self, spec: TraceJob, team: str, priority: int, gang: Gang, gpu_type: str | None,
                  requests: dict[str, int] | None = None) -> None:
@@ -135,7 +135,8 @@ class SimJob:
         self.seq = 0                # creation order: ties in Coscheduling's sort (by creation, then rejection)
         self.before = (0, 0.0)      # (fails, failed_at) until the last counted attempt comes
         self.asked: Asked | None = None   # its placement intent in the topology
-        self.recheck_at = 0.0       # gangctl's own placement does not look at it again before this
+        self.recheck_at: float | None = None   # gangctl's own placement looks at it then (and every recheck after)
+        self.recheck_event = -1.0   # when the event that wakes it for a recheck is (one per recheck)
 
     def queue_state(self, now: float) -> tuple[int, float]:
         """(fails, failed_at) as kube-scheduler's queue has them at `now`."""
@@ -396,6 +397,8 @@ class Simulation:
         self._seq += 1
         job.queued_at, job.fails, job.failed_at, job.seq = self.clock.now, 0, 0.0, self._seq
         self._count_queued(job, 1)
+        if job.asked is not None and job.asked.own:   # gangctl decides it now, then at each recheck
+            job.recheck_at = self.clock.now
 
     def _unwait(self, job: SimJob) -> bool:
         if self.waiting.pop(job.spec.id, None) is None:
@@ -425,13 +428,23 @@ class Simulation:
             return self.cluster.place(pods, job.spec.gpus_per_node, job.gpu_type)
         own = job.asked.own and self._recheck
         now = self.clock.now
-        if own and now < job.recheck_at:
-            return None         # no Job yet: gangctl decides again at its recheck
+        if own and job.recheck_at is not None:
+            if now > job.recheck_at + 1e-9:   # its rechecks since passed with no event: the next one
+                job.recheck_at += math.ceil((now - job.recheck_at) / self._recheck - 1e-9) * self._recheck
+            if now < job.recheck_at - 1e-9:
+                self._wake_at_recheck(job)
+                return None     # no Job yet: gangctl decides again at its recheck
         placement = self.placer.place(self.cluster, job.asked, pods, job.spec.gpus_per_node, job.gpu_type)
-        if placement is None and own:
-            job.recheck_at = now + self._recheck
-            self._push(job.recheck_at, _RECHECK, job, job.version)
+        if own:
+            job.recheck_at = None if placement is not None else now + self._recheck
+            if placement is None:
+                self._wake_at_recheck(job)
         return placement
+
+    def _wake_at_recheck(self, job: SimJob) -> None:
+        if job.recheck_event != job.recheck_at:
+            job.recheck_event = job.recheck_at
+            self._push(job.recheck_at, _RECHECK, job, job.version)
 
     def _volcano_gate(self, w: Workload) -> str | None:
         job = self.by_id[w.id]

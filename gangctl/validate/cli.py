@@ -129,8 +129,8 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
     latency = measured_latency(outcomes, ideal.outcomes, {j.id: j.duration for j in p.sim_jobs})
     cp = local_control_plane(latency["bind_seconds"], latency["finish_seconds"], retry_seconds)
     model = expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs)
-    topology = ({"real_topology": _real_topology(placer, p.sim_jobs, subs, placed, nodes, outcomes)}
-                if placer else {})
+    topology = ({"real_topology": _real_topology(placer, p.sim_jobs, subs, placed, nodes, outcomes),
+                 "topology_levels": [lv.model_dump() for lv in levels]} if placer else {})
     return {"per_job": per_job_rows(p.sim_jobs, outcomes, ideal.outcomes, model.outcomes), **topology,
             "scenario": sc.name, "jobs": len(subs), "compression": compression,
             "cluster": [{"nodes": pl.nodes, "gpus_per_node": pl.gpus_per_node} for pl in pools],

@@ -239,3 +239,25 @@ def test_how_many_racks_answers_with_the_smallest_that_meets_the_target():
     answer, points = smallest_cluster(sc, POLICY, jobs, parse_axis("racks=2..16:7"), target)
     delays = {p.value: p.summary["queue_delay_seconds"]["p95"] for p in points}
     assert answer == 12 and delays[12] <= 60 and delays[11] > 60   # bisected to one rack
+
+
+
+def test_gangctls_recheck_lets_gangs_that_ask_nothing_take_freed_nodes_first():
+    """With the controller's recheck modelled, a required gang that waits for a rack has no Job until
+    gangctl looks again: a gang that asks nothing, whose pods already wait, takes the rack that frees
+    in between. Deciding at every event instead, the required gang (admitted first) takes it."""
+    shares = [{"level": "rack", "mode": "required", "share": 0.5}]
+    placer = Placer(LEVELS, Scenario.model_validate(_scenario_doc(placement=shares)).workload.placement,
+                    BACKENDS["coscheduling"])
+    required = next(f"r{i}" for i in range(100) if placer.ask_of(f"r{i}") is not None)
+    plain = [f"n{i}" for i in range(100) if placer.ask_of(f"n{i}") is None][:3]
+
+    def starts(recheck: float) -> dict:
+        doc = _scenario_doc(nodes=8, placement=shares) | {"controlPlane": {"topologyRecheckSeconds": recheck}}
+        jobs = [TraceJob(plain[0], 0, 100, 4, 8, group="t"), TraceJob(plain[1], 0, 300, 4, 8, group="t"),
+                TraceJob(required, 1, 60, 4, 8, group="t"), TraceJob(plain[2], 2, 60, 4, 8, group="t")]
+        return {o.id: o.start for o in simulate(Scenario.model_validate(doc), POLICY, jobs).outcomes}
+
+    eager, paced = starts(0), starts(5)
+    assert (eager[required], eager[plain[2]]) == (100, 160)   # the rack freed at 100 goes to the required gang
+    assert (paced[plain[2]], paced[required]) == (100, 161)   # it goes to the plain gang; gangctl looks at 161
