@@ -11,6 +11,7 @@ import yaml
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, CRDS, NODES, Resource, object_path
 from gangctl.cluster.local import KWOK_NODE_ANNOTATION, KWOK_NODE_TAINT
 from gangctl.kube.client import ApiError, Kube
+from gangctl.model.topology import HOSTNAME, level_label
 
 FIELD_MANAGER = "gangctl-cluster"
 GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
@@ -75,9 +76,9 @@ async def apply_cluster_runtimes(kube: Kube, runtimes: Iterable[dict]) -> list[s
 # The local cluster's topology labels, widest level first (`gangctl cluster up --topology`): a block
 # (e.g. an InfiniBand spine), a rack (a leaf switch or NVLink domain), and the host, whose label every
 # node carries anyway and which Kueue's TAS asks as the lowest level.
-BLOCK_LABEL = "topology.gangctl.io/block"
-RACK_LABEL = "topology.gangctl.io/rack"
-HOST_LABEL = "kubernetes.io/hostname"
+BLOCK_LABEL = level_label("block")
+RACK_LABEL = level_label("rack")
+HOST_LABEL = HOSTNAME
 TOPOLOGY_LABELS = (BLOCK_LABEL, RACK_LABEL, HOST_LABEL)
 
 

@@ -34,6 +34,12 @@ VOLCANO_FIELD = "podGroupPolicy.volcano.networkTopology"
 HOSTNAME = "kubernetes.io/hostname"
 
 
+def level_label(name: str) -> str:
+    """The node label naming a node's domain at the level `name` on gangctl's local and simulated
+    clusters (`gangctl cluster up --topology`, simulator scenarios): `topology.gangctl.io/<name>`."""
+    return f"topology.gangctl.io/{name}"
+
+
 class TopologyError(ValueError):
     """A job's placement intent cannot be read or does not fit the cluster's topology; the message
     names the field(s) and the value."""

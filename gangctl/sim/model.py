@@ -24,6 +24,7 @@ from enum import Enum
 from typing import Mapping, Sequence
 
 from gangctl.model.room import NodeRoom
+from gangctl.model.topology import level_label
 
 GPU = "nvidia.com/gpu"
 
@@ -51,7 +52,7 @@ class Level:
 
     @property
     def label(self) -> str:
-        return f"topology.gangctl.io/{self.name}"
+        return level_label(self.name)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ class Cluster:
         # Every domain a node is in: its GPU type's (and zone's) first, then one per topology level.
         self.groups: list[tuple[_Domain, ...]] = []
         self.level_domains: list[list[_Domain]] = [[] for _ in self.levels]
+        self._named: dict[str, _Domain] = {}     # topology domains by name (names are unique)
         self._rooms: list[NodeRoom | None] = []
         by_key: dict[tuple[str, str], _Domain] = {}
         for pool in pools:
@@ -145,6 +147,7 @@ class Cluster:
         name = f"{pool.name}-{level.name}-{index // level.nodes:04d}"
         if index % level.nodes == 0:
             self.level_domains[at].append(_Domain(pool.gpu_type, max_gpus, name, at))
+            self._named[name] = self.level_domains[at][-1]
         return self.level_domains[at][-1]
 
     def largest_gang(self, gpus_per_pod: int, gpu_type: str | None = None, level: int | None = None) -> int:
@@ -169,9 +172,9 @@ class Cluster:
             return None
         return self._fill(fitting, pods, gpus_per_pod)
 
-    def place_in(self, level: int, name: str, pods: int, gpus_per_pod: int) -> Placement | None:
-        """Place all pods or none inside the topology domain `name` of `level` (a gang pinned there)."""
-        domain = next((d for d in self.level_domains[level] if d.name == name), None)
+    def place_in(self, name: str, pods: int, gpus_per_pod: int) -> Placement | None:
+        """Place all pods or none inside the topology domain `name` (a gang pinned there)."""
+        domain = self._named.get(name)
         if domain is None or not domain.holds(pods, gpus_per_pod):
             return None
         return self._fill([domain], pods, gpus_per_pod)

@@ -40,7 +40,6 @@ class Placer:
     def __init__(self, levels: list[Level], shares: list[PlacementShare], backend: GangBackend) -> None:
         self.levels = levels
         self.topology = Topology(levels=[TopologyLevel(name=lv.name, node_label=lv.label) for lv in levels])
-        self.index = {lv.label: i for i, lv in enumerate(levels)}
         self.choices: list[tuple[float, Asked]] = []
         bound = 0.0
         for share in shares:
@@ -76,6 +75,6 @@ class Placer:
             # (preferred), without the cost of weighing every node.
             return None if asked.ask.required else cluster.place(pods, gpus_per_pod, gpu_type)
         chosen = choose(cluster.rooms(gpu_type), self.topology, asked.intent, Floor(pods, {GPU: gpus_per_pod}))
-        if not isinstance(chosen, Placed) or chosen.domain is None or chosen.level is None:
+        if not isinstance(chosen, Placed) or chosen.domain is None:
             raise AssertionError(f"a domain holds the gang, but gangctl's choice says {chosen}")
-        return cluster.place_in(self.index[chosen.level], chosen.domain, pods, gpus_per_pod)
+        return cluster.place_in(chosen.domain, pods, gpus_per_pod)

@@ -33,7 +33,7 @@ from gangctl.model.quota import QuotaPolicy, Resources, Team
 from gangctl.policy.decide import PLACEMENT_RECHECK_SECONDS
 from gangctl.sim.model import NodePool, Packing
 from gangctl.sim.replay import compressed
-from gangctl.sim.model import Level
+from gangctl.model.topology import level_label
 from gangctl.sim.scenario import Backend, ControlPlane, Failures, LevelSpec, PoolSpec, Scenario
 from gangctl.sim.traces import TraceJob
 
@@ -87,7 +87,7 @@ def topology_levels(nodes: Iterable[Mapping], names: list[str]) -> list[LevelSpe
     usable = [n for n in nodes if _usable(n)]
     levels = []
     for name in names:
-        label = Level(name, 1).label
+        label = level_label(name)
         sizes: Counter[str] = Counter()
         for node in usable:
             value = ((node.get("metadata") or {}).get("labels") or {}).get(label)

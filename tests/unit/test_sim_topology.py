@@ -15,7 +15,7 @@ from gangctl.plugins.registry import BACKENDS
 from gangctl.policy.placement import Floor, Placed, choose
 from gangctl.sim.engine import simulate
 from gangctl.sim.model import GPU, Ask, Cluster, Level, NodePool
-from gangctl.sim.scenario import Scenario, load_scenario
+from gangctl.sim.scenario import Scenario, load_quota_policy, load_scenario, load_workload
 from gangctl.sim.sweep import parse_axis, parse_target, smallest_cluster, with_value
 from gangctl.sim.topology import Placer
 from gangctl.sim.traces import TraceJob
@@ -216,8 +216,7 @@ def test_required_gangs_wait_while_free_gpus_are_stranded_across_racks():
 
 def test_the_shipped_topology_scenario_runs():
     sc = load_scenario(ROOT / "simulations/topology-racks.yaml")
-    policy = QuotaPolicy.model_validate(__import__("yaml").safe_load(sc.quota_policy.read_text()))
-    from gangctl.sim.scenario import load_workload
+    policy = load_quota_policy(sc.quota_policy)
     jobs = load_workload(sc, policy).jobs[:60]
     summary = simulate(sc, policy, jobs).summary
     assert summary["topology"]["levels"] == ["block", "rack"] and summary["topology"]["required_violations"] == 0
