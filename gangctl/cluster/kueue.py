@@ -1,12 +1,19 @@
 """Kueue on the local cluster: its manager as a local process, CRDs and webhooks from the pinned module.
 
 - CRDs: `config/components/crd/bases/*.yaml` of sigs.k8s.io/kueue at the version pinned in
-  integrations/kueue/go.mod, read from the Go module cache.
+  integrations/kueue/go.mod, read from the Go module cache. The CRDs that Kueue's kustomization
+  gives a conversion webhook (`config/components/crd/kustomization.yaml`, `patches/webhook_in_*`:
+  in v0.17 ClusterQueue, LocalQueue, Cohort, Workload and MultiKueueCluster, served as v1beta1 and
+  v1beta2) get it here too, at `https://127.0.0.1:<port>/convert` with gangctl's certificate: a
+  v1beta1 client's renamed fields (ClusterQueue `spec.cohort` -> `cohortName`, ...) are converted,
+  not dropped.
 - Webhooks: Kueue's own webhook manifests, kept for `batch` Jobs and Kueue's objects only (no pod,
   Deployment or other framework webhooks, so a stopped Kueue never blocks pods), each pointed at
   `https://127.0.0.1:<port>/<path>` through `clientConfig.url` with gangctl's self-signed certificate
   (IP SAN 127.0.0.1) as `caBundle`. Kueue's internal cert management is off: it would issue
-  certificates for an in-cluster Service name.
+  certificates for an in-cluster Service name. With it off, Kueue (v0.17) also reads its metrics
+  server's certificate from the fixed folder /etc/kueue/metrics/certs and exits when it is missing,
+  so gangctl copies the same certificate there.
 - Configuration (`integrations/kueue/controller-manager-config.yaml` with the ports and cert folder
   filled in): `waitForPodsReady` on (all-or-nothing at pod level), `manageJobsWithoutQueueName:
   false` (only Jobs with a queue-name label are Kueue's), the `batch/job` integration only.
@@ -26,6 +33,7 @@ from gangctl.processes import free_ports
 MODULE = "sigs.k8s.io/kueue"
 NAMESPACE = "kueue-system"
 WEBHOOK_GROUPS = {"batch", "kueue.x-k8s.io"}
+METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")   # fixed in Kueue's cmd/kueue (no flag)
 WEBHOOK_NAMES = {"MutatingWebhookConfiguration": "kueue-mutating-webhook-configuration",
                  "ValidatingWebhookConfiguration": "kueue-validating-webhook-configuration"}
 
@@ -35,9 +43,44 @@ def module_dir(integrations: Path) -> Path:
     return go_module_dir(MODULE, version or "", integrations / "kueue")
 
 
-def crds(integrations: Path) -> list[dict]:
-    root = module_dir(integrations) / "config" / "components" / "crd" / "bases"
-    return [d for p in sorted(root.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d]
+def crds(integrations: Path, port: int | None = None, ca_pem: bytes | None = None) -> list[dict]:
+    """Kueue's CRDs; with `port` and `ca_pem`, those Kueue converts get their conversion webhook on
+    https://127.0.0.1:`port`/convert."""
+    root = module_dir(integrations) / "config" / "components" / "crd"
+    docs = [d for p in sorted((root / "bases").glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d]
+    if port is None or ca_pem is None:
+        return docs
+    converted = conversion_webhooks(root)
+    for doc in docs:
+        if (conversion := converted.get(doc["metadata"]["name"])) is not None:
+            doc["spec"]["conversion"] = on_loopback_conversion(conversion, port, ca_pem)
+    return docs
+
+
+def conversion_webhooks(crd_root: Path) -> dict[str, dict]:
+    """CRD name -> `spec.conversion` of each `patches/webhook_in_*` patch Kueue's CRD kustomization uses."""
+    kustomization = yaml.safe_load((crd_root / "kustomization.yaml").read_text()) or {}
+    out = {}
+    for entry in kustomization.get("patches") or []:
+        path = entry.get("path", "") if isinstance(entry, dict) else str(entry)
+        if not Path(path).name.startswith("webhook_in_"):
+            continue
+        patch = yaml.safe_load((crd_root / path).read_text())
+        conversion = (patch.get("spec") or {}).get("conversion") or {}
+        if conversion.get("strategy") == "Webhook":
+            out[patch["metadata"]["name"]] = conversion
+    return out
+
+
+def on_loopback_conversion(conversion: dict, port: int, ca_pem: bytes) -> dict:
+    import base64
+
+    hook = conversion.get("webhook") or {}
+    path = ((hook.get("clientConfig") or {}).get("service") or {}).get("path") or "/convert"
+    return {"strategy": "Webhook",
+            "webhook": {"clientConfig": {"url": f"https://127.0.0.1:{port}{path}",
+                                         "caBundle": base64.b64encode(ca_pem).decode()},
+                        "conversionReviewVersions": hook.get("conversionReviewVersions") or ["v1"]}}
 
 
 def self_signed(cert_dir: Path) -> tuple[Path, Path]:
@@ -71,7 +114,10 @@ def process(settings: ClusterSettings, bin_dir: Path, kubeconfig: Path) -> tuple
 
     state = schedulers.state_dir(settings)
     cert_dir = state / "kueue-certs"
-    self_signed(cert_dir)
+    cert, key = self_signed(cert_dir)
+    METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
+    for src in (cert, key):
+        (METRICS_CERT_DIR / src.name).write_bytes(src.read_bytes())
     webhook, health, metrics = free_ports(3)
     ports = {"webhook": webhook, "health": health, "metrics": metrics}
     conf_path = state / "kueue-config.yaml"

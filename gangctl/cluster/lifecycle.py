@@ -201,13 +201,13 @@ def start_scheduler(settings: ClusterSettings, kubeconfig: Path, scheduler: str,
             f"log {state / 'logs' / (proc.name + '.log')}")
     elif scheduler == "kueue":
         proc, ports = kueue.process(settings, bin_dir, kubeconfig)
-        crds = kueue.crds(settings.integrations_dir)
+        ca = (state / "kueue-certs" / "tls.crt").read_bytes()
+        crds = kueue.crds(settings.integrations_dir, ports["webhook"], ca)   # with their conversion webhook
         asyncio.run(_install(kubeconfig, crds, namespaces=[kueue.NAMESPACE]))
         say(f"installed {len(crds)} Kueue CRDs")
         pid = schedulers.spawn(state, proc)
         wait_http_ok(f"http://127.0.0.1:{ports['health']}/readyz", timeout, "kueue to be ready",
                                 lambda: running(pid))
-        ca = (state / "kueue-certs" / "tls.crt").read_bytes()
         hooks = kueue.webhook_configurations(settings.integrations_dir, ports["webhook"], ca)
         asyncio.run(_install(kubeconfig, [], webhooks=hooks))
         say(f"kueue running (pid {pid}); webhooks on https://127.0.0.1:{ports['webhook']}; "

@@ -13,9 +13,10 @@ each team namespace). Priority: the `kueue.x-k8s.io/priority-class` label, from
 `podGroupPolicy.kueue.priorityClassName` when set.
 
 Quota (`gangctl policy apply --backend kueue`, `kueue_objects`): a quota policy (`policies/*.yaml`)
-as Kueue objects. One team = one ClusterQueue (kueue.x-k8s.io/v1beta1) with one resource group over one
-ResourceFlavor, a LocalQueue named `default` in each of the team's namespaces, one Cohort
-(v1alpha1) per cohort name, one WorkloadPriorityClass per priority. Names are the policy's own.
+as Kueue objects, all kueue.x-k8s.io/v1beta2 (Kueue >= v0.15; v1beta1 is deprecated there). One team =
+one ClusterQueue with one resource group over one ResourceFlavor, a LocalQueue named `default` in each
+of the team's namespaces, one Cohort per cohort name, one WorkloadPriorityClass per priority. Names are
+the policy's own.
 
 How the policy's fields map:
 
@@ -23,7 +24,7 @@ How the policy's fields map:
 |---|---|
 | `nominal.{gpu,cpu,memory}` | `resourceGroups[0].flavors[0].resources[].nominalQuota` |
 | `borrowingLimit` / `lendingLimit` | `borrowingLimit` / `lendingLimit` of the same resource |
-| `cohort` | `spec.cohort` (and a `Cohort` object) |
+| `cohort` | `spec.cohortName` (v1beta1's `spec.cohort`; and a `Cohort` object) |
 | `queueing` | `spec.queueingStrategy` |
 | `preemption.withinTeam` / `reclaimWithinCohort` | `spec.preemption.withinClusterQueue` / `reclaimWithinCohort` |
 | `namespaces` | `spec.namespaceSelector` on `kubernetes.io/metadata.name`, and the LocalQueues |
@@ -55,7 +56,7 @@ PRIORITY_LABEL = f"{GROUP}/priority-class"
 MIN_PARALLELISM_ANNOTATION = f"{GROUP}/job-min-parallelism"
 JOB_UID_LABEL = f"{GROUP}/job-uid"  # on the Workload Kueue makes for a Job: that Job's uid
 DEFAULT_LOCAL_QUEUE = "default"
-WORKLOADS = Resource(GROUP, "v1beta1", "workloads", "Workload")
+WORKLOADS = Resource(GROUP, "v1beta2", "workloads", "Workload")
 # Workload conditions, in the order a Workload goes through them.
 QUOTA_RESERVED, ADMITTED, PODS_READY, EVICTED, FINISHED = "QuotaReserved", "Admitted", "PodsReady", "Evicted", "Finished"
 
@@ -163,8 +164,7 @@ def why_waiting(workload: dict | None) -> tuple[str, str] | None:
     return None
 
 
-V1BETA1 = f"{GROUP}/v1beta1"
-V1ALPHA1 = f"{GROUP}/v1alpha1"
+V1BETA2 = f"{GROUP}/v1beta2"   # every Kueue object gangctl writes (the storage version since v0.15)
 FLAVOR = "default-flavor"
 UNLIMITED = {"gpu": "1M", "cpu": "1M", "memory": "1Ei"}
 
@@ -209,12 +209,12 @@ def resource_flavor(topology: Topology | None = None) -> dict:
     spec: dict = {}
     if topology is not None and topology.node_labels:
         spec = {"nodeLabels": dict(topology.node_labels), "topologyName": topology.name}
-    return {"apiVersion": V1BETA1, "kind": "ResourceFlavor", "metadata": _meta(FLAVOR), "spec": spec}
+    return {"apiVersion": V1BETA2, "kind": "ResourceFlavor", "metadata": _meta(FLAVOR), "spec": spec}
 
 
 def topology_object(topology: Topology) -> dict:
     """Kueue's Topology: the levels' node labels, widest first (what ResourceFlavor.topologyName names)."""
-    return {"apiVersion": V1BETA1, "kind": "Topology", "metadata": _meta(topology.name),
+    return {"apiVersion": V1BETA2, "kind": "Topology", "metadata": _meta(topology.name),
             "spec": {"levels": [{"nodeLabel": level.node_label} for level in topology.levels]}}
 
 
@@ -248,22 +248,22 @@ def cluster_queue(policy: QuotaPolicy, team: Team) -> dict:
         },
     }
     if team.cohort:
-        spec["cohort"] = team.cohort
-    return {"apiVersion": V1BETA1, "kind": "ClusterQueue", "metadata": _meta(team.name, team=team.name), "spec": spec}
+        spec["cohortName"] = team.cohort
+    return {"apiVersion": V1BETA2, "kind": "ClusterQueue", "metadata": _meta(team.name, team=team.name), "spec": spec}
 
 
 def local_queues(team: Team) -> list[dict]:
-    return [{"apiVersion": V1BETA1, "kind": "LocalQueue", "metadata": _meta(DEFAULT_LOCAL_QUEUE, ns, team.name),
+    return [{"apiVersion": V1BETA2, "kind": "LocalQueue", "metadata": _meta(DEFAULT_LOCAL_QUEUE, ns, team.name),
              "spec": {"clusterQueue": team.name}} for ns in team.namespaces or [team.name]]
 
 
 def cohorts(policy: QuotaPolicy) -> list[dict]:
     names = sorted({t.cohort for t in policy.teams if t.cohort})
-    return [{"apiVersion": V1ALPHA1, "kind": "Cohort", "metadata": _meta(n), "spec": {}} for n in names]
+    return [{"apiVersion": V1BETA2, "kind": "Cohort", "metadata": _meta(n), "spec": {}} for n in names]
 
 
 def workload_priority_classes(policy: QuotaPolicy) -> list[dict]:
-    return [{"apiVersion": V1BETA1, "kind": "WorkloadPriorityClass", "metadata": _meta(name),
+    return [{"apiVersion": V1BETA2, "kind": "WorkloadPriorityClass", "metadata": _meta(name),
              "value": value, "description": f"gangctl quota policy priority {name!r}"}
             for name, value in sorted(policy.priorities.items(), key=lambda kv: (-kv[1], kv[0]))]
 

@@ -113,25 +113,25 @@ async def test_policy_applied_and_read_back(cluster, kube):
     dry = cli(cluster, "policy", "apply", str(EXAMPLE_POLICY), "--dry-run", "-o", "json")
     assert dry.returncode == 0, dry.stderr
     assert {o["action"] for o in json.loads(dry.stdout)["objects"]} == {"create"}
-    assert (await kube.get("/apis/kueue.x-k8s.io/v1beta1/clusterqueues"))["items"] == [], "dry run changed nothing"
+    assert (await kube.get("/apis/kueue.x-k8s.io/v1beta2/clusterqueues"))["items"] == [], "dry run changed nothing"
 
     done = cli(cluster, "policy", "apply", str(EXAMPLE_POLICY))
     assert done.returncode == 0, done.stderr
-    cqs = {c["metadata"]["name"]: c for c in (await kube.get("/apis/kueue.x-k8s.io/v1beta1/clusterqueues"))["items"]}
+    cqs = {c["metadata"]["name"]: c for c in (await kube.get("/apis/kueue.x-k8s.io/v1beta2/clusterqueues"))["items"]}
     assert set(cqs) == {"ml-a", "ml-b", "prod", "eval"}
     gpu = cqs["ml-a"]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
     assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": "64", "borrowingLimit": "32"}
-    assert cqs["ml-b"]["spec"]["cohort"] == "research" and cqs["ml-b"]["spec"]["queueingStrategy"] == "BestEffortFIFO"
-    lqs = (await kube.get("/apis/kueue.x-k8s.io/v1beta1/localqueues"))["items"]
+    assert cqs["ml-b"]["spec"]["cohortName"] == "research" and cqs["ml-b"]["spec"]["queueingStrategy"] == "BestEffortFIFO"
+    lqs = (await kube.get("/apis/kueue.x-k8s.io/v1beta2/localqueues"))["items"]
     assert {(q["metadata"]["namespace"], q["spec"]["clusterQueue"]) for q in lqs} == {
         ("ml-a", "ml-a"), ("ml-a-dev", "ml-a"), ("ml-b", "ml-b"), ("prod", "prod"), ("eval", "eval")}
-    cohorts = (await kube.get("/apis/kueue.x-k8s.io/v1alpha1/cohorts"))["items"]
+    cohorts = (await kube.get("/apis/kueue.x-k8s.io/v1beta2/cohorts"))["items"]
     assert {c["metadata"]["name"] for c in cohorts} == {"research", "product"}
-    wpcs = (await kube.get("/apis/kueue.x-k8s.io/v1beta1/workloadpriorityclasses"))["items"]
+    wpcs = (await kube.get("/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses"))["items"]
     assert {w["metadata"]["name"]: w["value"] for w in wpcs} == {"low": 10, "normal": 100, "high": 1000}
 
     async def active() -> bool:  # Kueue marks a ClusterQueue Active once its flavor and cohort resolve
-        cq = await kube.get("/apis/kueue.x-k8s.io/v1beta1/clusterqueues/ml-b")
+        cq = await kube.get("/apis/kueue.x-k8s.io/v1beta2/clusterqueues/ml-b")
         return any(c["type"] == "Active" and c["status"] == "True" for c in cq.get("status", {}).get("conditions", []))
     await eventually(active, 30, "ClusterQueue ml-b Active")
 

@@ -36,7 +36,7 @@ def test_kueue_objects_of_the_example_policy():
 
     cqs = by(objs, "ClusterQueue")
     ml_a, ml_b = cqs["ml-a"]["spec"], cqs["ml-b"]["spec"]
-    assert ml_a["cohort"] == "research" and ml_a["queueingStrategy"] == "StrictFIFO"
+    assert ml_a["cohortName"] == "research" and ml_a["queueingStrategy"] == "StrictFIFO"
     assert ml_a["namespaceSelector"]["matchExpressions"][0]["values"] == ["ml-a", "ml-a-dev"]
     assert ml_a["preemption"] == {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
     group = ml_a["resourceGroups"][0]
@@ -59,7 +59,7 @@ def test_a_resource_a_team_leaves_out_is_covered_unlimited_and_never_lent():
     res = by(kueue_objects(pol), "ClusterQueue")["b"]["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     assert res[1] == {"name": "cpu", "nominalQuota": UNLIMITED["cpu"], "lendingLimit": "0"}
     solo = by(kueue_objects(policy()), "ClusterQueue")["a"]["spec"]
-    assert solo["resourceGroups"][0]["coveredResources"] == ["nvidia.com/gpu"] and "cohort" not in solo
+    assert solo["resourceGroups"][0]["coveredResources"] == ["nvidia.com/gpu"] and "cohortName" not in solo
 
 
 def test_quantities_are_canonical():

@@ -48,7 +48,7 @@ def test_kueue_policy_objects_carry_the_topology():
     objs = objects_for(POLICY, "kueue")
     topology = objs[0]
     assert (topology["apiVersion"], topology["kind"], topology["metadata"]["name"]) == (
-        "kueue.x-k8s.io/v1beta1", "Topology", "datacenter")
+        "kueue.x-k8s.io/v1beta2", "Topology", "datacenter")
     assert topology["spec"]["levels"] == [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]
     flavor = next(o for o in objs if o["kind"] == "ResourceFlavor")
     assert flavor["spec"] == {"nodeLabels": dict(TOPOLOGY.node_labels), "topologyName": "datacenter"}
