@@ -116,8 +116,11 @@ def process(settings: ClusterSettings, bin_dir: Path, kubeconfig: Path) -> tuple
     cert_dir = state / "kueue-certs"
     cert, key = self_signed(cert_dir)
     METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
-    for src in (cert, key):
-        (METRICS_CERT_DIR / src.name).write_bytes(src.read_bytes())
+    for src in (cert, key):   # the one machine-wide file a local Kueue needs; each cluster's own cert is as good
+        target = METRICS_CERT_DIR / src.name
+        if not target.exists() or target.read_bytes() != src.read_bytes():
+            target.write_bytes(src.read_bytes())
+            target.chmod(0o600)
     webhook, health, metrics = free_ports(3)
     ports = {"webhook": webhook, "health": health, "metrics": metrics}
     conf_path = state / "kueue-config.yaml"

@@ -9,7 +9,8 @@ gang) is read from the backend's module in gangctl/plugins or kept beside the ch
 Within a backend the tests run in the order written: the gangs the builder tests create directly go
 before gangctl's controller starts on the cluster, and `cluster down` is the last test.
 
-- Kueue: the quota policy applied and read back; Jobs admitted by quota.
+- Kueue: the quota policy applied and read back; Jobs admitted by quota; a plain Job is Kueue's in a
+  team namespace only; a gang that requires a rack placed in one rack by Kueue's Topology-Aware Scheduling.
 - KAI: the quota policy as a Queue tree, gangs bound whole or not at all, TrainJobs waiting with
   KAI's reason, priority preemption within a team.
 - native: `--scheduler native` serves the PodGroup API (GenericWorkload and GangScheduling gates) and
@@ -25,11 +26,13 @@ import json
 import pytest
 import yaml
 
-from gangctl.api.resources import JOBS, NAMESPACES, PODS, PYTORCHJOBS, TRAINJOBS
+from gangctl.api.resources import JOBS, NAMESPACES, NODES, PODS, PYTORCHJOBS, TRAINJOBS
+from gangctl.cluster.local import KWOK_NODE_SELECTOR
 from gangctl.cluster.native import NATIVE_SCHEDULER
 from gangctl.commands.policy_apply import apply_policy
 from gangctl.kube.client import Kube
 from gangctl.model.quota import QuotaPolicy
+from gangctl.model.topology import KUEUE_REQUIRED
 from gangctl.plugins import kai, volcano
 from gangctl.plugins.kueue import QUEUE_LABEL, WORKLOADS
 from gangctl.plugins.registry import BACKENDS
@@ -122,6 +125,8 @@ async def test_policy_applied_and_read_back(cluster, kube):
     gpu = cqs["ml-a"]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
     assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": "64", "borrowingLimit": "32"}
     assert cqs["ml-b"]["spec"]["cohortName"] == "research" and cqs["ml-b"]["spec"]["queueingStrategy"] == "BestEffortFIFO"
+    # A v1beta1 client (Kueue <= v0.14 manifests) reads it through Kueue's conversion webhook, renamed back.
+    assert (await kube.get("/apis/kueue.x-k8s.io/v1beta1/clusterqueues/ml-b"))["spec"]["cohort"] == "research"
     lqs = (await kube.get("/apis/kueue.x-k8s.io/v1beta2/localqueues"))["items"]
     assert {(q["metadata"]["namespace"], q["spec"]["clusterQueue"]) for q in lqs} == {
         ("ml-a", "ml-a"), ("ml-a-dev", "ml-a"), ("ml-b", "ml-b"), ("prod", "prod"), ("eval", "eval")}
@@ -441,15 +446,90 @@ async def test_the_same_jobs_never_exceed_the_policy(backend, backend_controller
 
 
 @only("kueue")
-async def test_jobs_without_a_queue_name_are_not_kueues(kube):
-    _, plain = gang_objects(BACKENDS["kueue"], "plain", "ml-a", 1, {"kueue": {}})
-    del plain["metadata"]["labels"][QUEUE_LABEL]
-    plain["spec"]["suspend"] = False  # gangctl creates Kueue's Jobs suspended; this one is not Kueue's
-    created = await kube.create(JOBS.path("ml-a"), plain)
-    assert created["spec"].get("suspend") is False
-    jobs_workloads = (await kube.get(WORKLOADS.path("ml-a")))["items"]
-    assert not any(any(o.get("uid") == created["metadata"]["uid"] for o in w["metadata"].get("ownerReferences", []))
-                   for w in jobs_workloads), "a Job without a queue name has no Workload"
+async def test_a_job_without_a_queue_name_is_kueues_only_in_a_team_namespace(kube):
+    """Kueue >= v0.12 (GA and locked on in v0.17) puts a Job without a queue name in its namespace's
+    LocalQueue named `default`, which the policy makes in each team namespace; elsewhere Kueue leaves
+    it alone (`manageJobsWithoutQueueName: false`)."""
+    outside = "kueue-outside"
+    await kube.apply(NAMESPACES.path(name=outside), {"apiVersion": "v1", "kind": "Namespace",
+                                                      "metadata": {"name": outside}}, "gangctl-tests")
+    made = {}
+    for namespace in (outside, "ml-a"):
+        _, plain = gang_objects(BACKENDS["kueue"], "plain", namespace, 1, {"kueue": {}})
+        del plain["metadata"]["labels"][QUEUE_LABEL]
+        plain["spec"]["suspend"] = False  # gangctl creates Kueue's Jobs suspended; this one is the user's
+        made[namespace] = await kube.create(JOBS.path(namespace), plain)
+    assert made[outside]["spec"].get("suspend") is False and QUEUE_LABEL not in made[outside]["metadata"]["labels"]
+    assert made["ml-a"]["metadata"]["labels"][QUEUE_LABEL] == "default" and made["ml-a"]["spec"]["suspend"] is True
+
+    async def workload_of(namespace: str) -> bool:
+        uid = made[namespace]["metadata"]["uid"]
+        return any(any(o.get("uid") == uid for o in w["metadata"].get("ownerReferences", []))
+                   for w in (await kube.get(WORKLOADS.path(namespace)))["items"])
+    await eventually(lambda: workload_of("ml-a"), 30, "a Workload for the team namespace's plain Job")
+    assert not await workload_of(outside), "a Job outside the teams' namespaces has no Workload"
+    for namespace, job in made.items():
+        await kube.delete(JOBS.path(namespace, "plain"), propagation="Background", uid=job["metadata"]["uid"])
+        await kube.request("DELETE", PODS.path(namespace), body={"gracePeriodSeconds": 0},
+                           params={"labelSelector": f"batch.kubernetes.io/controller-uid={job['metadata']['uid']}"})
+
+
+@only("kueue")
+async def test_kueue_places_a_required_rack_gang_in_one_rack_through_tas(cluster, backend_controller, kube, tmp_path):
+    """Kueue's Topology-Aware Scheduling from the policy's `topology:` section: four of the five GPU
+    nodes get a zone and two racks of two hosts (this test's labels); `policy apply` makes the Topology
+    and gives the flavor `topologyName` and the zone as `nodeLabels`; two gangs of two 8-GPU pods that
+    require a rack (Kueue's annotation, passed through) each fill one rack whole. Last of the Kueue
+    tests: a flavor's topologyName cannot be taken back."""
+    zone, rack = "test.gangctl.io/zone", "test.gangctl.io/rack"
+    await empty_teams(kube, *TEAMS.values())
+    selector = ",".join(f"{k}={v}" for k, v in KWOK_NODE_SELECTOR.items())
+    names = sorted(n["metadata"]["name"] for n in (await kube.get(NODES.path(), labelSelector=selector))["items"])
+    racks = {name: f"t{i // 2}" for i, name in enumerate(names[:4])}
+    for name, value in racks.items():
+        await kube.merge_patch(NODES.path(name=name), {"metadata": {"labels": {zone: "z0", rack: value}}})
+
+    async def on_the_racks() -> list[str]:   # Kueue's TAS counts every pod bound to a node, Kueue's or not
+        pods = (await kube.get(PODS.path()))["items"]
+        return [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
+                if p["spec"].get("nodeName") in racks and p["status"].get("phase") not in ("Succeeded", "Failed")]
+    async def racks_free() -> bool:
+        return await on_the_racks() == []
+    try:
+        await eventually(racks_free, 120, "the racks' nodes free of earlier tests' pods")
+    except AssertionError as err:
+        raise AssertionError(f"{err}: {await on_the_racks()}") from None
+    policy = yaml.safe_load(POLICY_FILE.read_text())
+    policy["topology"] = {"name": "test-racks", "nodeLabels": {zone: "z0"},
+                          "levels": [{"name": "zone", "nodeLabel": zone}, {"name": "rack", "nodeLabel": rack}]}
+    path = tmp_path / "two-teams-racks.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    done = cli(cluster, "policy", "apply", str(path), "--backend", "kueue")
+    assert done.returncode == 0, done.stdout + done.stderr
+    flavor = await kube.get("/apis/kueue.x-k8s.io/v1beta2/resourceflavors/default-flavor")
+    assert flavor["spec"]["topologyName"] == "test-racks" and flavor["spec"]["nodeLabels"] == {zone: "z0"}
+    levels = (await kube.get("/apis/kueue.x-k8s.io/v1beta2/topologies/test-racks"))["spec"]["levels"]
+    assert levels == [{"nodeLabel": zone}, {"nodeLabel": rack}]
+    again = cli(cluster, "policy", "apply", str(path), "--backend", "kueue", "--dry-run", "-o", "json")
+    assert {o["action"] for o in json.loads(again.stdout)["objects"]} == {"unchanged"}, again.stdout
+
+    jobs = {"tas-a": TEAMS["team-a"], "tas-b": TEAMS["team-b"]}
+    for name, ns in jobs.items():
+        job = trainjob(name, ns, nodes=2, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime")
+        job["spec"]["podTemplateOverrides"][0]["metadata"]["annotations"][KUEUE_REQUIRED] = rack
+        await submit(kube, job)
+    for name, ns in jobs.items():
+        await eventually(lambda: running(kube, ns, name), 90, f"{name} admitted by Kueue TAS and running")
+    placed = {}
+    for name, ns in jobs.items():
+        pods = bound(await pods_of(kube, ns, name))
+        placed[name] = {racks.get(p["spec"]["nodeName"], "no rack") for p in pods}
+        assert len(pods) == 2 and len(placed[name]) == 1 and "no rack" not in placed[name], (name, placed[name])
+        workload = next(w for w in (await kube.get(WORKLOADS.path(ns)))["items"] if name in w["metadata"]["name"])
+        assert workload["status"]["admission"]["podSetAssignments"][0].get("topologyAssignment"), workload["status"]
+    assert placed["tas-a"] != placed["tas-b"], "each gang fills one rack whole"
+    for name, ns in jobs.items():
+        await kube.delete(TRAINJOBS.path(ns, name))
 
 
 # --- the cluster's processes -------------------------------------------------------------------------
