@@ -24,8 +24,10 @@ from gangctl.processes import running, running_from
 # kube-apiserver flags of a cluster made for the native gang backend (gangctl.cluster.native). The
 # apiserver and kube-controller-manager get the gates (the apiserver's PodGroupProtection admission
 # puts a finalizer on every PodGroup that only the controller-manager's controller of that name lifts);
-# the base scheduler (scheduler-plugins, older libraries) knows none of them.
-NATIVE_GANG_ARGS = {"feature-gates": "GenericWorkload=true,GangScheduling=true",
+# the base scheduler (scheduler-plugins, older libraries) knows none of them. TopologyAwareWorkloadScheduling
+# (1.36 alpha, KEP-5732) serves PodGroup `schedulingConstraints.topology` and makes kube-scheduler place
+# a gang in one domain of that node label.
+NATIVE_GANG_ARGS = {"feature-gates": "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true",
                     "runtime-config": "scheduling.k8s.io/v1alpha2=true"}
 # kube-controller-manager settings that make node loss visible in seconds, not minutes.
 NODE_MONITOR_ARGS = {

@@ -10,7 +10,9 @@ Within a backend the tests run in the order written: the gangs the builder tests
 before gangctl's controller starts on the cluster, and `cluster down` is the last test.
 
 - Kueue: the quota policy applied and read back; Jobs admitted by quota; a plain Job is Kueue's in a
-  team namespace only; a gang that requires a rack placed in one rack by Kueue's Topology-Aware Scheduling.
+  team namespace only.
+- Kueue, KAI and native: a gang that requires a rack is placed in one rack by the scheduler's own
+  topology feature, from the policy's `topology:` section.
 - KAI: the quota policy as a Queue tree, gangs bound whole or not at all, TrainJobs waiting with
   KAI's reason, priority preemption within a team.
 - native: `--scheduler native` serves the PodGroup API (GenericWorkload and GangScheduling gates) and
@@ -27,7 +29,7 @@ import pytest
 import yaml
 
 from gangctl.api.resources import JOBS, NAMESPACES, NODES, PODS, PYTORCHJOBS, TRAINJOBS
-from gangctl.cluster.local import KWOK_NODE_SELECTOR
+from gangctl.cluster.local import KWOK_NODE_SELECTOR, KWOK_TOLERATION
 from gangctl.cluster.native import NATIVE_SCHEDULER
 from gangctl.commands.policy_apply import apply_policy
 from gangctl.kube.client import Kube
@@ -474,13 +476,44 @@ async def test_a_job_without_a_queue_name_is_kueues_only_in_a_team_namespace(kub
                            params={"labelSelector": f"batch.kubernetes.io/controller-uid={job['metadata']['uid']}"})
 
 
-@only("kueue")
-async def test_kueue_places_a_required_rack_gang_in_one_rack_through_tas(cluster, backend_controller, kube, tmp_path):
-    """Kueue's Topology-Aware Scheduling from the policy's `topology:` section: four of the five GPU
-    nodes get a zone and two racks of two hosts (this test's labels); `policy apply` makes the Topology
-    and gives the flavor `topologyName` and the zone as `nodeLabels`; two gangs of two 8-GPU pods that
-    require a rack (Kueue's annotation, passed through) each fill one rack whole. Last of the Kueue
-    tests: a flavor's topologyName cannot be taken back."""
+async def assert_topology_objects(kube: Kube, backend: str, zone: str, rack: str) -> None:
+    """What `policy apply` made of the topology on the backend."""
+    if backend == "kueue":
+        flavor = await kube.get("/apis/kueue.x-k8s.io/v1beta2/resourceflavors/default-flavor")
+        assert flavor["spec"]["topologyName"] == "test-racks" and flavor["spec"]["nodeLabels"] == {zone: "z0"}
+        levels = (await kube.get("/apis/kueue.x-k8s.io/v1beta2/topologies/test-racks"))["spec"]["levels"]
+        assert levels == [{"nodeLabel": zone}, {"nodeLabel": rack}]
+    elif backend == "kai":
+        levels = (await kube.get(f"/apis/{kai.KAI_TOPOLOGY_API}/topologies/test-racks"))["spec"]["levels"]
+        assert levels == [{"nodeLabel": zone}, {"nodeLabel": rack}]
+
+
+async def assert_gang_asks_for_a_rack(kube: Kube, backend: str, ns: str, name: str, rack: str) -> None:
+    """The gang's object carries the intent in the backend's own words."""
+    if backend == "kueue":
+        workload = next(w for w in (await kube.get(WORKLOADS.path(ns)))["items"] if name in w["metadata"]["name"])
+        assert workload["spec"]["podSets"][0].get("topologyRequest", {}).get("required") == rack, workload["spec"]
+        assert workload["status"]["admission"]["podSetAssignments"][0].get("topologyAssignment"), workload["status"]
+    elif backend == "kai":
+        pg = await kube.get(kai.KAI_POD_GROUPS.path(ns, name))
+        assert pg["spec"]["topologyConstraint"] == {"topology": "test-racks", "requiredTopologyLevel": rack}
+    else:
+        pg = await kube.get(BACKENDS["native"].group_resource.path(ns, name))
+        assert pg["spec"]["schedulingConstraints"] == {"topology": [{"key": rack}]}
+
+
+@only("kueue", "kai", "native")
+async def test_a_gang_that_requires_a_rack_runs_in_one_rack_by_the_schedulers_own_topology(backend, cluster,
+                                                                                         backend_controller, kube,
+                                                                                         tmp_path):
+    """The scheduler's own topology placement, from the policy's `topology:` section: four of the five
+    GPU nodes get a zone and two racks of two hosts (this test's labels); `policy apply` makes the
+    backend's objects (Kueue: a Topology, the flavor's `topologyName` and the zone as its `nodeLabels`;
+    KAI: a Topology; native: none, kube-scheduler reads the labels). A user's pod holds one host of
+    rack t0, so four hosts are free and only rack t1 holds a gang of two 8-GPU pods that requires a
+    rack (Kueue's annotation, as users write it): the gang runs there, placed by Kueue's TAS, KAI's
+    topology plugin or kube-scheduler's TopologyAwareWorkloadScheduling (alpha, on in the native
+    cluster). Last of each backend's job tests: a Kueue flavor's topologyName cannot be taken back."""
     zone, rack = "test.gangctl.io/zone", "test.gangctl.io/rack"
     await empty_teams(kube, *TEAMS.values())
     selector = ",".join(f"{k}={v}" for k, v in KWOK_NODE_SELECTOR.items())
@@ -489,10 +522,11 @@ async def test_kueue_places_a_required_rack_gang_in_one_rack_through_tas(cluster
     for name, value in racks.items():
         await kube.merge_patch(NODES.path(name=name), {"metadata": {"labels": {zone: "z0", rack: value}}})
 
-    async def on_the_racks() -> list[str]:   # Kueue's TAS counts every pod bound to a node, Kueue's or not
+    async def on_the_racks() -> list[str]:   # a scheduler counts every pod bound to a node, its own or not
         pods = (await kube.get(PODS.path()))["items"]
         return [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
                 if p["spec"].get("nodeName") in racks and p["status"].get("phase") not in ("Succeeded", "Failed")]
+
     async def racks_free() -> bool:
         return await on_the_racks() == []
     try:
@@ -504,32 +538,36 @@ async def test_kueue_places_a_required_rack_gang_in_one_rack_through_tas(cluster
                           "levels": [{"name": "zone", "nodeLabel": zone}, {"name": "rack", "nodeLabel": rack}]}
     path = tmp_path / "two-teams-racks.yaml"
     path.write_text(yaml.safe_dump(policy))
-    done = cli(cluster, "policy", "apply", str(path), "--backend", "kueue")
+    done = cli(cluster, "policy", "apply", str(path), "--backend", backend)
     assert done.returncode == 0, done.stdout + done.stderr
-    flavor = await kube.get("/apis/kueue.x-k8s.io/v1beta2/resourceflavors/default-flavor")
-    assert flavor["spec"]["topologyName"] == "test-racks" and flavor["spec"]["nodeLabels"] == {zone: "z0"}
-    levels = (await kube.get("/apis/kueue.x-k8s.io/v1beta2/topologies/test-racks"))["spec"]["levels"]
-    assert levels == [{"nodeLabel": zone}, {"nodeLabel": rack}]
-    again = cli(cluster, "policy", "apply", str(path), "--backend", "kueue", "--dry-run", "-o", "json")
+    await assert_topology_objects(kube, backend, zone, rack)
+    again = cli(cluster, "policy", "apply", str(path), "--backend", backend, "--dry-run", "-o", "json")
     assert {o["action"] for o in json.loads(again.stdout)["objects"]} == {"unchanged"}, again.stdout
 
-    jobs = {"tas-a": TEAMS["team-a"], "tas-b": TEAMS["team-b"]}
-    for name, ns in jobs.items():
-        job = trainjob(name, ns, nodes=2, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime")
-        job["spec"]["podTemplateOverrides"][0]["metadata"]["annotations"][KUEUE_REQUIRED] = rack
-        await submit(kube, job)
-    for name, ns in jobs.items():
-        await eventually(lambda: running(kube, ns, name), 90, f"{name} admitted by Kueue TAS and running")
-    placed = {}
-    for name, ns in jobs.items():
-        pods = bound(await pods_of(kube, ns, name))
-        placed[name] = {racks.get(p["spec"]["nodeName"], "no rack") for p in pods}
-        assert len(pods) == 2 and len(placed[name]) == 1 and "no rack" not in placed[name], (name, placed[name])
-        workload = next(w for w in (await kube.get(WORKLOADS.path(ns)))["items"] if name in w["metadata"]["name"])
-        assert workload["status"]["admission"]["podSetAssignments"][0].get("topologyAssignment"), workload["status"]
-    assert placed["tas-a"] != placed["tas-b"], "each gang fills one rack whole"
-    for name, ns in jobs.items():
-        await kube.delete(TRAINJOBS.path(ns, name))
+    # A user's pod on rack t0's first host (bound by name, in a namespace of no team, so no quota counts it).
+    filler_ns = "topology-filler"
+    await kube.apply(NAMESPACES.path(name=filler_ns), {"apiVersion": "v1", "kind": "Namespace",
+                                                        "metadata": {"name": filler_ns}}, "gangctl-tests")
+    filler = await kube.create(PODS.path(filler_ns), {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "holds-one-host"},
+        "spec": {"nodeName": names[0], "tolerations": [dict(KWOK_TOLERATION)], "containers": [{
+            "name": "main", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})
+
+    async def filler_running() -> bool:
+        return (await kube.get(PODS.path(filler_ns, "holds-one-host")))["status"].get("phase") == "Running"
+    await eventually(filler_running, 30, "the user's pod running on rack t0")
+
+    ns = TEAMS["team-a"]
+    job = trainjob("tas", ns, nodes=2, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime")
+    job["spec"]["podTemplateOverrides"][0]["metadata"]["annotations"][KUEUE_REQUIRED] = rack
+    await submit(kube, job)
+    await eventually(lambda: running(kube, ns, "tas"), 90, f"the gang placed by {backend} and running")
+    pods = bound(await pods_of(kube, ns, "tas"))
+    assert sorted(racks.get(p["spec"]["nodeName"], "no rack") for p in pods) == ["t1", "t1"], \
+        "the only rack with two free hosts: " + str({p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods})
+    await assert_gang_asks_for_a_rack(kube, backend, ns, "tas", rack)
+    await kube.delete(TRAINJOBS.path(ns, "tas"))
+    await kube.delete(PODS.path(filler_ns, "holds-one-host"), uid=filler["metadata"]["uid"])
 
 
 # --- the cluster's processes -------------------------------------------------------------------------
