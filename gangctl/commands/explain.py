@@ -15,11 +15,11 @@ from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, CONFIGMAPS, NODES,
 from gangctl.kube.client import ApiError, Kube
 from gangctl.model.names import TRAINJOB_NAME
 from gangctl.policy import pytorchjob as pj
-from gangctl.policy.explain import Diagnosis, diagnose, diagnose_pytorchjob, screen_nodes, with_progress
+from gangctl.policy.explain import CAPACITY_AVAILABLE, Diagnosis, diagnose, diagnose_pytorchjob, screen_nodes, with_progress
 from gangctl.model.gang import Gang, size_gang
 from gangctl.model.topology import PlacementIntent, Topology, TopologyError
 from gangctl.plugins.quota_objects import POLICY_NAMESPACE, TOPOLOGY_CONFIGMAP, topology_of
-from gangctl.policy.placement import Floor, domain_rooms
+from gangctl.policy.placement import Floor, Unsatisfiable, Waiting, choose, domain_rooms
 from gangctl.policy.status import is_true
 from gangctl.model.resolve import resolve
 
@@ -129,8 +129,17 @@ def with_domains(d: Diagnosis, intent: PlacementIntent | None, topology: Topolog
         on = intent.on(topology)
     except TopologyError:
         return d
-    level, domains, nxt = domain_rooms(rooms, topology, on, Floor(gang.min_member, gang.per_pod))
-    return replace(d, level=level, domains=tuple(domains), next_domain=nxt)
+    floor = Floor(gang.min_member, gang.per_pod)
+    level, domains, nxt = domain_rooms(rooms, topology, on, floor)
+    d = replace(d, level=level, domains=tuple(domains), next_domain=nxt)
+    if d.reason == CAPACITY_AVAILABLE and on.required is not None and not nxt:
+        # The nodes have room in total, but no domain of the required level holds the gang: it waits for
+        # one, whichever scheduler places it (Kueue, KAI and kube-scheduler say so in words of their own).
+        verdict = choose(rooms, topology, on, floor)
+        if isinstance(verdict, Waiting | Unsatisfiable):
+            d = replace(d, reason=verdict.reason, message=f"{verdict.message}; the nodes have room for {d.slots} "
+                                                          f"pod(s) in total, but the gang requires one {level}")
+    return d
 
 
 async def _scheduler_says(kube: Kube, namespace: str, pending: list[str]) -> str:

@@ -21,6 +21,8 @@ from gangctl.model.resolve import pod_requests
 from gangctl.policy.status import COMPLETE, FAILED, PENDING, RUNNING, SUSPENDED, WAITING, gang_state
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+# A waiting gang the nodes have room for now: the scheduler takes it on its next try.
+CAPACITY_AVAILABLE = "CapacityAvailable"
 
 
 @dataclass(frozen=True)
@@ -242,7 +244,7 @@ def _capacity(gang: Gang, bound: int, rooms: Sequence[NodeRoom], scheduler_says:
                          0, slots, rows, scheduler_says, left_out)
     if slots >= missing:
         retry = f" (gangctl hands waiting gangs back to the scheduler every {retry_seconds:g} s)" if retry_seconds else ""
-        return Diagnosis("CapacityAvailable",
+        return Diagnosis(CAPACITY_AVAILABLE,
                          f"{missing} pod(s) of {pod} each wait to be bound and the nodes have room for {slots} now: "
                          f"the scheduler takes the gang on its next try{retry}", missing, slots, rows, scheduler_says,
                          left_out)

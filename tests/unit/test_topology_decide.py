@@ -194,6 +194,28 @@ def test_explain_shows_each_racks_room_and_the_rack_that_would_hold_the_gang():
                         True).domains == (), "a finished job waits for nothing"
 
 
+def test_explain_says_a_gang_waits_for_its_rack_when_only_the_whole_cluster_has_room():
+    """A backend that places by topology itself (Kueue, KAI, native) leaves a gang waiting although the
+    nodes have room in total: explain names the required level and the best domain, not 'next try'."""
+    from gangctl.commands.explain import with_domains
+    from gangctl.model.gang import size_gang
+    from gangctl.model.topology import PlacementIntent
+    from gangctl.policy.explain import CAPACITY_AVAILABLE, Diagnosis, node_rooms
+
+    view = cluster(busy=("r0-h0", "r0-h1", "r0-h2", "r1-h0", "r1-h1"))   # r0: 1 host free, r1: 2
+    rooms = node_rooms(view.nodes, view.pods)
+    gang = size_gang(3, {GPU: 8})
+    room = Diagnosis(CAPACITY_AVAILABLE, "the scheduler takes the gang on its next try", 3, 3)
+    d = with_domains(room, PlacementIntent(required="rack"), TOPOLOGY, rooms, gang, False)
+    assert d.reason == WAITING and d.next_domain == ""
+    assert "best rack r1: 2 of 4 hosts free, room for 2 of 3 pods" in d.message, d.message
+    assert "room for 3 pod(s) in total, but the gang requires one rack" in d.message, d.message
+    preferred = with_domains(room, PlacementIntent(preferred="rack"), TOPOLOGY, rooms, gang, False)
+    assert preferred.reason == CAPACITY_AVAILABLE, "a preferred rack does not hold the gang back"
+    fits = with_domains(room, PlacementIntent(required="rack"), TOPOLOGY, node_rooms(cluster().nodes, []), gang, False)
+    assert fits.reason == CAPACITY_AVAILABLE and fits.next_domain == "rack r0"
+
+
 def test_a_gang_refused_in_its_rack_past_the_schedule_timeout_is_placed_again():
     from datetime import timedelta
 
