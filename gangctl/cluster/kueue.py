@@ -3,7 +3,7 @@
 - CRDs: `config/components/crd/bases/*.yaml` of sigs.k8s.io/kueue at the version pinned in
   integrations/kueue/go.mod, read from the Go module cache. The CRDs that Kueue's kustomization
   gives a conversion webhook (`config/components/crd/kustomization.yaml`, `patches/webhook_in_*`:
-  in v0.17 ClusterQueue, LocalQueue, Cohort, Workload and MultiKueueCluster, served as v1beta1 and
+  in v0.19 ClusterQueue, LocalQueue, Cohort, Workload and MultiKueueCluster, served as v1beta1 and
   v1beta2) get it here too, at `https://127.0.0.1:<port>/convert` with gangctl's certificate: a
   v1beta1 client's renamed fields (ClusterQueue `spec.cohort` -> `cohortName`, ...) are converted,
   not dropped.
@@ -11,7 +11,7 @@
   Deployment or other framework webhooks, so a stopped Kueue never blocks pods), each pointed at
   `https://127.0.0.1:<port>/<path>` through `clientConfig.url` with gangctl's self-signed certificate
   (IP SAN 127.0.0.1) as `caBundle`. Kueue's internal cert management is off: it would issue
-  certificates for an in-cluster Service name. With it off, Kueue (v0.17) also reads its metrics
+  certificates for an in-cluster Service name. With it off, Kueue (since v0.17) also reads its metrics
   server's certificate from the fixed folder /etc/kueue/metrics/certs and exits when it is missing,
   so gangctl copies the same certificate there.
 - Configuration (`integrations/kueue/controller-manager-config.yaml` with the ports and cert folder

@@ -449,7 +449,7 @@ async def test_the_same_jobs_never_exceed_the_policy(backend, backend_controller
 
 @only("kueue")
 async def test_a_job_without_a_queue_name_is_kueues_only_in_a_team_namespace(kube):
-    """Kueue >= v0.12 (GA and locked on in v0.17) puts a Job without a queue name in its namespace's
+    """Kueue >= v0.12 (GA and locked on since v0.17) puts a Job without a queue name in its namespace's
     LocalQueue named `default`, which the policy makes in each team namespace; elsewhere Kueue leaves
     it alone (`manageJobsWithoutQueueName: false`)."""
     outside = "kueue-outside"
@@ -566,8 +566,31 @@ async def test_a_gang_that_requires_a_rack_runs_in_one_rack_by_the_schedulers_ow
     assert sorted(racks.get(p["spec"]["nodeName"], "no rack") for p in pods) == ["t1", "t1"], \
         "the only rack with two free hosts: " + str({p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods})
     await assert_gang_asks_for_a_rack(kube, backend, ns, "tas", rack)
-    await kube.delete(TRAINJOBS.path(ns, "tas"))
-    await kube.delete(PODS.path(filler_ns, "holds-one-host"), uid=filler["metadata"]["uid"])
+
+    # A second such gang fits only across racks (t0's free host and the unlabelled node): it waits, and
+    # `gangctl explain` says for which rack, whatever the scheduler's own words; it runs once t0 frees.
+    second = trainjob("tas-2", TEAMS["team-b"], nodes=2, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime")
+    second["spec"]["podTemplateOverrides"][0]["metadata"]["annotations"][KUEUE_REQUIRED] = rack
+    await submit(kube, second)
+
+    async def waits_for_a_rack() -> bool:
+        if gang_state(await get_trainjob(kube, TEAMS["team-b"], "tas-2")).get("state") != "Waiting":
+            return False
+        said = json.loads(cli(cluster, "explain", f"trainjob/{TEAMS['team-b']}/tas-2", "-o", "json").stdout)
+        return said["reason"] in ("WaitingForTopology", "WaitingForQuota") and "rack" in said["message"]
+    await eventually(waits_for_a_rack, 60, "the second gang waiting for a rack, explain naming it")
+    said = json.loads(cli(cluster, "explain", f"trainjob/{TEAMS['team-b']}/tas-2", "-o", "json").stdout)
+    if backend != "kueue":   # Kueue holds the gang as quota: its own words name the topology
+        assert said["reason"] == "WaitingForTopology" and "best rack t0: 1 of 2 hosts free" in said["message"], said
+    assert bound(await pods_of(kube, TEAMS["team-b"], "tas-2")) == [], "a waiting gang holds no node"
+    await kube.request("DELETE", PODS.path(filler_ns, "holds-one-host"), body={
+        "gracePeriodSeconds": 0, "preconditions": {"uid": filler["metadata"]["uid"]}})
+    await eventually(lambda: running(kube, TEAMS["team-b"], "tas-2"), 120, "the second gang running once t0 frees")
+    pods = bound(await pods_of(kube, TEAMS["team-b"], "tas-2"))
+    assert sorted(racks.get(p["spec"]["nodeName"], "no rack") for p in pods) == ["t0", "t0"], \
+        {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+    for name, namespace in (("tas", ns), ("tas-2", TEAMS["team-b"])):
+        await kube.delete(TRAINJOBS.path(namespace, name))
 
 
 # --- the cluster's processes -------------------------------------------------------------------------
