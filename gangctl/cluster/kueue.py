@@ -43,13 +43,10 @@ def module_dir(integrations: Path) -> Path:
     return go_module_dir(MODULE, version or "", integrations / "kueue")
 
 
-def crds(integrations: Path, port: int | None = None, ca_pem: bytes | None = None) -> list[dict]:
-    """Kueue's CRDs; with `port` and `ca_pem`, those Kueue converts get their conversion webhook on
-    https://127.0.0.1:`port`/convert."""
+def crds(integrations: Path, port: int, ca_pem: bytes) -> list[dict]:
+    """Kueue's CRDs; those Kueue converts get their conversion webhook on https://127.0.0.1:`port`/convert."""
     root = module_dir(integrations) / "config" / "components" / "crd"
     docs = [d for p in sorted((root / "bases").glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d]
-    if port is None or ca_pem is None:
-        return docs
     converted = conversion_webhooks(root)
     for doc in docs:
         if (conversion := converted.get(doc["metadata"]["name"])) is not None:
