@@ -64,6 +64,9 @@ class ControllerSettings(BaseSettings):
     scheduler_name: str = Field("scheduler-plugins-scheduler", description="scheduler profile with Coscheduling")
     pytorchjob_gang_scheduler: str | None = Field("coscheduling", description="gang backend of PyTorchJobs (v1's "
                                                   "--gang-scheduler-name); a kueue.x-k8s.io/queue-name label means Kueue")
+    pytorchjob_scheduler_name: str | None = Field(None, description="the schedulerName of PyTorchJob gangs' pods on "
+                                                  "the native backend: the kube-scheduler profile with GangScheduling "
+                                                  "(unset: scheduler_name)")
     resync_seconds: float = 300.0
     gang_retry_seconds: float = Field(20.0, description="how often waiting gangs are handed back to the scheduler")
     lost_pod_seconds: float | None = Field(None, description="force-finish gangctl's pods Terminating that long on a "

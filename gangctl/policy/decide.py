@@ -89,6 +89,7 @@ class Snapshot:
     service: dict | None = None            # (TrainJob) the headless Service, by its name
     services: tuple[dict, ...] = ()        # (PyTorchJob) Services labelled with the job's name
     gang_scheduler: str | None = None      # (PyTorchJob) v1's --gang-scheduler-name: the backend for every job
+    gang_scheduler_name: str | None = None  # (PyTorchJob) its pods' schedulerName on native (None: scheduler_name)
     pods: tuple[dict, ...] = ()            # every pod labelled with the job's name
     # Backend name -> the object its gang is watched through (PodGroup; Kueue's Workload of the node
     # Job), None when absent. Its keys are the backends this cluster serves.
@@ -699,7 +700,8 @@ def place(s: Snapshot, intent: PlacementIntent | None, template: dict, observed:
     """The pod `template` of a job asking for `intent`, whose Job carrying it is `observed` (None: not
     made yet): pinned where gangctl placed the observed Job (`placement.kept`), else with the backend's
     own annotations for it (Kueue) or, where the backend cannot place it and the job is not `held`,
-    pinned by gangctl (`placement.pin`)."""
+    pinned by gangctl (`placement.pin`). Before its Job is made, a required level that no domain could
+    ever hold blocks it as `Unsatisfiable` on every backend (the nodes are listed for that check)."""
     if (pin := placement.kept(template, ((observed or {}).get("spec") or {}).get("template"))) is not None:
         return Placing(pin)   # placed by gangctl when the Job was made: it stays there
     if intent is None or s.topology is None:
@@ -709,11 +711,16 @@ def place(s: Snapshot, intent: PlacementIntent | None, template: dict, observed:
     except TopologyError as err:
         return Placing(template, problem=str(err))
     template = with_annotations(template, base.placement_annotations(backend, intent))
+    nodes = None if s.cluster is None else node_rooms(s.cluster.nodes, s.cluster.pods, template.get("spec"))
+    if observed is None and intent.required is not None:   # whoever places it: never waits forever
+        if nodes is None:
+            return Placing(template, intent, blocked=placement.NeedNodes())
+        if (never := placement.never_fits(nodes, s.topology, intent, floor)) is not None:
+            return Placing(template, intent, blocked=never)
     if held or placement.places_itself(backend, intent, s.topology) or (observed is not None
                                                                          and not _may_pin(observed)):
         return Placing(template, intent)
-    rooms = None if s.cluster is None else placement.reserve(
-        node_rooms(s.cluster.nodes, s.cluster.pods, template.get("spec")), list(s.cluster.reserved))
+    rooms = None if nodes is None or s.cluster is None else placement.reserve(nodes, list(s.cluster.reserved))
     chosen = placement.pin(template, intent, s.topology, floor, rooms)
     if isinstance(chosen, dict):
         return Placing(chosen, intent)

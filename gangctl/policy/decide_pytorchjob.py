@@ -91,7 +91,7 @@ def _decide(s: Snapshot) -> Plan:
         return _done(s, job)
     backend_name = s.gang_scheduler if s.gang_scheduler in s.groups else None
     try:
-        gang = pj.to_gang(job, default_backend=backend_name)
+        gang = pj.to_gang(job, default_backend=backend_name, scheduler_name=s.gang_scheduler_name)
         backend = backend_for(gang.gang_backend)
     except (pj.PyTorchJobMappingError, KeyError) as err:
         return _fail(s, job, str(err.args[0] if err.args else err))

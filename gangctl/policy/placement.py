@@ -128,9 +128,23 @@ def choose(nodes: list[NodeRoom], topology: Topology, intent: PlacementIntent,
         whole = _Domain("", None, tuple(nodes))
         if whole.room(floor) >= floor.pods:
             return whole.placed(floor)
-    elif not any(d.room(floor, now=False) >= floor.pods for d in level_domains):
-        return Unsatisfiable(UNSATISFIABLE, _never_message(level_domains, name, floor))
+    elif (never := never_fits(nodes, topology, intent, floor)) is not None:
+        return never
     return Waiting(WAITING, _waiting_message(level_domains, name, floor))
+
+
+def never_fits(nodes: list[NodeRoom], topology: Topology, intent: PlacementIntent,
+               floor: Floor) -> Unsatisfiable | None:
+    """For a required intent (levels as node labels): `Unsatisfiable` when no domain of its level could
+    hold the floor even empty (allocatable, not free), whichever scheduler places it; else None."""
+    if intent.required is None:
+        return None
+    label = str(intent.required)
+    level_domains = domains(nodes, label)
+    if any(d.room(floor, now=False) >= floor.pods for d in level_domains):
+        return None
+    name = next((lv.name for lv in topology.levels if lv.node_label == label), label)
+    return Unsatisfiable(UNSATISFIABLE, _never_message(level_domains, name, floor))
 
 
 def _floor_text(floor: Floor) -> str:

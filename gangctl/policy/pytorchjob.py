@@ -308,13 +308,17 @@ def _with_env(container: dict, extra: list[dict]) -> None:
 
 # --- the mapping ----------------------------------------------------------------------------------
 
-def to_gang(obj: dict | PyTorchJob, *, default_backend: str | None = None) -> PyTorchGang:
+def to_gang(obj: dict | PyTorchJob, *, default_backend: str | None = None,
+            scheduler_name: str | None = None) -> PyTorchGang:
     """The PyTorchJob as gangctl's gang. `default_backend` is the controller's gang scheduler for jobs
-    that name none (v1's --gang-scheduler-name); a `kueue.x-k8s.io/queue-name` label means Kueue."""
+    that name none (v1's --gang-scheduler-name); a `kueue.x-k8s.io/queue-name` label means Kueue.
+    `scheduler_name`: the pods' scheduler on the native backend (the profile with GangScheduling)."""
     job = obj if isinstance(obj, PyTorchJob) else parse(obj)
     _check_names(job)
     has_master = job.master is not None
     backend, settings = _backend(job, default_backend)
+    if backend == "native" and scheduler_name:
+        settings = {**settings, "schedulerName": scheduler_name}
     failure = failure_policy(job)
     groups = []
     for rtype, spec in job.replica_specs.items():

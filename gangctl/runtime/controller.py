@@ -105,7 +105,8 @@ class Controller:
         # `gangctl policy apply --backend coscheduling|volcano` stores in a ConfigMap of gangctl-system.
         self.policy_configmaps = policy_informer(kube)
         # The job kinds this cluster serves, each by its adapter (gangctl.runtime.kinds).
-        kinds: list[JobKind] = [TrainJobKind(), PyTorchJobKind(settings.pytorchjob_gang_scheduler)]
+        kinds: list[JobKind] = [TrainJobKind(), PyTorchJobKind(settings.pytorchjob_gang_scheduler,
+                                                                     settings.pytorchjob_scheduler_name)]
         self.kinds = {k.resource.kind: k for k in kinds if k.cache(self.caches) is not None}
         self.gate = QuotaGate(kube, [k.cache(self.caches) for k in self.kinds.values()], self.policy_configmaps,
                               self.metrics, events, on_change=lambda gate_id: self.queue.add(JobKey.parse(gate_id)))

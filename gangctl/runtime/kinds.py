@@ -179,13 +179,15 @@ def _runtime_for(caches: Caches, trainjob: dict) -> dict | None:
 
 class PyTorchJobKind(JobKind):
     """`gang_scheduler`: the backend every PyTorchJob's gang goes through when the cluster serves it
-    (v1's --gang-scheduler-name)."""
+    (v1's --gang-scheduler-name); `scheduler_name`: its pods' schedulerName where the backend lets the
+    cluster name its scheduler (native)."""
 
     resource = PYTORCHJOBS
     name_label = PYTORCHJOB_NAME
 
-    def __init__(self, gang_scheduler: str | None = "coscheduling"):
+    def __init__(self, gang_scheduler: str | None = "coscheduling", scheduler_name: str | None = None):
         self.gang_scheduler = gang_scheduler
+        self.scheduler_name = scheduler_name
 
     def cache(self, caches: Caches) -> Informer | None:
         return caches.pytorchjobs
@@ -211,7 +213,7 @@ class PyTorchJobKind(JobKind):
             groups[backend_name] = found[0] if found else None
         return d.Snapshot(
             key.object_key, rec.clock(), obj, scheduler_name=rec.scheduler_name, gang_scheduler=self.gang_scheduler,
-            jobs=jobs, pods=tuple(caches.pods.list(ns, selector)), services=tuple(caches.services.list(ns, selector)),
+            gang_scheduler_name=self.scheduler_name, jobs=jobs, pods=tuple(caches.pods.list(ns, selector)), services=tuple(caches.services.list(ns, selector)),
             groups=groups, priority_classes=caches.priority_class_names(), gate=_gate_view(rec, key, obj),
             nudge=key in rec.nudge, topology=rec.topology())
 

@@ -20,6 +20,7 @@ import yaml
 from gangctl.api.resources import JOBS, Resource
 from gangctl.cluster import schedulers
 from gangctl.cluster.lifecycle import UpOptions, down, up
+from gangctl.cluster.native import NATIVE_SCHEDULER
 from gangctl.config import REPO_ROOT, ClusterSettings
 from gangctl.kube.client import Kube
 from gangctl.processes import ControllerProcess, running
@@ -114,8 +115,11 @@ async def serve_backend(cluster: tuple[ClusterSettings, Path], backend: str, log
             await prepare(kube)
     finally:
         await kube.close()
-    # Volcano's and KAI's clusters run PyTorchJobs' gangs through them, as v1's --gang-scheduler-name.
-    env = {"GANGCTL_PYTORCHJOB_GANG_SCHEDULER": backend} if backend in ("volcano", "kai") else {}
+    # Volcano's, KAI's and native's clusters run PyTorchJobs' gangs through them, as v1's
+    # --gang-scheduler-name (Kueue's: a PyTorchJob with a queue-name label is Kueue's).
+    env = {"GANGCTL_PYTORCHJOB_GANG_SCHEDULER": backend} if backend in ("volcano", "kai", "native") else {}
+    if backend == "native":   # the cluster's second kube-scheduler, the one with GangScheduling
+        env["GANGCTL_PYTORCHJOB_SCHEDULER_NAME"] = NATIVE_SCHEDULER
     ctl = ControllerProcess(kubeconfig, log_dir / "controller.log", env=env)
     ctl.start()
     try:

@@ -11,8 +11,10 @@ before gangctl's controller starts on the cluster, and `cluster down` is the las
 
 - Kueue: the quota policy applied and read back; Jobs admitted by quota; a plain Job is Kueue's in a
   team namespace only.
-- Kueue, KAI and native: a gang that requires a rack is placed in one rack by the scheduler's own
-  topology feature, from the policy's `topology:` section.
+- Kueue, KAI and native: from the policy's `topology:` section, a gang (TrainJob or PyTorchJob) that
+  requires a rack is placed in one rack by the scheduler's own topology feature, waits naming the rack
+  when none has room and starts when one frees; a gang that prefers a rack spans the fewest racks;
+  an unknown level, two vocabularies that disagree and a rack smaller than the gang fail at once.
 - KAI: the quota policy as a Queue tree, gangs bound whole or not at all, TrainJobs waiting with
   KAI's reason, priority preemption within a team.
 - native: `--scheduler native` serves the PodGroup API (GenericWorkload and GangScheduling gates) and
@@ -34,12 +36,13 @@ from gangctl.cluster.native import NATIVE_SCHEDULER
 from gangctl.commands.policy_apply import apply_policy
 from gangctl.kube.client import Kube
 from gangctl.model.quota import QuotaPolicy
-from gangctl.model.topology import KUEUE_REQUIRED
+from gangctl.model.topology import KAI_REQUIRED, KUEUE_PREFERRED, KUEUE_REQUIRED
 from gangctl.plugins import kai, volcano
 from gangctl.plugins.kueue import QUEUE_LABEL, WORKLOADS
 from gangctl.plugins.registry import BACKENDS
-from tests.integration.helpers import (bound, eventually, gang_state, get_trainjob, pod_group, pods_of, running,
-                                       submit, trainjob)
+from gangctl.policy.placement import PLACEMENT_ANNOTATION, UNSATISFIABLE
+from tests.integration.helpers import (bound, condition, eventually, gang_state, get_trainjob, pod_group, pods_of,
+                                       running, submit, trainjob)
 from tests.integration.quota_common import (POLICY_FILE, TEAMS, assert_preempted_event,
                                             assert_same_jobs_within_policy, empty_teams, get_pytorchjob, pj_pods,
                                             preempt_low_with_high, pytorchjob, runtime_name, v1_condition)
@@ -502,25 +505,20 @@ async def assert_gang_asks_for_a_rack(kube: Kube, backend: str, ns: str, name: s
         assert pg["spec"]["schedulingConstraints"] == {"topology": [{"key": rack}]}
 
 
-@only("kueue", "kai", "native")
-async def test_a_gang_that_requires_a_rack_runs_in_one_rack_by_the_schedulers_own_topology(backend, cluster,
-                                                                                         backend_controller, kube,
-                                                                                         tmp_path):
-    """The scheduler's own topology placement, from the policy's `topology:` section: four of the five
-    GPU nodes get a zone and two racks of two hosts (this test's labels); `policy apply` makes the
-    backend's objects (Kueue: a Topology, the flavor's `topologyName` and the zone as its `nodeLabels`;
-    KAI: a Topology; native: none, kube-scheduler reads the labels). A user's pod holds one host of
-    rack t0, so four hosts are free and only rack t1 holds a gang of two 8-GPU pods that requires a
-    rack (Kueue's annotation, as users write it): the gang runs there, placed by Kueue's TAS, KAI's
-    topology plugin or kube-scheduler's TopologyAwareWorkloadScheduling (alpha, on in the native
-    cluster). Last of each backend's job tests: a Kueue flavor's topologyName cannot be taken back."""
-    zone, rack = "test.gangctl.io/zone", "test.gangctl.io/rack"
+ZONE, RACK = "test.gangctl.io/zone", "test.gangctl.io/rack"
+FILLER_NS = "topology-filler"
+
+
+async def racks_ready(kube: Kube, cluster, backend: str, tmp_path) -> tuple[list[str], dict[str, str]]:
+    """Four of the five GPU nodes in zone z0, two racks of two hosts (t0, t1; this module's labels), the
+    policy with its `topology:` section applied with the CLI, and no pod left on those nodes. Each
+    topology test calls it: labelling and applying again change nothing."""
     await empty_teams(kube, *TEAMS.values())
     selector = ",".join(f"{k}={v}" for k, v in KWOK_NODE_SELECTOR.items())
     names = sorted(n["metadata"]["name"] for n in (await kube.get(NODES.path(), labelSelector=selector))["items"])
     racks = {name: f"t{i // 2}" for i, name in enumerate(names[:4])}
     for name, value in racks.items():
-        await kube.merge_patch(NODES.path(name=name), {"metadata": {"labels": {zone: "z0", rack: value}}})
+        await kube.merge_patch(NODES.path(name=name), {"metadata": {"labels": {ZONE: "z0", RACK: value}}})
 
     async def on_the_racks() -> list[str]:   # a scheduler counts every pod bound to a node, its own or not
         pods = (await kube.get(PODS.path()))["items"]
@@ -534,44 +532,82 @@ async def test_a_gang_that_requires_a_rack_runs_in_one_rack_by_the_schedulers_ow
     except AssertionError as err:
         raise AssertionError(f"{err}: {await on_the_racks()}") from None
     policy = yaml.safe_load(POLICY_FILE.read_text())
-    policy["topology"] = {"name": "test-racks", "nodeLabels": {zone: "z0"},
-                          "levels": [{"name": "zone", "nodeLabel": zone}, {"name": "rack", "nodeLabel": rack}]}
+    policy["topology"] = {"name": "test-racks", "nodeLabels": {ZONE: "z0"},
+                          "levels": [{"name": "zone", "nodeLabel": ZONE}, {"name": "rack", "nodeLabel": RACK}]}
     path = tmp_path / "two-teams-racks.yaml"
     path.write_text(yaml.safe_dump(policy))
     done = cli(cluster, "policy", "apply", str(path), "--backend", backend)
     assert done.returncode == 0, done.stdout + done.stderr
-    await assert_topology_objects(kube, backend, zone, rack)
-    again = cli(cluster, "policy", "apply", str(path), "--backend", backend, "--dry-run", "-o", "json")
-    assert {o["action"] for o in json.loads(again.stdout)["objects"]} == {"unchanged"}, again.stdout
+    return names, racks
 
-    # A user's pod on rack t0's first host (bound by name, in a namespace of no team, so no quota counts it).
-    filler_ns = "topology-filler"
-    await kube.apply(NAMESPACES.path(name=filler_ns), {"apiVersion": "v1", "kind": "Namespace",
-                                                        "metadata": {"name": filler_ns}}, "gangctl-tests")
-    filler = await kube.create(PODS.path(filler_ns), {
+
+async def hold_one_host(kube: Kube, node: str) -> dict:
+    """A user's pod holding all 8 GPUs of `node` (bound by name, in a namespace of no team, so no quota
+    counts it), running."""
+    await kube.apply(NAMESPACES.path(name=FILLER_NS), {"apiVersion": "v1", "kind": "Namespace",
+                                                        "metadata": {"name": FILLER_NS}}, "gangctl-tests")
+    filler = await kube.create(PODS.path(FILLER_NS), {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "holds-one-host"},
-        "spec": {"nodeName": names[0], "tolerations": [dict(KWOK_TOLERATION)], "containers": [{
+        "spec": {"nodeName": node, "tolerations": [dict(KWOK_TOLERATION)], "containers": [{
             "name": "main", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})
 
     async def filler_running() -> bool:
-        return (await kube.get(PODS.path(filler_ns, "holds-one-host")))["status"].get("phase") == "Running"
+        return (await kube.get(PODS.path(FILLER_NS, "holds-one-host")))["status"].get("phase") == "Running"
     await eventually(filler_running, 30, "the user's pod running on rack t0")
+    return filler
+
+
+async def free_host(kube: Kube, filler: dict) -> None:
+    await kube.request("DELETE", PODS.path(FILLER_NS, "holds-one-host"), body={
+        "gracePeriodSeconds": 0, "preconditions": {"uid": filler["metadata"]["uid"]}})
+
+    async def gone() -> bool:
+        return not [p for p in (await kube.get(PODS.path(FILLER_NS)))["items"]
+                    if p["metadata"]["uid"] == filler["metadata"]["uid"]]
+    await eventually(gone, 30, "the user's pod gone")
+
+
+def racks_of(pods: list[dict], racks: dict[str, str]) -> list[str]:
+    return sorted(racks.get(p["spec"]["nodeName"], "no rack") for p in pods)
+
+
+def rack_trainjob(name: str, namespace: str, nodes: int, annotations: dict[str, str]) -> dict:
+    job = trainjob(name, namespace, nodes=nodes, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime")
+    job["spec"]["podTemplateOverrides"][0]["metadata"]["annotations"].update(annotations)
+    return job
+
+
+@only("kueue", "kai", "native")
+async def test_a_gang_that_requires_a_rack_runs_in_one_rack_by_the_schedulers_own_topology(backend, cluster,
+                                                                                         backend_controller, kube,
+                                                                                         tmp_path):
+    """The scheduler's own topology placement, from the policy's `topology:` section: four of the five
+    GPU nodes get a zone and two racks of two hosts (this module's labels); `policy apply` makes the
+    backend's objects (Kueue: a Topology, the flavor's `topologyName` and the zone as its `nodeLabels`;
+    KAI: a Topology; native: none, kube-scheduler reads the labels). A user's pod holds one host of
+    rack t0, so four hosts are free and only rack t1 holds a gang of two 8-GPU pods that requires a
+    rack (Kueue's annotation, as users write it): the gang runs there, placed by Kueue's TAS, KAI's
+    topology plugin or kube-scheduler's TopologyAwareWorkloadScheduling (alpha, on in the native
+    cluster). The first of each backend's topology tests, after its other job tests: a Kueue flavor's
+    topologyName cannot be taken back."""
+    names, racks = await racks_ready(kube, cluster, backend, tmp_path)
+    await assert_topology_objects(kube, backend, ZONE, RACK)
+    again = cli(cluster, "policy", "apply", str(tmp_path / "two-teams-racks.yaml"), "--backend", backend,
+                "--dry-run", "-o", "json")
+    assert {o["action"] for o in json.loads(again.stdout)["objects"]} == {"unchanged"}, again.stdout
+    filler = await hold_one_host(kube, names[0])
 
     ns = TEAMS["team-a"]
-    job = trainjob("tas", ns, nodes=2, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime")
-    job["spec"]["podTemplateOverrides"][0]["metadata"]["annotations"][KUEUE_REQUIRED] = rack
-    await submit(kube, job)
+    await submit(kube, rack_trainjob("tas", ns, 2, {KUEUE_REQUIRED: RACK}))
     await eventually(lambda: running(kube, ns, "tas"), 90, f"the gang placed by {backend} and running")
     pods = bound(await pods_of(kube, ns, "tas"))
-    assert sorted(racks.get(p["spec"]["nodeName"], "no rack") for p in pods) == ["t1", "t1"], \
+    assert racks_of(pods, racks) == ["t1", "t1"], \
         "the only rack with two free hosts: " + str({p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods})
-    await assert_gang_asks_for_a_rack(kube, backend, ns, "tas", rack)
+    await assert_gang_asks_for_a_rack(kube, backend, ns, "tas", RACK)
 
     # A second such gang fits only across racks (t0's free host and the unlabelled node): it waits, and
     # `gangctl explain` says for which rack, whatever the scheduler's own words; it runs once t0 frees.
-    second = trainjob("tas-2", TEAMS["team-b"], nodes=2, runtime=runtime_name("batch"), runtime_kind="TrainingRuntime")
-    second["spec"]["podTemplateOverrides"][0]["metadata"]["annotations"][KUEUE_REQUIRED] = rack
-    await submit(kube, second)
+    await submit(kube, rack_trainjob("tas-2", TEAMS["team-b"], 2, {KUEUE_REQUIRED: RACK}))
 
     async def waits_for_a_rack() -> bool:
         if gang_state(await get_trainjob(kube, TEAMS["team-b"], "tas-2")).get("state") != "Waiting":
@@ -583,14 +619,116 @@ async def test_a_gang_that_requires_a_rack_runs_in_one_rack_by_the_schedulers_ow
     if backend != "kueue":   # Kueue holds the gang as quota: its own words name the topology
         assert said["reason"] == "WaitingForTopology" and "best rack t0: 1 of 2 hosts free" in said["message"], said
     assert bound(await pods_of(kube, TEAMS["team-b"], "tas-2")) == [], "a waiting gang holds no node"
-    await kube.request("DELETE", PODS.path(filler_ns, "holds-one-host"), body={
-        "gracePeriodSeconds": 0, "preconditions": {"uid": filler["metadata"]["uid"]}})
+    await free_host(kube, filler)
     await eventually(lambda: running(kube, TEAMS["team-b"], "tas-2"), 120, "the second gang running once t0 frees")
     pods = bound(await pods_of(kube, TEAMS["team-b"], "tas-2"))
-    assert sorted(racks.get(p["spec"]["nodeName"], "no rack") for p in pods) == ["t0", "t0"], \
-        {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+    assert racks_of(pods, racks) == ["t0", "t0"], {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
     for name, namespace in (("tas", ns), ("tas-2", TEAMS["team-b"])):
         await kube.delete(TRAINJOBS.path(namespace, name))
+
+
+@only("kueue", "kai", "native")
+async def test_a_gang_that_prefers_a_rack_spans_the_fewest_racks(backend, cluster, backend_controller, kube, tmp_path):
+    """With one host of t0 held, a gang of two that prefers a rack runs in t1 alone, and one of three
+    (more than a rack holds) still runs, over the two racks. Kueue and KAI place a preferred gang
+    themselves (Kueue's annotation passed through; KAI's `preferredTopologyLevel`); native has no
+    preferred mode, so gangctl pins the gang to the rack it chose (its placement annotation). Without
+    the preference KAI and native spread such a gang over both racks (seen)."""
+    names, racks = await racks_ready(kube, cluster, backend, tmp_path)
+    filler = await hold_one_host(kube, names[0])
+    ns = TEAMS["team-a"]
+    try:
+        await submit(kube, rack_trainjob("pref", ns, 2, {KUEUE_PREFERRED: RACK}))
+        await eventually(lambda: running(kube, ns, "pref"), 90, f"the preferring gang placed by {backend}")
+        pods = bound(await pods_of(kube, ns, "pref"))
+        assert racks_of(pods, racks) == ["t1", "t1"], {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+        if backend == "kueue":
+            workload = next(w for w in (await kube.get(WORKLOADS.path(ns)))["items"] if "pref" in w["metadata"]["name"])
+            assert workload["spec"]["podSets"][0].get("topologyRequest", {}).get("preferred") == RACK, workload["spec"]
+        elif backend == "kai":
+            pg = await kube.get(kai.KAI_POD_GROUPS.path(ns, "pref"))
+            assert pg["spec"]["topologyConstraint"] == {"topology": "test-racks", "preferredTopologyLevel": RACK}
+        else:
+            assert {p["metadata"]["annotations"].get(PLACEMENT_ANNOTATION) for p in pods} == {f"{RACK}=t1"}
+        await kube.delete(TRAINJOBS.path(ns, "pref"))
+        await free_host(kube, filler)
+        await submit(kube, rack_trainjob("pref-3", ns, 3, {KUEUE_PREFERRED: RACK}))
+        await eventually(lambda: running(kube, ns, "pref-3"), 90, "a preferring gang larger than a rack running")
+        pods = bound(await pods_of(kube, ns, "pref-3"))
+        assert len(set(racks_of(pods, racks))) == 2, {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+    finally:
+        await kube.request("DELETE", TRAINJOBS.path(ns), body={"propagationPolicy": "Background"})
+        await empty_teams(kube, ns)
+        if (await kube.get(PODS.path(FILLER_NS)))["items"]:
+            await free_host(kube, filler)
+
+
+@only("kueue", "kai", "native")
+async def test_a_pytorchjob_that_requires_a_rack_runs_in_one_rack(backend, cluster, backend_controller, kube, tmp_path):
+    """The same intent on a PyTorchJob's replica template: with one host of t0 held, its pods run in t1.
+    KAI and native: a Master and a Worker, one PodGroup carrying the constraint. Kueue admits each
+    child Job alone, so its gang is two Workers (one Workload asking for the rack)."""
+    names, racks = await racks_ready(kube, cluster, backend, tmp_path)
+    filler = await hold_one_host(kube, names[0])
+    ns = TEAMS["team-a"]
+    job = pytorchjob("pj-rack", ns, masters=0 if backend == "kueue" else 1, workers=2 if backend == "kueue" else 1)
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"][KUEUE_REQUIRED] = RACK
+    if backend == "kueue":
+        job["metadata"]["labels"] = {QUEUE_LABEL: "default"}
+    elif backend == "kai":
+        job["spec"]["runPolicy"]["schedulingPolicy"]["queue"] = "team-a"
+    try:
+        await kube.create(PYTORCHJOBS.path(ns), job)
+
+        async def runs() -> bool:
+            obj = await get_pytorchjob(kube, ns, "pj-rack")
+            assert v1_condition(obj, "Failed").get("status") != "True", obj.get("status")
+            return v1_condition(obj, "Running").get("status") == "True" and len(bound(await pj_pods(kube, ns, "pj-rack"))) == 2
+        await eventually(runs, 90, f"the PyTorchJob placed by {backend} and running")
+        pods = bound(await pj_pods(kube, ns, "pj-rack"))
+        assert racks_of(pods, racks) == ["t1", "t1"], {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+        if backend == "kueue":
+            workload = next(w for w in (await kube.get(WORKLOADS.path(ns)))["items"] if "pj-rack" in w["metadata"]["name"])
+            assert workload["spec"]["podSets"][0].get("topologyRequest", {}).get("required") == RACK, workload["spec"]
+        else:
+            await assert_gang_asks_for_a_rack(kube, backend, ns, "pj-rack-pytorch", RACK)
+    finally:
+        await kube.request("DELETE", PYTORCHJOBS.path(ns), body={"propagationPolicy": "Background"})
+        await empty_teams(kube, ns)
+        await free_host(kube, filler)
+
+
+@only("kueue", "kai", "native")
+async def test_bad_topology_asks_fail_naming_the_field_or_the_numbers(backend, cluster, backend_controller, kube,
+                                                                      tmp_path):
+    """On a backend that places gangs itself, gangctl still refuses what can never run: a level the
+    topology lacks (the annotation named), two vocabularies that disagree (both fields named), and a
+    required rack smaller than the gang (the numbers; the scheduler would keep it pending for ever).
+    None of them makes a pod."""
+    await racks_ready(kube, cluster, backend, tmp_path)
+    ns = TEAMS["team-b"]
+    asks = {"row": (2, {KUEUE_REQUIRED: "example.com/row"}),
+            "both": (2, {KUEUE_REQUIRED: RACK, KAI_REQUIRED: ZONE}),
+            "big": (3, {KUEUE_REQUIRED: RACK})}
+    try:
+        for name, (nodes, annotations) in asks.items():
+            await submit(kube, rack_trainjob(name, ns, nodes, annotations))
+
+        async def all_failed() -> bool:
+            said = [condition(await get_trainjob(kube, ns, n), "Failed") or {} for n in asks]
+            return all(c.get("status") == "True" for c in said)
+        await eventually(all_failed, 60, "the three jobs failed")
+        said = {n: condition(await get_trainjob(kube, ns, n), "Failed") for n in asks}
+        assert said["row"]["reason"] == "InvalidPlacement" and KUEUE_REQUIRED in said["row"]["message"], said["row"]
+        assert KUEUE_REQUIRED in said["both"]["message"] and KAI_REQUIRED in said["both"]["message"], said["both"]
+        assert "disagree" in said["both"]["message"], said["both"]
+        assert said["big"]["reason"] == UNSATISFIABLE, said["big"]
+        assert "no rack can ever hold the gang's floor (3 pods of" in said["big"]["message"], said["big"]
+        assert "2 hosts with room for 2 pods" in said["big"]["message"], said["big"]
+        for name in asks:
+            assert await pods_of(kube, ns, name) == [], f"{name} made pods"
+    finally:
+        await kube.request("DELETE", TRAINJOBS.path(ns), body={"propagationPolicy": "Background"})
 
 
 # --- the cluster's processes -------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from datetime import datetime, timedelta, timezone
 
-from gangctl.api.resources import JOBS, PODS, POD_GROUPS, PYTORCHJOBS, SERVICES
+from gangctl.api.resources import JOBS, NATIVE_POD_GROUPS, PODS, POD_GROUPS, PYTORCHJOBS, SERVICES
 from gangctl.policy import decide_pytorchjob as dp
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy.decide import (Apply, Create, Delete, Event, GateForget, GateMayGrow, GateView, GateWants, Patch,
@@ -73,6 +74,17 @@ def test_first_pass_applies_services_podgroup_and_one_job_per_replica_type():
     status = plan.status
     assert [c["type"] for c in status["conditions"]] == ["Created"]
     assert status["conditions"][0]["reason"] == "PyTorchJobCreated"
+
+
+def test_native_gangs_pods_name_the_gang_scheduler_profile():
+    """On the native backend the pods go to the kube-scheduler profile with GangScheduling, which the
+    controller is told (GANGCTL_PYTORCHJOB_SCHEDULER_NAME), not to Coscheduling's profile."""
+    base = Snapshot("team-a/ddp", NOW, pytorchjob(), scheduler_name="sched", gang_scheduler="native",
+                    groups={"native": None})
+    for snapshot, expected in ((base, "sched"), (dataclasses.replace(base, gang_scheduler_name="gangs"), "gangs")):
+        applies = dp.decide(snapshot).of(Apply)
+        assert {a.obj["spec"]["template"]["spec"]["schedulerName"] for a in applies if a.resource == JOBS} == {expected}
+        assert [a.obj["metadata"]["name"] for a in applies if a.resource == NATIVE_POD_GROUPS] == ["ddp-pytorch"]
 
 
 def test_elastic_floor_is_min_replicas():

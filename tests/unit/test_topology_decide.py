@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime, timezone
 
+import pytest
+
 from gangctl.api.resources import JOBS
 from gangctl.plugins.registry import BACKENDS
 from gangctl.model.topology import KUEUE_REQUIRED, KUEUE_PREFERRED, Topology
@@ -105,8 +107,18 @@ def test_no_rack_with_room_now_waits_naming_the_best_rack_and_creates_nothing():
     assert plan.requeue_after is not None
 
 
-def test_a_rack_smaller_than_the_floor_fails_at_once_with_the_numbers():
-    plan = decide(snap(runtime({KUEUE_REQUIRED: RACK}), view=cluster(hosts=2)))   # 2 hosts per rack, 3 pods
+# Each backend's podGroupPolicy: the scheduler that places the gang (gangctl itself on coscheduling).
+GANG_POLICIES = {"coscheduling": None, "kueue": {"kueue": {}}, "volcano": {"volcano": {"queue": "team-a"}},
+                 "kai": {"kai": {"queue": "team-a"}}, "native": {"native": {}}}
+
+
+@pytest.mark.parametrize("backend", list(GANG_POLICIES))
+def test_a_rack_smaller_than_the_floor_fails_at_once_with_the_numbers(backend):
+    """Whoever places the gang: waiting for a rack that can never hold it would be forever."""
+    rt = runtime({KUEUE_REQUIRED: RACK}, gang=GANG_POLICIES[backend])
+    assert decide(snap(rt, groups={backend: None})).wants_nodes, "the nodes are listed before its Job is made"
+    plan = decide(snap(rt, view=cluster(hosts=2), groups={backend: None}))   # 2 hosts per rack, 3 pods
+    assert not [s for s in plan.steps if isinstance(s, Apply)], "nothing is created for a gang that can never run"
     failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == UNSATISFIABLE
     assert "no rack can ever hold the gang's floor (3 pods of" in failed["message"]
@@ -128,8 +140,7 @@ def test_without_a_cluster_topology_nothing_is_pinned():
 
 def test_volcano_places_the_gang_itself_from_its_podgroup():
     rt = runtime({KUEUE_REQUIRED: RACK}, gang={"volcano": {"queue": "team-a"}})
-    plan = decide(snap(rt, groups={"volcano": None}))
-    assert not plan.wants_nodes, "gangctl does not list nodes for a backend that places gangs itself"
+    plan = decide(snap(rt, view=cluster(), groups={"volcano": None}))
     group = next(s.obj for s in plan.steps if isinstance(s, Apply) and s.resource == BACKENDS["volcano"].group_resource)
     assert group["spec"]["networkTopology"] == {"mode": "hard", "highestTierAllowed": 1}
     assert not node_terms(applied_job(plan))
