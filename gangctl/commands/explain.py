@@ -19,7 +19,7 @@ from gangctl.policy.explain import CAPACITY_AVAILABLE, Diagnosis, diagnose, diag
 from gangctl.model.gang import Gang, size_gang
 from gangctl.model.topology import PlacementIntent, Topology, TopologyError
 from gangctl.plugins.quota_objects import POLICY_NAMESPACE, TOPOLOGY_CONFIGMAP, topology_of
-from gangctl.policy.placement import Floor, Unsatisfiable, Waiting, choose, domain_rooms
+from gangctl.policy.placement import Floor, Unsatisfiable, Waiting, domain_rooms
 from gangctl.policy.status import is_true
 from gangctl.model.resolve import resolve
 
@@ -130,15 +130,14 @@ def with_domains(d: Diagnosis, intent: PlacementIntent | None, topology: Topolog
     except TopologyError:
         return d
     floor = Floor(gang.min_member, gang.per_pod)
-    level, domains, nxt = domain_rooms(rooms, topology, on, floor)
-    d = replace(d, level=level, domains=tuple(domains), next_domain=nxt)
-    if d.reason == CAPACITY_AVAILABLE and on.required is not None and not nxt:
+    view = domain_rooms(rooms, topology, on, floor)
+    d = replace(d, level=view.level, domains=view.rows, next_domain=view.next_domain)
+    if d.reason == CAPACITY_AVAILABLE and on.required is not None and isinstance(view.verdict, Waiting | Unsatisfiable):
         # The nodes have room in total, but no domain of the required level holds the gang: it waits for
         # one, whichever scheduler places it (Kueue, KAI and kube-scheduler say so in words of their own).
-        verdict = choose(rooms, topology, on, floor)
-        if isinstance(verdict, Waiting | Unsatisfiable):
-            d = replace(d, reason=verdict.reason, message=f"{verdict.message}; the nodes have room for {d.slots} "
-                                                          f"pod(s) in total, but the gang requires one {level}")
+        d = replace(d, reason=view.verdict.reason, message=f"{view.verdict.message}; the nodes have room for "
+                                                           f"{d.slots} pod(s) in total, but the gang requires one "
+                                                           f"{view.level}")
     return d
 
 

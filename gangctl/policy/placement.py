@@ -180,20 +180,27 @@ class DomainRoom:
     gpus_free: Fraction | int
 
 
-def domain_rooms(nodes: list[NodeRoom], topology: Topology, intent: PlacementIntent,
-                 floor: Floor) -> tuple[str, list[DomainRoom], str]:
-    """The level's name, free room per domain at the intent's level (levels as node labels), and the
-    domain `choose` would place the gang's floor in now ("" when none would)."""
+@dataclass(frozen=True)
+class DomainRooms:
+    """A gang's level as `gangctl explain` shows it."""
+    level: str                      # the level's name
+    rows: tuple[DomainRoom, ...]    # free room per domain at that level
+    next_domain: str                # the domain `choose` would place the floor in now ("" when none would)
+    verdict: Placed | Waiting | Unsatisfiable   # what `choose` answers
+
+
+def domain_rooms(nodes: list[NodeRoom], topology: Topology, intent: PlacementIntent, floor: Floor) -> DomainRooms:
+    """The free room per domain at the intent's level (levels as node labels), and `choose`'s answer."""
     target = str(intent.required if intent.required is not None else intent.preferred)
     level = topology.level(target)
     name = level.name if level is not None else target
-    rows = [DomainRoom(str(d.value), len(d.nodes), d.hosts_with_room(floor), d.room(floor), _plain(d.gpus()))
-            for d in domains(nodes, target)]
+    rows = tuple(DomainRoom(str(d.value), len(d.nodes), d.hosts_with_room(floor), d.room(floor), _plain(d.gpus()))
+                 for d in domains(nodes, target))
     chosen = choose(nodes, topology, intent, floor)
     label_name = {lv.node_label: lv.name for lv in topology.levels}
     nxt = (f"{label_name.get(chosen.level or '', chosen.level)} {chosen.domain}" if isinstance(chosen, Placed)
            and chosen.domain is not None else "")
-    return name, rows, nxt
+    return DomainRooms(name, rows, nxt, chosen)
 
 
 @dataclass(frozen=True)
