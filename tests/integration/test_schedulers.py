@@ -14,7 +14,8 @@ before gangctl's controller starts on the cluster, and `cluster down` is the las
 - Kueue, KAI and native: from the policy's `topology:` section, a gang (TrainJob or PyTorchJob) that
   requires a rack is placed in one rack by the scheduler's own topology feature, waits naming the rack
   when none has room and starts when one frees; a gang that prefers a rack spans the fewest racks;
-  an unknown level, two vocabularies that disagree and a rack smaller than the gang fail at once.
+  an unknown level, two vocabularies that disagree and a rack smaller than the gang fail at once; an
+  elastic gang that requires a rack and loses a host shrinks in its rack and grows back there.
 - KAI: the quota policy as a Queue tree, gangs bound whole or not at all, TrainJobs waiting with
   KAI's reason, priority preemption within a team.
 - native: `--scheduler native` serves the PodGroup API (GenericWorkload and GangScheduling gates) and
@@ -30,7 +31,7 @@ import json
 import pytest
 import yaml
 
-from gangctl.api.resources import JOBS, NAMESPACES, NODES, PODS, PYTORCHJOBS, TRAINJOBS
+from gangctl.api.resources import JOBS, NAMESPACES, NODES, PODS, PYTORCHJOBS, TRAINING_RUNTIMES, TRAINJOBS
 from gangctl.cluster.local import KWOK_NODE_SELECTOR, KWOK_TOLERATION
 from gangctl.cluster.native import NATIVE_SCHEDULER
 from gangctl.commands.policy_apply import apply_policy
@@ -45,7 +46,8 @@ from tests.integration.helpers import (bound, condition, eventually, gang_state,
                                        running, submit, trainjob)
 from tests.integration.quota_common import (POLICY_FILE, TEAMS, assert_preempted_event,
                                             assert_same_jobs_within_policy, empty_teams, get_pytorchjob, pj_pods,
-                                            preempt_low_with_high, pytorchjob, runtime_name, v1_condition)
+                                            preempt_low_with_high, pytorchjob, runtime as quota_runtime,
+                                            runtime_name, v1_condition)
 from tests.integration.schedulers_common import (EXAMPLE_POLICY, cli, exposed_listeners, gang_objects,
                                                 remove_builder_gangs, serve_backend, start, stop)
 
@@ -696,6 +698,77 @@ async def test_a_pytorchjob_that_requires_a_rack_runs_in_one_rack(backend, clust
         await kube.request("DELETE", PYTORCHJOBS.path(ns), body={"propagationPolicy": "Background"})
         await empty_teams(kube, ns)
         await free_host(kube, filler)
+
+
+NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"   # KWOK's stage: the node goes NotReady
+
+
+@only("kueue", "kai", "native")
+async def test_an_elastic_gang_that_requires_a_rack_shrinks_in_its_rack_when_it_loses_a_host(backend, cluster,
+                                                                                           backend_controller,
+                                                                                           kube, tmp_path):
+    """An elastic gang (1-2 nodes) that requires a rack runs on both hosts of one rack. One of them goes
+    NotReady: its pod is evicted, and the only free hosts are in the other rack or in none, so the pod's
+    replacement cannot run in the gang's rack: the gang shrinks to one, its survivor kept, and no pod of
+    it runs outside the rack. Once the host is Ready again the gang grows back to two, in the rack."""
+    names, racks = await racks_ready(kube, cluster, backend, tmp_path)
+    ns = TEAMS["team-a"]
+    rt = quota_runtime(backend, ns, "batch")
+    rt["metadata"]["name"] = "gang-elastic"
+    rt["spec"]["mlPolicy"]["torch"]["elasticPolicy"] = {"minNodes": 1, "maxNodes": 2}
+    await kube.apply(TRAINING_RUNTIMES.path(ns, "gang-elastic"), rt, "gangctl-tests")
+    job = trainjob("el-rack", ns, nodes=2, runtime="gang-elastic", runtime_kind="TrainingRuntime")
+    job["spec"]["podTemplateOverrides"][0]["metadata"]["annotations"][KUEUE_REQUIRED] = RACK
+    outside: dict[str, str] = {}   # every pod of the gang ever seen bound outside its rack: pod -> node
+
+    async def live() -> list[dict]:
+        pods = [p for p in bound(await pods_of(kube, ns, "el-rack")) if not p["metadata"].get("deletionTimestamp")
+                and p["status"].get("phase") == "Running"]
+        homes = {racks.get(p["spec"]["nodeName"], "no rack") for p in pods}
+        if len(homes) > 1 or homes - {"t0", "t1"}:
+            outside.update({p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods})
+        return pods
+
+    node = None
+    try:
+        await submit(kube, job)
+
+        async def both_running() -> bool:
+            return len(await live()) == 2
+        await eventually(both_running, 90, f"the elastic gang placed by {backend} on two hosts")
+        pods = await live()
+        homes = set(racks_of(pods, racks))
+        assert len(homes) == 1 and homes <= {"t0", "t1"}, {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+        (home,) = homes
+        victim = max(pods, key=lambda p: p["metadata"]["name"])
+        node = victim["spec"]["nodeName"]
+        survivor = next(p["metadata"]["uid"] for p in pods if p is not victim)
+        await kube.merge_patch(NODES.path(name=node), {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
+
+        async def shrunk() -> bool:
+            el = ((await get_trainjob(kube, ns, "el-rack")).get("status") or {}).get("elastic") or {}
+            return el.get("currentNodes") == 1 and [p["metadata"]["uid"] for p in await live()] == [survivor]
+        await eventually(shrunk, 120, f"the gang shrunk to its survivor in rack {home}")
+        assert outside == {}, f"pods of a gang that requires a rack ran outside rack {home}: {outside}"
+
+        await kube.request("PATCH", NODES.path(name=node), body=[
+            {"op": "remove", "path": "/metadata/labels/" + NOT_READY_LABEL.replace("/", "~1")}],
+            content_type="application/json-patch+json")
+        node = None
+
+        async def grown() -> bool:
+            return len(await live()) == 2
+        await eventually(grown, 180, "the gang grown back to two once the host is Ready")
+        assert set(racks_of(await live(), racks)) == {home}
+        assert survivor in {p["metadata"]["uid"] for p in await live()}, "growing kills no worker"
+        assert outside == {}, f"pods of a gang that requires a rack ran outside rack {home}: {outside}"
+    finally:
+        if node is not None:
+            await kube.request("PATCH", NODES.path(name=node), body=[
+                {"op": "remove", "path": "/metadata/labels/" + NOT_READY_LABEL.replace("/", "~1")}],
+                content_type="application/json-patch+json")
+        await kube.request("DELETE", TRAINJOBS.path(ns), body={"propagationPolicy": "Background"})
+        await empty_teams(kube, ns)
 
 
 @only("kueue", "kai", "native")
