@@ -754,14 +754,18 @@ def _place(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> ResolvedJob | 
 
 def _place_again(s: Snapshot, gang: Gang) -> Plan | None:
     """A gang pinned to a domain that its scheduler still refuses after the gang's schedule timeout
-    (counted from its Job's creation): its Job goes (not charged: no pod ran) and the next pass
-    chooses again, once its pods are gone, weighing the nodes as they are then."""
+    (counted from its Job's `status.startTime`, which the Job controller sets when the Job runs and
+    resets on every resume: a Job held suspended is not being scheduled): its Job goes (not charged:
+    no pod ran) and the next pass chooses again, once its pods are gone, weighing the nodes as they
+    are then."""
     node_job = s.node_job
     mark = placement.mark_of(((node_job or {}).get("spec") or {}).get("template"))
     if node_job is None or mark in (None, placement.ANYWHERE) or node_job["metadata"].get("deletionTimestamp"):
         return None
-    created = node_job["metadata"].get("creationTimestamp")
-    waited = (s.now - st.parse_time(created)).total_seconds() if created else 0.0
+    started = (node_job.get("status") or {}).get("startTime")
+    if not started or (node_job.get("spec") or {}).get("suspend"):
+        return None
+    waited = (s.now - st.parse_time(started)).total_seconds()
     if waited < gang.schedule_timeout_seconds or not _refused(s, node_job, gang):
         return None
     message = (f"the gang was refused in {mark} for {waited:.0f}s (schedule timeout "
