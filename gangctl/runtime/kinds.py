@@ -213,7 +213,8 @@ class PyTorchJobKind(JobKind):
             groups[backend_name] = found[0] if found else None
         return d.Snapshot(
             key.object_key, rec.clock(), obj, scheduler_name=rec.scheduler_name, gang_scheduler=self.gang_scheduler,
-            gang_scheduler_name=self.scheduler_name, jobs=jobs, pods=tuple(caches.pods.list(ns, selector)), services=tuple(caches.services.list(ns, selector)),
+            gang_scheduler_name=self.scheduler_name, jobs=jobs, pods=tuple(caches.pods.list(ns, selector)),
+            services=tuple(caches.services.list(ns, selector)),
             groups=groups, priority_classes=caches.priority_class_names(), gate=_gate_view(rec, key, obj),
             nudge=key in rec.nudge, topology=rec.topology())
 

@@ -13,7 +13,7 @@ import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gangctl.api.resources import JOBS, PODS, POD_GROUPS, PYTORCHJOBS, SERVICES, TRAINJOBS, Resource
+from gangctl.api.resources import JOBS, NODES, PODS, POD_GROUPS, PYTORCHJOBS, SERVICES, TRAINJOBS, Resource
 from gangctl.cluster.local import KWOK_NODE_SELECTOR, KWOK_RUNTIME, KWOK_TOLERATION
 from gangctl.kube.client import ApiError, Kube
 from gangctl.processes import ControllerProcess
@@ -278,3 +278,18 @@ async def report_failed(kube, namespace: str, pod: str, exit_code: int) -> None:
                                "ready": False, "restartCount": 0,
                                "state": {"terminated": {"exitCode": exit_code, "reason": "Error",
                                                         "startedAt": now, "finishedAt": now}}}]}})
+
+
+NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"   # KWOK's stage: the node goes NotReady
+
+
+async def node_not_ready(kube: Kube, node: str) -> None:
+    """The KWOK node goes NotReady (node loss, as KWOK's stage plays it)."""
+    await kube.merge_patch(NODES.path(name=node), {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
+
+
+async def node_ready(kube: Kube, node: str) -> None:
+    """The KWOK node Ready again."""
+    await kube.request("PATCH", NODES.path(name=node), body=[
+        {"op": "remove", "path": "/metadata/labels/" + NOT_READY_LABEL.replace("/", "~1")}],
+        content_type="application/json-patch+json")

@@ -11,16 +11,13 @@ import uuid
 import aiohttp
 import pytest
 
-from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, NODES, PODS, TRAINJOBS
+from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, JOBS, PODS, TRAINJOBS
 from gangctl.kube.client import ApiError
 from tests.integration.conftest import GPU_NODES
-from tests.integration.helpers import (bound, eventually, get_trainjob, is_running, is_true, on_kwok_nodes, pod_group, pods_of,
-                                       submit, trainjob)
+from tests.integration.helpers import (bound, eventually, get_trainjob, is_running, is_true, node_not_ready, node_ready,
+                                       on_kwok_nodes, pod_group, pods_of, submit, trainjob)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
-
-NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
-
 
 def long_running(obj: dict) -> dict:
     """KWOK completes a pod between the delay and the jitter-delay annotations (jitter 5 s by default)."""
@@ -115,7 +112,7 @@ async def test_elastic_job_shrinks_on_node_loss_and_grows_back(kube, controller,
     victim = max(pods, key=lambda p: int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]))
     node = victim["spec"]["nodeName"]
     survivors = {p["metadata"]["uid"] for p in pods} - {victim["metadata"]["uid"]}
-    await kube.merge_patch(NODES.path(name=node), {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
+    await node_not_ready(kube, node)
     try:
         at_shrink: dict = {}
 
@@ -157,9 +154,7 @@ async def test_elastic_job_shrinks_on_node_loss_and_grows_back(kube, controller,
         assert 'gangctl_elastic_resizes_total{cause="CapacityProbe",direction="grow"}' in text
         assert 'gangctl_elastic_world_size{namespace="%s",trainjob="el"} 4.0' % namespace in text
     finally:
-        await kube.request("PATCH", NODES.path(name=node), body=[
-            {"op": "remove", "path": "/metadata/labels/" + NOT_READY_LABEL.replace("/", "~1")}],
-            content_type="application/json-patch+json")
+        await node_ready(kube, node)
 
 
 async def _true(value) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gangctl.api.resources import JOBS, NODES, PODS, PYTORCHJOBS, TRAINJOBS
+from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, TRAINJOBS
 from gangctl.config import REPO_ROOT
 from gangctl.kube.client import ApiError, Kube
 from gangctl.policy import pytorchjob as pj
@@ -26,8 +26,8 @@ from gangctl.policy import decide_pytorchjob as dp
 from gangctl.policy.decide_pytorchjob import RESTARTS_ANNOTATION
 from tests.integration.conftest import GPU_NODES, wait_ready
 from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, bound, condition, eventually,
-                                       gangctl_cli, is_true, on_kwok_nodes, pod_group, pods_of, submit, trainjob)
-from tests.integration.test_elastic import NOT_READY_LABEL
+                                       gangctl_cli, is_true, node_not_ready, node_ready, on_kwok_nodes, pod_group,
+                                       pods_of, submit, trainjob)
 from tests.integration.test_process_nodes import kubectl
 
 pytestmark = pytest.mark.integration
@@ -438,7 +438,7 @@ async def test_an_elastic_job_shrinks_on_node_loss_and_grows_back_to_its_replica
     victim = max(workers, key=lambda p: int(p["metadata"]["annotations"][pj.COMPLETION_INDEX]))
     node = victim["spec"]["nodeName"]
     survivors = {p["metadata"]["uid"] for p in workers} - {victim["metadata"]["uid"]}
-    await kube.merge_patch(NODES.path(name=node), {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
+    await node_not_ready(kube, node)
     try:
         await eventually(lambda: size_is(3), 90, "the Worker Job shrunk to 3 after the node loss")
         obj = await get(kube, namespace, "el")
@@ -453,6 +453,4 @@ async def test_an_elastic_job_shrinks_on_node_loss_and_grows_back_to_its_replica
         assert json.loads((await get(kube, namespace, "el"))["metadata"]["annotations"][dp.ELASTIC_ANNOTATION])[
             "lastResizeReason"] == "CapacityProbe"
     finally:
-        await kube.request("PATCH", NODES.path(name=node), body=[
-            {"op": "remove", "path": "/metadata/labels/" + NOT_READY_LABEL.replace("/", "~1")}],
-            content_type="application/json-patch+json")
+        await node_ready(kube, node)

@@ -42,8 +42,8 @@ from gangctl.plugins import kai, volcano
 from gangctl.plugins.kueue import QUEUE_LABEL, WORKLOADS
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy.placement import PLACEMENT_ANNOTATION, UNSATISFIABLE
-from tests.integration.helpers import (bound, condition, eventually, gang_state, get_trainjob, pod_group, pods_of,
-                                       running, submit, trainjob)
+from tests.integration.helpers import (bound, condition, eventually, gang_state, get_trainjob, node_not_ready,
+                                       node_ready, pod_group, pods_of, running, submit, trainjob)
 from tests.integration.quota_common import (POLICY_FILE, TEAMS, assert_preempted_event,
                                             assert_same_jobs_within_policy, empty_teams, get_pytorchjob, pj_pods,
                                             preempt_low_with_high, pytorchjob, runtime as quota_runtime,
@@ -700,9 +700,6 @@ async def test_a_pytorchjob_that_requires_a_rack_runs_in_one_rack(backend, clust
         await free_host(kube, filler)
 
 
-NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"   # KWOK's stage: the node goes NotReady
-
-
 @only("kueue", "kai", "native")
 async def test_an_elastic_gang_that_requires_a_rack_shrinks_in_its_rack_when_it_loses_a_host(backend, cluster,
                                                                                            backend_controller,
@@ -743,7 +740,7 @@ async def test_an_elastic_gang_that_requires_a_rack_shrinks_in_its_rack_when_it_
         victim = max(pods, key=lambda p: p["metadata"]["name"])
         node = victim["spec"]["nodeName"]
         survivor = next(p["metadata"]["uid"] for p in pods if p is not victim)
-        await kube.merge_patch(NODES.path(name=node), {"metadata": {"labels": {NOT_READY_LABEL: "true"}}})
+        await node_not_ready(kube, node)
 
         async def shrunk() -> bool:
             el = ((await get_trainjob(kube, ns, "el-rack")).get("status") or {}).get("elastic") or {}
@@ -751,9 +748,7 @@ async def test_an_elastic_gang_that_requires_a_rack_shrinks_in_its_rack_when_it_
         await eventually(shrunk, 120, f"the gang shrunk to its survivor in rack {home}")
         assert outside == {}, f"pods of a gang that requires a rack ran outside rack {home}: {outside}"
 
-        await kube.request("PATCH", NODES.path(name=node), body=[
-            {"op": "remove", "path": "/metadata/labels/" + NOT_READY_LABEL.replace("/", "~1")}],
-            content_type="application/json-patch+json")
+        await node_ready(kube, node)
         node = None
 
         async def grown() -> bool:
@@ -764,9 +759,7 @@ async def test_an_elastic_gang_that_requires_a_rack_shrinks_in_its_rack_when_it_
         assert outside == {}, f"pods of a gang that requires a rack ran outside rack {home}: {outside}"
     finally:
         if node is not None:
-            await kube.request("PATCH", NODES.path(name=node), body=[
-                {"op": "remove", "path": "/metadata/labels/" + NOT_READY_LABEL.replace("/", "~1")}],
-                content_type="application/json-patch+json")
+            await node_ready(kube, node)
         await kube.request("DELETE", TRAINJOBS.path(ns), body={"propagationPolicy": "Background"})
         await empty_teams(kube, ns)
 
