@@ -7,8 +7,10 @@ topology, the job's placement intent (levels as node labels: `intent.on(topology
 floor (its pods and one pod's requests), `choose` answers one of:
 - `Placed`: the narrowest domain, at the intent's level or below it, that holds the floor now; among
   the domains of that level that do, the one that leaves the fewest GPUs stranded (free but unused),
-  then the first by name. A preferred intent with no domain holding it now is placed on the whole
-  cluster (domain None) if the cluster holds it.
+  then the first by name. A preferred intent with no domain holding it now spans the fewest domains
+  of its level (those with the most room first) inside the narrowest wider domain that holds it (a
+  block, else the whole cluster), as Kueue's TAS does; only when its level's domains cannot hold it
+  together is it placed on the whole cluster (no domain).
 - `Waiting`: no domain holds the floor now; the message names the best one (the most pods it has
   room for now) and its numbers.
 - `Unsatisfiable`: no domain of the required level could hold the floor even empty (allocatable, not
@@ -34,8 +36,9 @@ from gangctl.plugins import base
 GPU = "nvidia.com/gpu"
 UNSATISFIABLE = "TopologyUnsatisfiable"
 WAITING = "WaitingForTopology"
-# On the node Job's pod template (so on every pod): where gangctl placed the gang, `<label>=<value>`,
-# or `*` for a preferred intent placed on the whole cluster (no domain held it).
+# On the node Job's pod template (so on every pod): where gangctl placed the gang, `<label>=<value>`
+# (`<label>=<v1>,<v2>` for a preferred gang over several domains; label values hold no comma), or `*`
+# for a preferred intent placed on the whole cluster (its level's domains could not hold it).
 PLACEMENT_ANNOTATION = "gangctl.io/placement"
 ANYWHERE = "*"
 PREFERRED_WEIGHT = 100   # the node affinity weight of a preferred domain (the most a term may have)
@@ -50,10 +53,15 @@ class Floor:
 
 @dataclass(frozen=True)
 class Placed:
-    level: str | None          # the node label of the chosen domain's level (None: the whole cluster)
-    domain: str | None         # the label's value
-    nodes: tuple[str, ...] = field(default=())   # the domain's nodes (what a node affinity would name)
+    level: str | None          # the node label of the chosen domains' level (None: the whole cluster)
+    domains: tuple[str, ...]   # the label's values: one, or several for a preferred gang no domain holds
+    nodes: tuple[str, ...] = field(default=())   # the domains' nodes (what a node affinity would name)
     stranded_gpus: Fraction | int = 0
+
+    @property
+    def domain(self) -> str | None:
+        """The domains as a mark's value (`r0`, `r0,r3`), None for the whole cluster."""
+        return ",".join(self.domains) or None
 
 
 @dataclass(frozen=True)
@@ -87,9 +95,14 @@ class _Domain:
         return self.gpus() - floor.pods * Fraction(floor.requests.get(GPU, 0))
 
     def placed(self, floor: Floor) -> Placed:
-        stranded = self.stranded(floor)
-        return Placed(self.label if self.value is not None else None, self.value,
-                      tuple(sorted(n.name for n in self.nodes)), _plain(stranded))
+        return _placed([self], floor)
+
+
+def _placed(chosen: list[_Domain], floor: Floor) -> Placed:
+    values = tuple(d.value for d in chosen if d.value is not None)
+    stranded = sum((d.gpus() for d in chosen), Fraction(0)) - floor.pods * Fraction(floor.requests.get(GPU, 0))
+    return Placed(chosen[0].label if values else None, values,
+                  tuple(sorted(n.name for d in chosen for n in d.nodes)), _plain(stranded))
 
 
 def _plain(value: Fraction | int) -> Fraction | int:
@@ -125,12 +138,45 @@ def choose(nodes: list[NodeRoom], topology: Topology, intent: PlacementIntent,
     level_domains = domains(nodes, str(target))
     name = topology.levels[at].name
     if intent.required is None:
+        spread = _fewest(nodes, labels[:at], level_domains, floor)
+        if spread is not None:
+            return _placed(spread, floor)
         whole = _Domain("", None, tuple(nodes))
         if whole.room(floor) >= floor.pods:
             return whole.placed(floor)
     elif (never := never_fits(nodes, topology, intent, floor)) is not None:
         return never
     return Waiting(WAITING, _waiting_message(level_domains, name, floor))
+
+
+def _fewest(nodes: list[NodeRoom], wider: list[str], level_domains: list[_Domain],
+            floor: Floor) -> list[_Domain] | None:
+    """A preferred floor no domain of its level holds: the fewest of them that hold it together
+    (the most room first), inside the narrowest wider domain where that works (ties: the fewest
+    domains, then the fewest GPUs stranded, then by name), else over the whole cluster; None when
+    its level's domains cannot hold it together."""
+    scopes = [domains(nodes, label) for label in reversed(wider)] + [[_Domain("", None, tuple(nodes))]]
+    for level in scopes:
+        best: tuple[int, Fraction, str] | None = None
+        chosen: list[_Domain] = []
+        for scope in level:
+            members = {n.name for n in scope.nodes}
+            inside = [d for d in level_domains if d.nodes[0].name in members]
+            taken, room = [], 0
+            for d in sorted(inside, key=lambda d: (-d.room(floor), d.stranded(floor), d.value or "")):
+                if room >= floor.pods:
+                    break
+                taken.append(d)
+                room += d.room(floor)
+            if room < floor.pods:
+                continue
+            stranded = sum((d.gpus() for d in taken), Fraction(0))
+            key = (len(taken), stranded, scope.value or "")
+            if best is None or key < best:
+                best, chosen = key, taken
+        if chosen:
+            return sorted(chosen, key=lambda d: d.value or "")
+    return None
 
 
 def never_fits(nodes: list[NodeRoom], topology: Topology, intent: PlacementIntent,
@@ -219,11 +265,12 @@ def reserve(rooms: list[NodeRoom], reserved: list[Reserved]) -> list[NodeRoom]:
     free = {room.name: dict(room.free) for room in rooms}
     for gang in reserved:
         label, _, value = gang.mark.partition("=")
+        values = set(value.split(","))
         left = gang.pods
         for room in sorted(rooms, key=lambda r: r.name):
             if left <= 0:
                 break
-            if room.labels.get(label) != value:
+            if room.labels.get(label) not in values:
                 continue
             taking = min(left, pods_fitting(free[room.name], gang.requests))
             for resource, amount in gang.requests.items():
@@ -308,7 +355,7 @@ def pinned(template: dict, mark: str, *, required: bool) -> dict:
     if mark == ANYWHERE:
         return out
     label, _, value = mark.partition("=")
-    expression = {"key": label, "operator": "In", "values": [value]}
+    expression = {"key": label, "operator": "In", "values": value.split(",")}
     spec = dict(template.get("spec") or {})
     affinity = dict(spec.get("affinity") or {})
     node = dict(affinity.get("nodeAffinity") or {})

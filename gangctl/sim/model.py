@@ -172,12 +172,23 @@ class Cluster:
             return None
         return self._fill(fitting, pods, gpus_per_pod)
 
-    def place_in(self, name: str, pods: int, gpus_per_pod: int) -> Placement | None:
-        """Place all pods or none inside the topology domain `name` (a gang pinned there)."""
-        domain = self._named.get(name)
-        if domain is None or not domain.holds(pods, gpus_per_pod):
+    def place_in(self, names: tuple[str, ...], pods: int, gpus_per_pod: int) -> Placement | None:
+        """Place all pods or none inside the topology domains `names` (a gang pinned there), filling
+        them in the order given, as many pods in each as it holds."""
+        chosen = [self._named.get(name) for name in names]
+        if not chosen or None in chosen:
             return None
-        return self._fill([domain], pods, gpus_per_pod)
+        slots = [d.slots(gpus_per_pod) for d in chosen]
+        if sum(slots) < pods:
+            return None
+        placement: Placement = []
+        left = pods
+        for domain, room in zip(chosen, slots):
+            take = min(left, room)
+            if take:
+                placement += self._fill([domain], take, gpus_per_pod)
+                left -= take
+        return placement
 
     def best_domain(self, pods: int, gpus_per_pod: int, gpu_type: str | None, ask: Ask) -> _Domain | None:
         """The narrowest domain at the ask's level or below that holds the gang now, the fullest of

@@ -11,7 +11,7 @@ the controller's own test (`gangctl.policy.placement.places_itself`):
 - where it does not (Coscheduling; native's preferred level), gangctl's own choice decides:
   `gangctl.policy.placement.choose`, the controller's code, on the nodes as the reconciler would see
   them (`Cluster.rooms`), and the gang is pinned to the domain it names; a preferred gang no domain
-  holds goes wherever the scheduler's packing puts it (gangctl pins it nowhere).
+  holds is pinned to the fewest domains of its level that hold it together (the most room first).
 gangctl chooses at the moment the gang fits (the simulator has no schedule timeout to re-choose after).
 """
 from __future__ import annotations
@@ -70,11 +70,11 @@ class Placer:
         """Place the gang as its backend would, or where gangctl's own choice pins it."""
         if not asked.own:
             return cluster.place(pods, gpus_per_pod, gpu_type, ask=asked.ask)
-        if cluster.best_domain(pods, gpus_per_pod, gpu_type, asked.ask) is None:
-            # No domain holds it now: gangctl's choice would wait (required) or pin it nowhere
-            # (preferred), without the cost of weighing every node.
-            return None if asked.ask.required else cluster.place(pods, gpus_per_pod, gpu_type)
+        if asked.ask.required and cluster.best_domain(pods, gpus_per_pod, gpu_type, asked.ask) is None:
+            return None     # no domain holds it now: gangctl's choice waits (without weighing every node)
         chosen = choose(cluster.rooms(gpu_type), self.topology, asked.intent, Floor(pods, {GPU: gpus_per_pod}))
-        if not isinstance(chosen, Placed) or chosen.domain is None:
-            raise AssertionError(f"a domain holds the gang, but gangctl's choice says {chosen}")
-        return cluster.place_in(chosen.domain, pods, gpus_per_pod)
+        if not isinstance(chosen, Placed):
+            return None
+        if chosen.domain is None:   # preferred, and its level's domains cannot hold it together
+            return cluster.place(pods, gpus_per_pod, gpu_type)
+        return cluster.place_in(chosen.domains, pods, gpus_per_pod)

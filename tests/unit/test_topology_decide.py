@@ -175,6 +175,16 @@ def test_reserve_fills_the_domains_nodes_in_name_order():
     assert placement.reserve(rooms, [placement.Reserved(f"{RACK}=r9", 3, {GPU: 4})]) == rooms
 
 
+def test_a_gang_over_two_racks_reserves_and_pins_both():
+    rooms = [NodeRoom(f"n{i}", {GPU: 8}, {RACK: f"r{i}"}, {GPU: 8}) for i in range(3)]
+    left = placement.reserve(rooms, [placement.Reserved(f"{RACK}=r0,r2", 2, {GPU: 8})])
+    assert [r.free[GPU] for r in left] == [0, 8, 0]
+    template = placement.pinned({"spec": {}}, f"{RACK}=r0,r2", required=False)
+    (term,) = template["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["preference"]["matchExpressions"] == [{"key": RACK, "operator": "In", "values": ["r0", "r2"]}]
+    assert placement.mark_of(template) == f"{RACK}=r0,r2"
+
+
 def test_a_job_created_while_held_by_quota_is_pinned_when_admitted():
     rt = runtime({KUEUE_REQUIRED: RACK})
     held = applied_job(decide(snap(rt, view=cluster())))

@@ -39,7 +39,7 @@ def test_pods_fitting():
 
 
 def test_a_single_host_is_narrowest_when_it_holds_the_floor():
-    assert choose(cluster({}), TOPOLOGY, REQUIRED_RACK, Floor(2, {GPU: 4})) == Placed(HOST, "r0-h0", ("r0-h0",), 0)
+    assert choose(cluster({}), TOPOLOGY, REQUIRED_RACK, Floor(2, {GPU: 4})) == Placed(HOST, ("r0-h0",), ("r0-h0",), 0)
 
 
 def test_the_rack_that_strands_fewest_gpus():
@@ -74,10 +74,30 @@ def test_a_required_block_takes_two_racks():
     assert (placed.level, placed.domain, len(placed.nodes)) == (BLOCK, "b0", 8)
 
 
-def test_preferred_falls_back_to_the_whole_cluster():
+def test_a_preferred_gang_no_rack_holds_spans_the_fewest_racks_of_one_block():
+    # Every rack has 3 free hosts, the floor is 4: two racks, both in block b0 (the first by name).
     free = busy("r0-h0", "r1-h0", "r2-h0", "r3-h0")
     placed = choose(cluster(free), TOPOLOGY, PlacementIntent(preferred=RACK), FLOOR)
-    assert (placed.level, placed.domain, len(placed.nodes)) == (None, None, 16)
+    assert (placed.level, placed.domains, len(placed.nodes)) == (RACK, ("r0", "r1"), 8)
+    assert placed.domain == "r0,r1" and placed.stranded_gpus == 16
+
+
+def test_the_fewest_racks_take_the_roomiest_first_even_across_blocks():
+    # b0's racks have 1 free host each, b1's r2 has 3 and r3 has 2: a floor of 5 takes r2 and r3,
+    # not three racks; a floor of 6 needs r2, r3 and one of b0's: the whole cluster is the scope.
+    free = busy("r0-h0", "r0-h1", "r0-h2", "r1-h0", "r1-h1", "r1-h2", "r2-h0", "r3-h0", "r3-h1")
+    five = choose(cluster(free), TOPOLOGY, PlacementIntent(preferred=RACK), Floor(5, {GPU: 8}))
+    assert five.domains == ("r2", "r3")
+    six = choose(cluster(free), TOPOLOGY, PlacementIntent(preferred=RACK), Floor(6, {GPU: 8}))
+    assert six.domains == ("r0", "r2", "r3")
+
+
+def test_a_preferred_gang_goes_to_the_whole_cluster_only_when_its_racks_cannot_hold_it():
+    # Two unlabelled nodes hold what the racks' one free host cannot.
+    nodes = cluster(busy(*(f"r{r}-h{h}" for r in range(4) for h in range(1, 4))))
+    nodes += [NodeRoom(f"loose-{i}", free={GPU: 8}, labels={}, allocatable={GPU: 8}) for i in range(2)]
+    placed = choose(nodes, TOPOLOGY, PlacementIntent(preferred=RACK), Floor(6, {GPU: 8}))
+    assert (placed.level, placed.domains, placed.domain, len(placed.nodes)) == (None, (), None, 18)
 
 
 def test_preferred_waits_when_the_cluster_is_full():
