@@ -186,6 +186,20 @@ def bound(pods: list[dict]) -> list[dict]:
     return [p for p in pods if p["spec"].get("nodeName")]
 
 
+async def trainjob_state(kube: Kube, namespace: str, name: str) -> str:
+    """What a failed wait shows: the TrainJob's conditions and elastic status, and each pod's node,
+    phase and scheduling condition."""
+    status = (await get_trainjob(kube, namespace, name)).get("status") or {}
+    lines = [f"conditions {[(c.get('type'), c.get('status'), c.get('reason')) for c in status.get('conditions') or []]}",
+             f"elastic {status.get('elastic')}"]
+    for pod in await pods_of(kube, namespace, name):
+        scheduled = next((c for c in pod["status"].get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+        lines.append(f"{pod['metadata']['name']} node={pod['spec'].get('nodeName')} phase={pod['status'].get('phase')} "
+                     f"deleting={bool(pod['metadata'].get('deletionTimestamp'))} "
+                     f"scheduled={scheduled.get('status')} {scheduled.get('reason', '')} {scheduled.get('message', '')}")
+    return "\n".join(lines)
+
+
 async def holds_no_node(kube: Kube, namespace: str, name: str, timeout: float = 60) -> None:
     """Wait until no pod of the TrainJob occupies a node (a preempted gang's pods take a moment to go)."""
     async def released() -> bool:

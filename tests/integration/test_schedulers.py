@@ -43,7 +43,8 @@ from gangctl.plugins.kueue import QUEUE_LABEL, WORKLOADS
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy.placement import PLACEMENT_ANNOTATION, UNSATISFIABLE
 from tests.integration.helpers import (bound, condition, eventually, gang_state, get_trainjob, node_not_ready,
-                                       node_ready, pod_group, pods_of, running, submit, trainjob)
+                                       node_ready, pod_group, pods_of, running, submit, trainjob,
+                                       trainjob_state)
 from tests.integration.quota_common import (POLICY_FILE, TEAMS, assert_preempted_event,
                                             assert_same_jobs_within_policy, empty_teams, get_pytorchjob, pj_pods,
                                             preempt_low_with_high, pytorchjob, runtime as quota_runtime,
@@ -732,7 +733,10 @@ async def test_an_elastic_gang_that_requires_a_rack_shrinks_in_its_rack_when_it_
 
         async def both_running() -> bool:
             return len(await live()) == 2
-        await eventually(both_running, 90, f"the elastic gang placed by {backend} on two hosts")
+        try:   # time for one shrink and grow-back (3 s + the 30 s probe backoff) if a pod waits at first
+            await eventually(both_running, 180, f"the elastic gang placed by {backend} on two hosts")
+        except AssertionError as err:
+            raise AssertionError(f"{err}:\n{await trainjob_state(kube, ns, 'el-rack')}") from None
         pods = await live()
         homes = set(racks_of(pods, racks))
         assert len(homes) == 1 and homes <= {"t0", "t1"}, {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
