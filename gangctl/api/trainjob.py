@@ -427,6 +427,8 @@ class LastFailure(K8sModel):
     action: Literal["Fail", "Restart", "RestartInPlace"] | None = None
     attempt_restarts: int | None = Field(None, ge=0, description="RestartInPlace: the in-place restarts of the Job "
                                                                  "(jobUID) charged so far")
+    restart_attempt: int | None = Field(None, ge=1, description="RestartInPlace of a stall: the restart attempt the "
+                                                                "pods' gangctl.io/restart-attempt is raised to")
     streak: int | None = Field(None, ge=1, description="Restart: attempts in a row that failed within 10 min of starting")
     backoff_seconds: int | None = Field(None, ge=0, description="Restart: the next attempt is made this long after "
                                                                 "time (crash-loop pacing)")

@@ -119,6 +119,7 @@ class PodWorker:
     config_retries: int = 0
     retry_at: float = 0.0  # monotonic time of the next attempt after a config error
     binds: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # container -> (folder, mountPath)
+    metadata_seen: tuple[str, str] = ("", "")  # the labels and annotations its downward API files show
     restart_all_done: asyncio.Event = field(default_factory=asyncio.Event)  # set when a RestartAllContainers ends
 
 
@@ -221,6 +222,8 @@ class NodeAgent:
                     await self._start_pod(w, pod)
                 elif w.config_error and w.config_error[0] == CONFIG_ERROR and time.monotonic() >= w.retry_at:
                     await self._start_containers(w, pod)
+                elif not w.finished and not w.config_error:
+                    self._refresh_downward_api(w, pod)
                 await self._post_status(w, pod)
         except Exception:
             log.exception("pod %s: worker failed", w.key)
@@ -315,6 +318,20 @@ class NodeAgent:
         folders = await self.volumes.prepare(pod, {k: v for k, v in vols.items() if k in used})
         w.binds = {name: [(str(folders[m.volume]), m.path) for m in ms] for name, ms in mounts.items()}
 
+    def _refresh_downward_api(self, w: PodWorker, pod: dict) -> None:
+        """The pod's labels or annotations changed: its downward API files say so now."""
+        meta = pod["metadata"]
+        seen = (json.dumps(meta.get("labels") or {}, sort_keys=True), json.dumps(meta.get("annotations") or {}, sort_keys=True))
+        if seen == w.metadata_seen:
+            return
+        w.metadata_seen = seen
+        try:
+            vols = projected_volumes(pod, allocatable=self.cfg.node.capacity)
+        except SpecError:
+            return   # it was writable when the pod started; the spec cannot change since
+        if self.volumes.refresh_fields(pod, vols):
+            log.info("pod %s: downward API files updated", w.key)
+
     def _log_dir(self, pod: dict, container: str) -> Path:
         m = pod["metadata"]
         d = self.cfg.state_dir / "pods" / f"{m['namespace']}_{m['name']}_{m['uid']}" / container
@@ -325,14 +342,9 @@ class NodeAgent:
         c = w.containers[spec.container]
         container = next((x for x in pod["spec"]["containers"] if x["name"] == spec.container), {})
         while True:
-            work = spec.working_dir if spec.working_dir and Path(spec.working_dir).is_dir() else str(c.log_dir.parent)
+            spec = c.spec = self._spec_now(w, pod, spec)
             status_file = c.log_dir / f"{c.state.restart_count}.status.json"
-            argv = ["ip", "netns", "exec", network.pod_namespace(self.cfg.cluster, w.uid),
-                    sys.executable, "-m", "gangctl.nodeagent.shim", "--log", str(c.log_file()),
-                    "--status", str(status_file), "--hostname", pod["spec"].get("hostname") or pod["metadata"]["name"],
-                    "--cwd", work, "--parent", str(os.getpid()),
-                    *(a for src, dst in w.binds.get(spec.container, []) for a in ("--bind", f"{src}:{dst}")),
-                    *(a for path in self.hidden for a in ("--hide", path)), "--", *spec.argv]
+            argv = self._in_container(w, pod, c, spec, c.log_file(), status_file, spec.argv)
             from gangctl.nodeagent.shim import set_pdeathsig
             c.proc = await asyncio.create_subprocess_exec(
                 *argv, env=spec.env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
@@ -341,7 +353,11 @@ class NodeAgent:
             c.state.state, c.state.reason, c.state.message = "running", "", ""
             c.state.started_at, c.state.container_id = now(), f"process://{c.proc.pid}"
             w.wake.set()
+            probe = (asyncio.create_task(self._liveness(w, pod, c, spec, c.proc)) if spec.liveness is not None
+                     else None)
             code = await c.proc.wait()
+            if probe is not None:
+                probe.cancel()
             result = {}
             try:
                 result = json.loads(status_file.read_text())
@@ -374,6 +390,75 @@ class NodeAgent:
             c.state.last_terminated = {"exitCode": exit_code, "reason": c.state.reason,
                                        "startedAt": c.state.started_at, "finishedAt": c.state.finished_at}
             c.state.restart_count += 1
+
+    def _in_container(self, w: PodWorker, pod: dict, c: Container, spec, log_file: Path, status_file: Path,
+                      command: list[str]) -> list[str]:
+        """The argv that runs `command` as the container runs: under the shim, in the pod's network
+        namespace, with the container's mounts and working directory."""
+        work = spec.working_dir if spec.working_dir and Path(spec.working_dir).is_dir() else str(c.log_dir.parent)
+        return ["ip", "netns", "exec", network.pod_namespace(self.cfg.cluster, w.uid),
+                sys.executable, "-m", "gangctl.nodeagent.shim", "--log", str(log_file),
+                "--status", str(status_file), "--hostname", pod["spec"].get("hostname") or pod["metadata"]["name"],
+                "--cwd", work, "--parent", str(os.getpid()),
+                *(a for src, dst in w.binds.get(spec.container, []) for a in ("--bind", f"{src}:{dst}")),
+                *(a for path in self.hidden for a in ("--hide", path)), "--", *command]
+
+    def _spec_now(self, w: PodWorker, pod: dict, spec):
+        """The container's process as it starts now: the kubelet computes a container's env anew at
+        every start, so a downward API value (an annotation) changed since shows in it."""
+        current = self._pod(w) or pod
+        try:
+            specs = process_specs(current, pod_ip=w.rt.pod_ip, host_ip=self.cfg.node.address,
+                                  allocatable=self.cfg.node.capacity, base_env=self.base_env,
+                                  service_env=self.service_env)
+        except SpecError:
+            return spec   # it could be planned when the pod started, and a pod's spec does not change
+        return next((s for s in specs if s.container == spec.container), spec)
+
+    async def _liveness(self, w: PodWorker, pod: dict, c: Container, spec, proc: asyncio.subprocess.Process) -> None:
+        """The container's exec liveness probe, as kubelet runs it: in the container (its network
+        namespace, mounts and env), every period after the initial delay; after `failure_threshold`
+        failures in a row an Unhealthy Event each, then Killing, and the container is stopped within
+        the grace period. Its exit then goes through its restart policy and rules like any other."""
+        probe = spec.liveness
+        await asyncio.sleep(probe.initial_delay)
+        failures = 0
+        while proc.returncode is None:
+            ok, output = await self._exec_in(w, pod, c, spec, probe.command, probe.timeout)
+            if proc.returncode is not None:
+                return
+            failures = 0 if ok else failures + 1
+            if not ok:
+                await self.events.warning(pod, "Unhealthy", f"Liveness probe failed: {output}")
+                if failures >= probe.failure_threshold:
+                    await self.events.normal(pod, "Killing", f"Container {spec.container} failed liveness probe, "
+                                                             "will be restarted")
+                    grace = probe.grace if probe.grace is not None else pod["spec"].get("terminationGracePeriodSeconds", 30)
+                    await _stop([proc], float(grace or 0))
+                    return
+            await asyncio.sleep(probe.period)
+
+    async def _exec_in(self, w: PodWorker, pod: dict, c: Container, spec, command: tuple[str, ...],
+                       timeout: float) -> tuple[bool, str]:
+        """Run `command` in the container as a probe does; (exited 0 in time, what it printed or why not)."""
+        out = c.log_dir / "probe.log"
+        out.unlink(missing_ok=True)
+        argv = self._in_container(w, pod, c, spec, out, c.log_dir / "probe.status.json", list(command))
+        proc = await asyncio.create_subprocess_exec(*argv, env=spec.env, stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+                                                    start_new_session=True)
+        try:
+            code = await asyncio.wait_for(proc.wait(), timeout)
+        except asyncio.TimeoutError:
+            await _stop([proc], 0)
+            return False, f"command {list(command)} timed out after {timeout:g}s"
+        try:
+            printed = out.read_text(errors="replace")[-1024:].strip()
+        except OSError:
+            printed = ""
+        if code == 0:
+            return True, printed
+        return False, printed or f"command {list(command)} exited with code {code}"
 
     async def _restart_all(self, w: PodWorker, pod: dict) -> None:
         """A container exited as a RestartAllContainers rule says: as the kubelet does, stop every other
@@ -425,20 +510,7 @@ class NodeAgent:
         log.info("pod %s stopped and removed", w.key)
 
     async def _kill_containers(self, w: PodWorker, grace: float) -> None:
-        procs = [c.proc for c in w.containers.values() if c.proc is not None and c.proc.returncode is None]
-        for p in procs:
-            _signal(p.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while any(p.returncode is None for p in procs) and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        for p in procs:
-            if p.returncode is None:
-                _signal(p.pid, signal.SIGHUP)  # the shim kills the whole tree
-        for p in procs:
-            try:
-                await asyncio.wait_for(p.wait(), 5)
-            except asyncio.TimeoutError:
-                _signal(p.pid, signal.SIGKILL)
+        await _stop([c.proc for c in w.containers.values() if c.proc is not None and c.proc.returncode is None], grace)
         # Anything still in the pod's network namespace is part of the pod.
         await asyncio.to_thread(network.kill_netns_processes, network.pod_namespace(self.cfg.cluster, w.uid))
 
@@ -524,6 +596,23 @@ class NodeAgent:
             await network.adelete_pod_network(self.cfg.cluster, w.uid)
             self.volumes.release(w.uid)
         await runner.cleanup()
+
+
+async def _stop(procs: list[asyncio.subprocess.Process], grace: float) -> None:
+    """Stop shims as the kubelet stops containers: SIGTERM, then after `grace` s the whole tree."""
+    for p in procs:
+        _signal(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(p.returncode is None for p in procs) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    for p in procs:
+        if p.returncode is None:
+            _signal(p.pid, signal.SIGHUP)  # the shim kills the whole tree
+    for p in procs:
+        try:
+            await asyncio.wait_for(p.wait(), 5)
+        except asyncio.TimeoutError:
+            _signal(p.pid, signal.SIGKILL)
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -7,7 +7,8 @@ them, and their ServiceAccount tokens kept fresh.
   swapped in with rename(2), so a reader sees the old token or the new one, never half of one;
 - configMap: read once from the API (kube-root-ca.crt: the cluster CA the controller-manager
   publishes in every namespace);
-- downwardAPI: the values volumes.py resolved.
+- downwardAPI: the values volumes.py resolved, written again when the pod's labels or annotations
+  change (`refresh_fields`; kubelet does it on its next sync of the pod, within about a minute).
 
 The folders are bind-mounted into the pod's containers by the shim; the agent removes them when the
 pod stops.
@@ -85,6 +86,26 @@ class ProjectedVolumes:
             self.pods[meta["uid"]] = tokens
             tokens.task = asyncio.create_task(self._keep_fresh(tokens))
         return out
+
+    def refresh_fields(self, pod: dict, volumes: dict[str, ProjectedVolume]) -> int:
+        """Write again the downward API files whose value changed (the pod's labels or annotations
+        did), as kubelet updates them on a running pod; how many changed. Only volumes `prepare`
+        made are touched."""
+        changed = 0
+        for vol in volumes.values():
+            folder = self.pod_dir(pod["metadata"]["uid"]) / vol.name
+            if not folder.is_dir():
+                continue
+            for f in vol.fields:
+                path = folder / f.path
+                try:
+                    if path.read_text() == f.value:
+                        continue
+                except OSError:
+                    pass
+                write_atomic(path, f.value, vol.mode)
+                changed += 1
+        return changed
 
     async def _config_map(self, namespace: str, name: str) -> dict[str, str] | None:
         try:

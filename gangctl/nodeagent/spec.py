@@ -33,6 +33,7 @@ class ProcessSpec:
     env: dict[str, str]
     working_dir: str | None
     image: str = ""
+    liveness: ExecProbe | None = None
 
 
 @dataclass
@@ -170,8 +171,40 @@ def process_specs(pod: dict, *, pod_ip: str | None, host_ip: str, allocatable: d
         if "PATH" in own and base_env.get("PATH"):
             # The image is not there: the agent's environment (its venv's bin first) must stay reachable.
             env["PATH"] = base_env["PATH"].split(":", 1)[0] + ":" + own["PATH"]
-        out.append(ProcessSpec(container["name"], argv, env, container.get("workingDir"), container.get("image", "")))
+        out.append(ProcessSpec(container["name"], argv, env, container.get("workingDir"), container.get("image", ""),
+                               liveness_probe(container, {e["name"]: e["value"] for e in container.get("env") or []
+                                                          if "value" in e})))
     return out
+
+
+# --- liveness probes (exec) -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ExecProbe:
+    """A container's exec livenessProbe with the API's defaults: run `command` in the container every
+    `period` s from `initial_delay` s after it starts; `failure_threshold` failures in a row (a non-zero
+    exit, or no exit within `timeout` s) kill the container, within `grace` s (the probe's
+    terminationGracePeriodSeconds, else the pod's), and its restart policy and rules decide what next."""
+    command: tuple[str, ...]
+    initial_delay: float = 0
+    period: float = 10
+    timeout: float = 1
+    failure_threshold: int = 3
+    grace: float | None = None
+
+
+def liveness_probe(container: dict, env: dict[str, str]) -> ExecProbe | None:
+    """The container's exec livenessProbe, its command `$(VAR)`-expanded with `env` (kubelet expands
+    with the container's static `value`s only, which the caller passes); None without one, or for
+    httpGet, tcpSocket and grpc probes, which process nodes do not run (docs/process-nodes.md)."""
+    probe = container.get("livenessProbe") or {}
+    command = (probe.get("exec") or {}).get("command")
+    if not command:
+        return None
+    grace = probe.get("terminationGracePeriodSeconds")
+    return ExecProbe(tuple(expand(c, env) for c in command), float(probe.get("initialDelaySeconds") or 0),
+                     float(probe.get("periodSeconds") or 10), float(probe.get("timeoutSeconds") or 1),
+                     int(probe.get("failureThreshold") or 3), float(grace) if grace is not None else None)
 
 
 # --- names ----------------------------------------------------------------------------------------

@@ -109,9 +109,41 @@ IN_PLACE_RESTART = {"restartPolicy": "Never", "restartPolicyRules": [
     {"action": "RestartAllContainers", "exitCodes": {"operator": "NotIn", "values": [0]}}]}
 
 
+# ... and with a stall timeout too, a stalled gang restarts in place the same way: gangctl raises the
+# pods' restart attempt (an annotation); each trainer's liveness probe compares it, as its downward API
+# file shows it now, with the value its env took when the container started, and fails when they differ:
+# the kubelet stops the trainer and its RestartAllContainers rule restarts the pod's containers, the env
+# then taking the new value. A trainer with a liveness probe of its own keeps it (its stalls recreate).
+RESTART_ATTEMPT_ANNOTATION = "gangctl.io/restart-attempt"
+RESTART_ATTEMPT_ENV = "GANGCTL_RESTART_ATTEMPT"
+RESTART_ATTEMPT_VOLUME = "gangctl-restart-attempt"
+RESTART_ATTEMPT_DIR = "/var/run/secrets/gangctl.io/restart"
+_ATTEMPT_FIELD = {"fieldPath": f"metadata.annotations['{RESTART_ATTEMPT_ANNOTATION}']"}
+RESTART_ATTEMPT_PROBE = {
+    # `read` and `[` are built into every POSIX shell: no tool of the image is needed but `sh`.
+    "exec": {"command": ["sh", "-c", f'read -r now < {RESTART_ATTEMPT_DIR}/attempt; [ "$now" = "${RESTART_ATTEMPT_ENV}" ]']},
+    "periodSeconds": 5, "timeoutSeconds": 10, "failureThreshold": 1}
+
+
+def _watch_restart_attempt(spec: dict, container: dict) -> None:
+    container["env"] = [*(container.get("env") or []), {"name": RESTART_ATTEMPT_ENV, "valueFrom": {"fieldRef": _ATTEMPT_FIELD}}]
+    container["volumeMounts"] = [*(container.get("volumeMounts") or []),
+                                 {"name": RESTART_ATTEMPT_VOLUME, "mountPath": RESTART_ATTEMPT_DIR, "readOnly": True}]
+    container["livenessProbe"] = copy.deepcopy(RESTART_ATTEMPT_PROBE)
+    spec["volumes"] = [*(spec.get("volumes") or []), {"name": RESTART_ATTEMPT_VOLUME, "projected": {"sources": [
+        {"downwardAPI": {"items": [{"path": "attempt", "fieldRef": dict(_ATTEMPT_FIELD)}]}}]}}]
+
+
+def watches_restart_attempt(job: dict | None) -> bool:
+    """Whether a node Job's trainer restarts in place when its pods' restart attempt is raised."""
+    spec = ((((job or {}).get("spec") or {}).get("template") or {}).get("spec")) or {}
+    return any(e.get("name") == RESTART_ATTEMPT_ENV for c in spec.get("containers") or [] for e in c.get("env") or [])
+
+
 def _set_up_trainer(spec: dict, job: ResolvedJob) -> None:
     """The trainer container (and the runtime's envInjection targets) get torchrun's PET_* variables;
-    the trainer, with a runtime that restarts in place, its RestartAllContainers rule."""
+    the trainer, with a runtime that restarts in place, its RestartAllContainers rule, and with a
+    stall timeout too, the liveness probe that restarts it when gangctl raises the restart attempt."""
     for container in spec.get("containers") or []:
         trainer = container.get("name") == NODE_CONTAINER or len(spec["containers"]) == 1
         if trainer or container.get("name") in job.env_containers:
@@ -120,6 +152,8 @@ def _set_up_trainer(spec: dict, job: ResolvedJob) -> None:
             container["env"] = list(env.values())
         if trainer and job.restart_in_place and not job.elastic:
             container.update(IN_PLACE_RESTART)
+            if job.stall_timeout_seconds is not None and not container.get("livenessProbe"):
+                _watch_restart_attempt(spec, container)
 
 
 def indexed_spec(job: ResolvedJob, size: int, pooled: bool = True) -> dict:

@@ -30,13 +30,13 @@ from gangctl.model.names import REPLICATED_JOB, RESULT_FINALIZER, SPEC_HASH, chi
 from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.torch import STORE_ROLE as TORCH_STORE_ROLE
 from gangctl.plugins.torch import rendezvous_store
-from gangctl.plugins.workload import (claims, headless_service, node_job, owner_reference, pooled, step_job,
-                                      with_spec_hash)
+from gangctl.plugins.workload import (RESTART_ATTEMPT_ANNOTATION, claims, headless_service, node_job, owner_reference,
+                                      pooled, step_job, watches_restart_attempt, with_spec_hash)
 from gangctl.policy import elastic, ownership
 from gangctl.model import jobset, progress
 from gangctl.policy import status as st
-from gangctl.policy.failure import (PodFailure, Restarts, charge_in_place, classify, most_restarted, paced,
-                                    parse_failure_policy, recreate_wait)
+from gangctl.policy.failure import (RESTART_IN_PLACE, PodFailure, Restarts, charge_in_place, classify, most_restarted,
+                                    paced, parse_failure_policy, recreate_wait)
 from gangctl.policy.failure import decide as judge
 from gangctl.model.gang import Gang, size_gang
 from gangctl.model.quota_plan import NodeRange
@@ -611,6 +611,8 @@ def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
             child = dataclasses.replace(child, failure=elastic.failed_worker(observed, pods, "node"))
         stall = _stall(s, job, observed, child)
         if isinstance(stall, tuple):
+            if (restarted := _stalled_in_place(s, job, observed, stall)) is not None:
+                return dataclasses.replace(restarted, gate=quota.intents)
             child = dataclasses.replace(child, failure=stall)
         if child.failure is None and job.restart_in_place and (in_place := _restarted_in_place(s, job, observed)):
             return dataclasses.replace(in_place, gate=quota.intents)
@@ -631,6 +633,8 @@ def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
     elif job.elastic and quota.max_nodes < job.num_nodes:
         size = quota.max_nodes
     plan = _converge(s, plan, job, backend, gang, quota, size, resize, lost_gone)
+    if observed is not None and (raise_attempt := _restart_attempt_patches(s, observed)):
+        plan = dataclasses.replace(plan, steps=(*plan.steps, *raise_attempt))
     if observed is not None and isinstance(stall, float):   # come back when the stall timeout would pass
         reported = st.parse_time(_previous(s)["trainerStatus"]["lastUpdatedTime"]).timestamp()
         plan = dataclasses.replace(plan, requeue_after=min(plan.requeue_after or stall, stall), metrics=(
@@ -660,6 +664,66 @@ def _restarted_in_place(s: Snapshot, job: ResolvedJob, observed: dict) -> Plan |
                 metrics=(Metric("restarts", "inc", ("user",), after.user - Restarts.from_status(previous).user),))
 
 
+def _in_place_restart(s: Snapshot, observed: dict) -> dict:
+    """lastFailure when it records an in-place restart of this attempt (else {})."""
+    last = Restarts.from_status(_previous(s)).last_failure
+    return last if (last.get("jobUID") == observed["metadata"].get("uid") and last.get("action") == RESTART_IN_PLACE) else {}
+
+
+def _stalled_in_place(s: Snapshot, job: ResolvedJob, observed: dict, stall: tuple[str, str]) -> Plan | None:
+    """A stalled attempt whose trainers watch the restart attempt (`workload.watches_restart_attempt`)
+    and whose every pod runs: restarted in place while the stall budget allows. The judgement goes to
+    status first: the stall counted (infrastructure), and lastFailure recording the restart attempt the
+    pods are raised to and the restart count it brings (`attemptRestarts`, so the restarts it causes
+    are not charged again as the user's); then the pods are raised (`_restart_attempt_patches`, which
+    every later pass repeats until they show it). None: recreate or fail as for any failed attempt."""
+    uid = observed["metadata"].get("uid", "")
+    if not (job.restart_in_place and not job.elastic and watches_restart_attempt(observed)):
+        return None
+    pods = [p for p in ownership.children_of([uid], s.pods) if (p.get("status") or {}).get("phase") == "Running"
+            and (p.get("spec") or {}).get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+    if len(pods) < int((observed.get("spec") or {}).get("parallelism") or 0):
+        return None   # a rank is missing: the gang is made anew
+    previous = _previous(s)
+    restarts = Restarts.from_status(previous)
+    policy = parse_failure_policy(job.failure_policy) if job.failure_policy is not None else None
+    failure = classify(*stall, [])
+    decision = judge(policy, failure, restarts)
+    if decision.action != "Restart":
+        return None
+    at = st.timestamp(s.now)
+    after = restarts.after(decision, failure, observed["metadata"]["name"], uid, at)
+    seen = most_restarted(pods, NODE_CONTAINER)
+    last = {**after.last_failure, "action": RESTART_IN_PLACE, "restartAttempt": after.stalled,
+            "attemptRestarts": (seen.restarts if seen else 0) + 1}
+    after = dataclasses.replace(after, last_failure=last)
+    status = {**previous, "restarts": after.to_status(), "restartCount": after.user}
+    message = f"{decision.message}; restarting in place (same pods, same nodes)"
+    return Plan(steps=(WriteStatus(status), Event("Normal", "Restarting", f"{decision.reason}: {message}"),
+                       *_raise_attempt(pods, str(after.stalled))),
+                metrics=(Metric("restarts", "inc", (decision.counter,)),))
+
+
+def _raise_attempt(pods: Iterable[dict], attempt: str) -> list[Step]:
+    """Merge patches of the pods' restart attempt, each on that pod only (its uid in the patch)."""
+    return [Patch(PODS, p["metadata"]["namespace"], p["metadata"]["name"], {"metadata": {
+        "uid": p["metadata"]["uid"], "annotations": {RESTART_ATTEMPT_ANNOTATION: attempt}}}, missing_ok=True)
+        for p in pods if ((p["metadata"].get("annotations") or {}).get(RESTART_ATTEMPT_ANNOTATION) != attempt)]
+
+
+def _restart_attempt_patches(s: Snapshot, observed: dict) -> list[Step]:
+    """The attempt's pods that existed at its last in-place stall restart and do not show its restart
+    attempt yet (a pass that wrote status and stopped before them, or a stale pod cache), raised."""
+    last = _in_place_restart(s, observed)
+    if "restartAttempt" not in last:
+        return []
+    when = st.parse_time(last["time"])
+    pods = [p for p in ownership.children_of([observed["metadata"].get("uid", "")], s.pods)
+            if not p["metadata"].get("deletionTimestamp") and p["metadata"].get("creationTimestamp")
+            and st.parse_time(p["metadata"]["creationTimestamp"]) < when]
+    return _raise_attempt(pods, str(last["restartAttempt"]))
+
+
 def _stall(s: Snapshot, job: ResolvedJob, observed: dict, child: st.ChildJob) -> tuple[str, str] | float | None:
     """A running attempt whose progress reports stopped for longer than the runtime's stall timeout:
     its failure (reason Stalled); else the seconds until it would be stalled, if nothing is reported
@@ -671,7 +735,9 @@ def _stall(s: Snapshot, job: ResolvedJob, observed: dict, child: st.ChildJob) ->
         return None
     created = observed["metadata"].get("creationTimestamp")
     bound = (status.get("gang") or {}).get("boundAt")
-    started = max(st.parse_time(t) for t in (created, bound) if t) if (created or bound) else s.now
+    restarted = _in_place_restart(s, observed).get("time")   # the gang restarted in place: a new start
+    times = [t for t in (created, bound, restarted) if t]
+    started = max(st.parse_time(t) for t in times) if times else s.now
     silent = progress.silent_for(status.get("trainerStatus"), started, s.now)
     if silent is None:
         return None
@@ -981,7 +1047,8 @@ def _failed_attempt(s: Snapshot, job: ResolvedJob, observed: dict, child: st.Chi
     previous = _previous(s)
     restarts = Restarts.from_status(previous)
     uid = observed["metadata"].get("uid", "")
-    if restarts.last_failure.get("jobUID") == uid:  # already judged (by us, or an earlier run)
+    if restarts.last_failure.get("jobUID") == uid and restarts.last_failure.get("action") != RESTART_IN_PLACE:
+        # already judged (by us, or an earlier run); an in-place restart of it is no judgement of its failure
         if restarts.last_failure.get("action", "Restart") == "Restart":
             return Plan(steps=tuple(_delete_attempt(observed)))
         return Plan()

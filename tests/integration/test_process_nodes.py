@@ -231,6 +231,52 @@ def _alive(pid: int) -> bool:
         return False
 
 
+async def test_a_failing_exec_liveness_probe_restarts_the_container_and_downward_api_files_follow(
+        kube, namespace, kubeconfig, process_nodes):
+    """An exec liveness probe, as a process node's kubelet runs it, in the container (its mounts and
+    env): it compares a downward API file of an annotation with the env the container started with.
+    The annotation changes, the file follows, the probe fails, the kubelet stops the container
+    (Unhealthy, Killing) and its RestartAllContainers rule restarts it in the same pod, on the same
+    node, where its env now shows the new value (gangctl's in-place stall restart works so)."""
+    annotation, folder = "example.com/attempt", "/var/run/secrets/example.com/attempt"
+    field = {"fieldPath": f"metadata.annotations['{annotation}']"}
+    pod = process_pod("probed", 'echo "started with attempt $SEEN"; exec sleep 600', grace=2)
+    pod["metadata"]["annotations"] = {annotation: "0"}
+    main = pod["spec"]["containers"][0]
+    main["env"].append({"name": "SEEN", "valueFrom": {"fieldRef": field}})
+    main["restartPolicy"] = "Never"
+    main["restartPolicyRules"] = [{"action": "RestartAllContainers", "exitCodes": {"operator": "NotIn", "values": [0]}}]
+    main["volumeMounts"] = [{"name": "attempt", "mountPath": folder, "readOnly": True}]
+    main["livenessProbe"] = {"exec": {"command": ["sh", "-c", f'read -r now < {folder}/attempt; [ "$now" = "$SEEN" ]']},
+                             "periodSeconds": 1, "timeoutSeconds": 10, "failureThreshold": 1}
+    pod["spec"]["volumes"] = [{"name": "attempt", "projected": {"sources": [{"downwardAPI": {"items": [
+        {"path": "attempt", "fieldRef": field}]}}]}}]
+    await kube.create(PODS.path(namespace), pod)
+    first = await wait_phase(kube, namespace, "probed", {"Running"})
+
+    async def started(attempt: str) -> bool:
+        out = kubectl(kubeconfig, "logs", "-n", namespace, "probed").stdout
+        return f"started with attempt {attempt}" in out
+    await eventually(lambda: started("0"), 30, "the container started with attempt 0")
+    await kube.merge_patch(PODS.path(namespace, "probed"), {"metadata": {"annotations": {annotation: "1"}}})
+
+    async def restarted() -> bool:
+        pod = await kube.get(PODS.path(namespace, "probed"))
+        return any(c.get("restartCount") == 1 and "running" in c.get("state", {})
+                   for c in pod["status"].get("containerStatuses") or [])
+    await eventually(restarted, 30, "the container restarted by its liveness probe")
+    await eventually(lambda: started("1"), 30, "the restarted container's env showing attempt 1")
+    now = await kube.get(PODS.path(namespace, "probed"))
+    assert (now["metadata"]["uid"], now["spec"]["nodeName"], now["status"]["podIP"]) == (
+        first["metadata"]["uid"], first["spec"]["nodeName"], first["status"]["podIP"]), "same pod, node and IP"
+    last = now["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    assert last["exitCode"] != 0, last
+    events = (await kube.get(f"/api/v1/namespaces/{namespace}/events"))["items"]
+    said = {e["reason"]: e["message"] for e in events if e["involvedObject"].get("name") == "probed"}
+    assert said.get("Unhealthy", "").startswith("Liveness probe failed"), said
+    assert "failed liveness probe, will be restarted" in said.get("Killing", ""), said
+
+
 async def test_a_restart_all_containers_rule_restarts_every_container_in_place(kube, namespace, process_nodes):
     """Kubernetes 1.36's RestartAllContainers rule, as a process node's kubelet carries it out: the
     container that exits 42 restarts with its sidecar, same pod, node and IP; the second run ends it."""

@@ -17,7 +17,8 @@ import yaml
 from gangctl.api.resources import TRAINING_RUNTIMES, TRAINJOBS
 from gangctl.config import REPO_ROOT
 from gangctl.model.progress import STALL_TIMEOUT_ANNOTATION
-from tests.integration.helpers import eventually, get_trainjob, is_running, is_true, pods_of, submit, trainjob
+from gangctl.model.resolve import RESTART_ANNOTATION
+from tests.integration.helpers import eventually, get_trainjob, is_running, is_true, jobs_in, pods_of, submit, trainjob
 from tests.integration.test_in_place import completes, ddp_job, resumed_at_step_51
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
@@ -72,24 +73,31 @@ async def test_a_job_whose_reports_stop_is_restarted_then_failed_and_a_silent_on
 HANG_TIMEOUT = 30   # beyond a restarted attempt's start (three ranks importing torch on 2 cores)
 
 
+async def hung_ddp_job(kube, namespace: str, process_runtime: str, runtime: str,
+                       annotations: dict[str, str]) -> tuple[str, float]:
+    """examples/ddp submitted on a runtime with the stall timeout (and `annotations`), rank 1 told to
+    hang once after step 60; waits until it has: (the TrainJob's name, when rank 1 hung)."""
+    obj = await ddp_job(kube, namespace, process_runtime, runtime,
+                        {STALL_TIMEOUT_ANNOTATION: f"{HANG_TIMEOUT}s", **annotations}, {"HANG_ONCE": "1:60"})
+    name = obj["metadata"]["name"]
+    await submit(kube, obj)
+    marker = Path("/tmp/gangctl-ddp") / namespace / name / "hung-once-rank1"
+
+    async def hung() -> bool:
+        return marker.exists()
+    await eventually(hung, 150, "rank 1 hung after step 60", interval=0.5)
+    return name, marker.stat().st_mtime
+
+
 async def test_a_rank_hung_in_an_all_reduce_is_detected_restarted_and_the_run_resumes(kube, namespace, kubeconfig,
                                                                                         controller, process_runtime):
     """examples/ddp, 3 nodes, real torchrun: rank 1 stops after step 60 (once), so ranks 0 and 2 block
     in the next all-reduce and rank 0's progress reports stop. gangctl restarts the gang within the
     stall timeout (reason Stalled, charged as infrastructure); the new attempt resumes from the step-50
     checkpoint and completes."""
-    obj = await ddp_job(kube, namespace, process_runtime, "hangs", {STALL_TIMEOUT_ANNOTATION: f"{HANG_TIMEOUT}s"},
-                        {"HANG_ONCE": "1:60"})
-    name = obj["metadata"]["name"]
     ckpt = Path("/tmp/gangctl-ddp") / namespace
     try:
-        await submit(kube, obj)
-        marker = ckpt / name / "hung-once-rank1"
-
-        async def hung() -> bool:
-            return marker.exists()
-        await eventually(hung, 150, "rank 1 hung after step 60", interval=0.5)
-        hung_at = marker.stat().st_mtime
+        name, hung_at = await hung_ddp_job(kube, namespace, process_runtime, "hangs", {})
         first = {p["metadata"]["uid"] for p in await pods_of(kube, namespace, name)}
 
         status = await completes(kube, namespace, name, 300, "after its stall restart")
@@ -102,6 +110,33 @@ async def test_a_rank_hung_in_an_all_reduce_is_detected_restarted_and_the_run_re
         assert HANG_TIMEOUT - 3 <= judged - hung_at <= HANG_TIMEOUT + 15, judged - hung_at
         pods = await pods_of(kube, namespace, name)
         assert pods and not first & {p["metadata"]["uid"] for p in pods}, "the gang was made anew"
+        resumed_at_step_51(kubeconfig, namespace, pods)
+    finally:
+        shutil.rmtree(ckpt, ignore_errors=True)
+
+
+async def test_a_hung_gang_that_restarts_in_place_keeps_its_pods_and_resumes(kube, namespace, kubeconfig, controller,
+                                                                            process_runtime):
+    """The same hang on a runtime that restarts in place: gangctl raises the pods' restart attempt, each
+    trainer's liveness probe sees it and the kubelet restarts every container of every pod where it is
+    (RestartAllContainers). Same pods on the same nodes, no second Job, charged once as a stall (not
+    the user's), and the run resumes from the step-50 checkpoint and completes."""
+    ckpt = Path("/tmp/gangctl-ddp") / namespace
+    try:
+        name, _ = await hung_ddp_job(kube, namespace, process_runtime, "hangs-in-place", {RESTART_ANNOTATION: "InPlace"})
+        before = {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in await pods_of(kube, namespace, name)}
+        jobs_before = {j["metadata"]["uid"] for j in await jobs_in(kube, namespace)}
+
+        status = await completes(kube, namespace, name, 300, "after its in-place stall restart")
+        restarts = status["restarts"]
+        assert (restarts["user"], restarts["infrastructure"], restarts.get("stalled")) == (0, 1, 1), restarts
+        last = restarts["lastFailure"]
+        assert (last["reason"], last["action"], last["restartAttempt"]) == ("Stalled", "RestartInPlace", 1), last
+        pods = await pods_of(kube, namespace, name)
+        assert {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in pods} == before, "same pods on the same nodes"
+        assert {j["metadata"]["uid"] for j in await jobs_in(kube, namespace)} == jobs_before, "no second Job"
+        assert all(next(iter(p["status"]["containerStatuses"]))["restartCount"] == 1 for p in pods), [
+            p["status"]["containerStatuses"] for p in pods]
         resumed_at_step_51(kubeconfig, namespace, pods)
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)

@@ -214,3 +214,33 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_an_exec_liveness_probe_takes_the_apis_defaults_and_expands_static_env():
+    from gangctl.nodeagent.spec import ExecProbe, liveness_probe
+    container = {"name": "node", "livenessProbe": {"exec": {"command": ["check", "$(WHERE)", "$(NOT_SET)"]}}}
+    assert liveness_probe(container, {"WHERE": "/x"}) == ExecProbe(("check", "/x", "$(NOT_SET)"), 0, 10, 1, 3, None)
+    tuned = {"livenessProbe": {"exec": {"command": ["true"]}, "initialDelaySeconds": 2, "periodSeconds": 5,
+                               "timeoutSeconds": 10, "failureThreshold": 1, "terminationGracePeriodSeconds": 0}}
+    assert liveness_probe(tuned, {}) == ExecProbe(("true",), 2, 5, 10, 1, 0)
+    assert liveness_probe({"livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}}}, {}) is None
+    assert liveness_probe({}, {}) is None
+
+
+def test_downward_api_files_follow_the_pods_annotations(tmp_path):
+    from gangctl.nodeagent.projected import ProjectedVolumes
+    from gangctl.nodeagent.volumes import projected_volumes
+    pod = objects.pod("p", namespace="ns", uid="u1", annotations={"gangctl.io/restart-attempt": "0"})
+    pod["spec"]["volumes"] = [{"name": "attempt", "projected": {"sources": [{"downwardAPI": {"items": [
+        {"path": "attempt", "fieldRef": {"fieldPath": "metadata.annotations['gangctl.io/restart-attempt']"}}]}}]}}]
+    volumes = ProjectedVolumes(None, tmp_path)
+    (tmp_path / "u1" / "attempt").mkdir(parents=True)
+    assert volumes.refresh_fields(pod, projected_volumes(pod, allocatable={})) == 1
+    assert (tmp_path / "u1" / "attempt" / "attempt").read_text() == "0"
+    assert volumes.refresh_fields(pod, projected_volumes(pod, allocatable={})) == 0, "unchanged: not written"
+    pod["metadata"]["annotations"]["gangctl.io/restart-attempt"] = "1"
+    assert volumes.refresh_fields(pod, projected_volumes(pod, allocatable={})) == 1
+    assert (tmp_path / "u1" / "attempt" / "attempt").read_text() == "1"
+    other = objects.pod("q", namespace="ns", uid="u2")
+    other["spec"]["volumes"] = pod["spec"]["volumes"]
+    assert volumes.refresh_fields(other, projected_volumes(other, allocatable={})) == 0, "a volume never made"
