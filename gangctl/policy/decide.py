@@ -684,6 +684,8 @@ def _stalled_in_place(s: Snapshot, job: ResolvedJob, observed: dict, stall: tupl
             and (p.get("spec") or {}).get("nodeName") and not p["metadata"].get("deletionTimestamp")]
     if len(pods) < int((observed.get("spec") or {}).get("parallelism") or 0):
         return None   # a rank is missing: the gang is made anew
+    if (charged := _restarted_in_place(s, job, observed)) is not None:
+        return charged   # a user's in-place restart not charged yet goes first (the stall's would absorb it)
     previous = _previous(s)
     restarts = Restarts.from_status(previous)
     policy = parse_failure_policy(job.failure_policy) if job.failure_policy is not None else None

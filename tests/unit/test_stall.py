@@ -207,3 +207,18 @@ def test_after_an_in_place_restart_the_silence_counts_from_it_and_a_real_failure
     failed_job["status"] = {"conditions": FAILED, "failed": 1}
     judged = decide(snap(trainjob(status=status), rt=rt, node_job=failed_job, pods=gang_pods(restarts=1, annotated="1")))
     assert judged.of(Delete) or condition(judged.status, "Failed"), "the failed Job is judged, not taken as judged"
+
+
+def test_a_users_in_place_restart_not_charged_yet_is_charged_before_a_stall_restarts_the_gang():
+    rt = in_place_stalling_runtime()
+    first = decide(snap(running(400), rt=rt, node_job=watching_attempt(rt), pods=gang_pods(restarts=1)))
+    restarts = first.status["restarts"]
+    assert (restarts["user"], restarts.get("stalled", 0)) == (1, 0) and not first.of(Patch), restarts
+    after = trainjob(status={**running(400)["status"], "restarts": restarts})
+    fresh = decide(snap(after, rt=rt, node_job=watching_attempt(rt), pods=gang_pods(restarts=1)))
+    assert not [w for w in fresh.of(WriteStatus) if w.status.get("restarts") != restarts], "a new start: not stalled"
+    later = NOW + timedelta(seconds=301)   # still silent, a whole timeout after the user's restart
+    stalled = decide(Snapshot("team-a/llm", later, after, runtime=rt, groups=ALL_BACKENDS,
+                              node_job=watching_attempt(rt), pods=gang_pods(restarts=1)))
+    last = stalled.status["restarts"]["lastFailure"]
+    assert (stalled.status["restarts"]["user"], last["reason"], last["attemptRestarts"]) == (1, "Stalled", 2), last
