@@ -424,7 +424,10 @@ class NodeAgent:
         await asyncio.sleep(probe.initial_delay)
         failures = 0
         while proc.returncode is None:
-            ok, output = await self._exec_in(w, pod, c, spec, probe.command, probe.timeout)
+            try:
+                ok, output = await self._exec_in(w, pod, c, spec, probe.command, probe.timeout)
+            except OSError as err:   # the probe could not be started: a failure, as kubelet counts it
+                ok, output = False, f"probe not started: {err}"
             if proc.returncode is not None:
                 return
             failures = 0 if ok else failures + 1
