@@ -119,7 +119,7 @@ class PodWorker:
     config_retries: int = 0
     retry_at: float = 0.0  # monotonic time of the next attempt after a config error
     binds: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # container -> (folder, mountPath)
-    metadata_seen: tuple[str, str] = ("", "")  # the labels and annotations its downward API files show
+    metadata_seen: tuple[dict, dict] | None = None  # the labels and annotations its downward API files show
     restart_all_done: asyncio.Event = field(default_factory=asyncio.Event)  # set when a RestartAllContainers ends
 
 
@@ -321,7 +321,7 @@ class NodeAgent:
     def _refresh_downward_api(self, w: PodWorker, pod: dict) -> None:
         """The pod's labels or annotations changed: its downward API files say so now."""
         meta = pod["metadata"]
-        seen = (json.dumps(meta.get("labels") or {}, sort_keys=True), json.dumps(meta.get("annotations") or {}, sort_keys=True))
+        seen = (meta.get("labels") or {}, meta.get("annotations") or {})
         if seen == w.metadata_seen:
             return
         w.metadata_seen = seen
@@ -342,7 +342,8 @@ class NodeAgent:
         c = w.containers[spec.container]
         container = next((x for x in pod["spec"]["containers"] if x["name"] == spec.container), {})
         while True:
-            spec = c.spec = self._spec_now(w, pod, spec)
+            if c.state.restart_count:   # the first start runs what _start_containers just planned
+                spec = c.spec = self._spec_now(w, pod, spec)
             status_file = c.log_dir / f"{c.state.restart_count}.status.json"
             argv = self._in_container(w, pod, c, spec, c.log_file(), status_file, spec.argv)
             from gangctl.nodeagent.shim import set_pdeathsig

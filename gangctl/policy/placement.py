@@ -155,19 +155,20 @@ def _fewest(nodes: list[NodeRoom], wider: list[str], level_domains: list[_Domain
     (the most room first), inside the narrowest wider domain where that works (ties: the fewest
     domains, then the fewest GPUs stranded, then by name), else over the whole cluster; None when
     its level's domains cannot hold it together."""
+    rooms = {d.value: d.room(floor) for d in level_domains}
+    ordered = sorted(level_domains, key=lambda d: (-rooms[d.value], d.stranded(floor), d.value or ""))
     scopes = [domains(nodes, label) for label in reversed(wider)] + [[_Domain("", None, tuple(nodes))]]
     for level in scopes:
         best: tuple[int, Fraction, str] | None = None
         chosen: list[_Domain] = []
         for scope in level:
             members = {n.name for n in scope.nodes}
-            inside = [d for d in level_domains if d.nodes[0].name in members]
             taken, room = [], 0
-            for d in sorted(inside, key=lambda d: (-d.room(floor), d.stranded(floor), d.value or "")):
+            for d in (d for d in ordered if d.nodes[0].name in members):
                 if room >= floor.pods:
                     break
                 taken.append(d)
-                room += d.room(floor)
+                room += rooms[d.value]
             if room < floor.pods:
                 continue
             stranded = sum((d.gpus() for d in taken), Fraction(0))
