@@ -79,6 +79,9 @@ def logs(kubeconfig: Path, pod: str) -> str:
 async def one(kube: Kube, kubeconfig: Path, name: str, mode: str) -> float:
     """Seconds from rank 1's failure to the first step after it on every rank."""
     marker = Path("/tmp/gangctl-ddp") / NS / name / "failed-once-rank1"
+    # An earlier invocation's job of this name may have saved a checkpoint after its folder was removed
+    # (its pods were still stopping): resuming from it, this one would start past the failing step.
+    shutil.rmtree(marker.parent, ignore_errors=True)
     await kube.create(TRAINJOBS.path(NS), trainjob(name, mode))
     try:
         end = time.monotonic() + 300
