@@ -42,6 +42,8 @@ class GangBackend(Protocol):
                                # away at once when the free capacity falls short of it in sum (tried
                                # again only on an event of the gang: its group touched, a pod added),
                                # and holds the pods that fit at Permit until the gang is turned away
+    # Optional (default True): resizes_jobs, the API server lets gangctl change the parallelism of a
+    # Job whose pods belong to the gang (an elastic gang is sized by it).
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]: ...
 
@@ -131,6 +133,12 @@ def controls_suspend(backend: GangBackend | None) -> bool:
     """True when the backend's admission flips the child Job's spec.suspend (gangctl must not apply it
     after creating the Job suspended, or server-side apply would take admission back)."""
     return bool(getattr(backend, "controls_suspend", False))
+
+
+def resizes_jobs(backend: GangBackend | None) -> bool:
+    """False when the API server refuses to change a gang Job's parallelism (native gangs): an elastic
+    gang's Job then keeps its size, and its members above the floor are scheduled as they fit."""
+    return bool(getattr(backend, "resizes_jobs", True))
 
 
 def wants_group(backend: GangBackend | None) -> bool:

@@ -8,7 +8,7 @@ them exist (PreEnqueue) and binds them together or not at all (Permit, waiting u
 and sets the PodGroup's `PodGroupScheduled` condition.
 
 The PodGroup spec is immutable, so the group is created once per TrainJob (an elastic job's floor is
-its minCount: the members above it are scheduled one by one as they fit). The alpha has no quota
+its minCount: the members above it are scheduled one by one as they fit), and the Job keeps its size. The alpha has no quota
 and no gang timeout of its own: gangctl's quota gate admits native gangs in the namespaces a policy
 names (as for coscheduling), and reports a gang that cannot be placed with the scheduler's words.
 """
@@ -36,6 +36,10 @@ class Native:
     requeues_unready = False
     rejects_short_gangs = False  # no PreFilter on the gang's sum: tried again as pods leave a node
     setup_hint = "check the API server"
+    # Kubernetes 1.36 admission refuses a change of parallelism of a Job whose pods name a gang PodGroup
+    # (kubernetes/kubernetes#140112): an elastic gang keeps its Job's size; above the floor (minCount)
+    # its pods are scheduled as they fit, and a lost member's replacement waits until one fits.
+    resizes_jobs = False
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]:
         return {}

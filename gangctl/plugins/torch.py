@@ -6,10 +6,11 @@ kubeflow SDK's generated script) gets the gang's topology without any command-li
 
 Elastic jobs (mlPolicy.torch.elasticPolicy, or spec.trainer.elasticPolicy over it) get
 `PET_NNODES=min:max` and the c10d rendezvous on a store that is *not* on a worker: a small pod
-`<trainjob>-rdzv` running torch's TCPStore server, kept off every worker's node by required pod
-anti-affinity and reached by its DNS name in the job's headless Service. Losing any one worker node
-therefore never loses the rendezvous state (with the default, the store lives in rank 0's torchrun
-agent and dies with that node, which ends the whole job).
+`<trainjob>-rdzv` running torch's TCPStore server, kept off the workers' nodes by a preferred pod
+anti-affinity (it shares a node with a worker only when the gang needs every node) and reached by
+its DNS name in the job's headless Service. Losing a worker node therefore does not lose the
+rendezvous state (with the default, the store lives in rank 0's torchrun agent and dies with that
+node, which ends the whole job).
 """
 from __future__ import annotations
 
@@ -114,9 +115,11 @@ def rendezvous_store(job: ResolvedJob, owner: dict, pod_labels: dict[str, str], 
             "ports": [{"containerPort": RDZV_PORT, "name": "rdzv"}],
             "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
         }],
-        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-            "labelSelector": {"matchLabels": dict(workers)},
-            "topologyKey": "kubernetes.io/hostname"}]}},
+        # Preferred, not required: an anti-affinity is symmetric, and a required one would keep every
+        # worker off the store's node, which may be the last host the gang needs (of a rack it requires).
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": dict(workers)},
+                                               "topologyKey": "kubernetes.io/hostname"}}]}},
     }
     for key in ("nodeSelector", "tolerations", "imagePullSecrets", "priorityClassName", "serviceAccountName"):
         if spec.get(key):

@@ -200,6 +200,30 @@ async def trainjob_state(kube: Kube, namespace: str, name: str) -> str:
     return "\n".join(lines)
 
 
+async def nodes_state(kube: Kube, nodes: list[str], logs: list[Path] = ()) -> str:
+    """What holds `nodes`, for a failed wait on a placement: each node's allocatable GPUs, every pod
+    of any namespace bound to one of them or pending, and the last lines of `logs` (a scheduler's) that
+    name one of them."""
+    lines = []
+    for name in nodes:
+        node = await kube.get(NODES.path(name=name))
+        lines.append(f"node {name} allocatable={node['status'].get('allocatable', {}).get('nvidia.com/gpu')} "
+                     f"unschedulable={node['spec'].get('unschedulable', False)}")
+    for pod in (await kube.get(PODS.path()))["items"]:
+        meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
+        if status.get("phase") in ("Succeeded", "Failed") or spec.get("nodeName") not in (*nodes, None):
+            continue
+        owners = ",".join(f"{o['kind']}/{o['name']}" for o in meta.get("ownerReferences") or [])
+        lines.append(f"pod {meta['namespace']}/{meta['name']} owner={owners} node={spec.get('nodeName')} "
+                     f"nominated={status.get('nominatedNodeName')} phase={status.get('phase')} "
+                     f"deleting={bool(meta.get('deletionTimestamp'))} gates={spec.get('schedulingGates')}")
+    for log in logs:
+        if log.exists():
+            said = [line for line in log.read_text(errors="replace").splitlines() if any(n in line for n in nodes)]
+            lines += [f"{log.name}: {line[:400]}" for line in said[-15:]]
+    return "\n".join(lines)
+
+
 async def holds_no_node(kube: Kube, namespace: str, name: str, timeout: float = 60) -> None:
     """Wait until no pod of the TrainJob occupies a node (a preempted gang's pods take a moment to go)."""
     async def released() -> bool:

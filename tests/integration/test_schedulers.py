@@ -27,12 +27,14 @@ before gangctl's controller starts on the cluster, and `cluster down` is the las
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
 
 from gangctl.api.resources import JOBS, NAMESPACES, NODES, PODS, PYTORCHJOBS, TRAINING_RUNTIMES, TRAINJOBS
-from gangctl.cluster.local import KWOK_NODE_SELECTOR, KWOK_TOLERATION
+from gangctl.cluster import schedulers
+from gangctl.cluster.local import KWOK_NODE_SELECTOR, KWOK_TOLERATION, LocalCluster
 from gangctl.cluster.native import NATIVE_SCHEDULER
 from gangctl.commands.policy_apply import apply_policy
 from gangctl.kube.client import Kube
@@ -43,8 +45,8 @@ from gangctl.plugins.kueue import QUEUE_LABEL, WORKLOADS
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy.placement import PLACEMENT_ANNOTATION, UNSATISFIABLE
 from tests.integration.helpers import (bound, condition, eventually, gang_state, get_trainjob, node_not_ready,
-                                       node_ready, pod_group, pods_of, running, submit, trainjob,
-                                       trainjob_state)
+                                       node_ready, nodes_state, pod_group, pods_of, running, submit,
+                                       trainjob, trainjob_state)
 from tests.integration.quota_common import (POLICY_FILE, TEAMS, assert_preempted_event,
                                             assert_same_jobs_within_policy, empty_teams, get_pytorchjob, pj_pods,
                                             preempt_low_with_high, pytorchjob, runtime as quota_runtime,
@@ -707,8 +709,10 @@ async def test_an_elastic_gang_that_requires_a_rack_shrinks_in_its_rack_when_it_
                                                                                            kube, tmp_path):
     """An elastic gang (1-2 nodes) that requires a rack runs on both hosts of one rack. One of them goes
     NotReady: its pod is evicted, and the only free hosts are in the other rack or in none, so the pod's
-    replacement cannot run in the gang's rack: the gang shrinks to one, its survivor kept, and no pod of
-    it runs outside the rack. Once the host is Ready again the gang grows back to two, in the rack."""
+    replacement cannot run in the gang's rack: the gang runs on with its survivor alone (KAI: its Job
+    shrinks to one; Kueue sizes an admitted Job itself; native: Kubernetes refuses to resize a gang's
+    Job, so it keeps two and the replacement waits), and no pod of it runs outside the rack. Once the
+    host is Ready again the gang grows back to two, in the rack."""
     names, racks = await racks_ready(kube, cluster, backend, tmp_path)
     ns = TEAMS["team-a"]
     rt = quota_runtime(backend, ns, "batch")
@@ -736,7 +740,10 @@ async def test_an_elastic_gang_that_requires_a_rack_shrinks_in_its_rack_when_it_
         try:   # time for one shrink and grow-back (3 s + the 30 s probe backoff) if a pod waits at first
             await eventually(both_running, 180, f"the elastic gang placed by {backend} on two hosts")
         except AssertionError as err:
-            raise AssertionError(f"{err}:\n{await trainjob_state(kube, ns, 'el-rack')}") from None
+            logs = [*(schedulers.state_dir(cluster[0]) / "logs").glob("*.log"),
+                    LocalCluster(cluster[0], Path("/nonexistent")).logs_dir / "kube-scheduler.log"]
+            raise AssertionError(f"{err}:\n{await trainjob_state(kube, ns, 'el-rack')}\n"
+                                 f"{await nodes_state(kube, sorted(racks), logs)}") from None
         pods = await live()
         homes = set(racks_of(pods, racks))
         assert len(homes) == 1 and homes <= {"t0", "t1"}, {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
@@ -746,10 +753,16 @@ async def test_an_elastic_gang_that_requires_a_rack_shrinks_in_its_rack_when_it_
         survivor = next(p["metadata"]["uid"] for p in pods if p is not victim)
         await node_not_ready(kube, node)
 
+        size = {"kai": 1, "kueue": 2, "native": 2}[backend]   # the Job's, as the docstring says
+
         async def shrunk() -> bool:
             el = ((await get_trainjob(kube, ns, "el-rack")).get("status") or {}).get("elastic") or {}
-            return el.get("currentNodes") == 1 and [p["metadata"]["uid"] for p in await live()] == [survivor]
-        await eventually(shrunk, 120, f"the gang shrunk to its survivor in rack {home}")
+            return (el.get("currentNodes"), el.get("size")) == (1, size) and \
+                [p["metadata"]["uid"] for p in await live()] == [survivor]
+        try:
+            await eventually(shrunk, 120, f"the gang shrunk to its survivor in rack {home}, its Job's size {size}")
+        except AssertionError as err:
+            raise AssertionError(f"{err}:\n{await trainjob_state(kube, ns, 'el-rack')}") from None
         assert outside == {}, f"pods of a gang that requires a rack ran outside rack {home}: {outside}"
 
         await node_ready(kube, node)

@@ -220,6 +220,21 @@ def test_elastic_shrinks_when_a_lost_workers_replacement_finds_no_node_and_looks
     assert any(a.resource == PODS for a in plan.of(Create)), "an elastic job gets its rendezvous store"
 
 
+def test_a_native_elastic_gang_keeps_its_jobs_size_and_its_replacement_waits_for_a_node():
+    """Kubernetes refuses to change the parallelism of a Job whose pods name a gang PodGroup: under
+    native gangs the refused replacement waits, and the Job is never resized (the patch would be
+    refused at every pass)."""
+    tj = trainjob(nodes=4, elastic={"minNodes": 2, "maxNodes": 4})
+    rt = runtime(gang={"native": {}})
+    job = child(parallelism=4)
+    job["spec"]["backoffLimitPerIndex"] = 0
+    plan = decide(snap(tj, rt=rt, node_job=job, pods=(pod(0), pod(1), pod(2), pod(3, disrupted=True), unplaced(4)),
+                       groups={**ALL_BACKENDS, "native": None}))
+    assert [a.obj["spec"]["parallelism"] for a in plan.of(Apply) if a.resource == JOBS] in ([], [4])
+    assert not plan.of(Event) and plan.status["elastic"]["size"] == 4
+    assert plan.status["elastic"]["currentNodes"] == 3
+
+
 def test_elastic_lost_worker_gone_from_the_cache_still_names_the_cause_from_the_hint():
     """A lost node's pod is deleted within seconds: the disruption seen on an earlier pass is the
     only trace, and it enters decide through the snapshot; the shrink accounts for it."""

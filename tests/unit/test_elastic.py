@@ -79,8 +79,11 @@ def test_torchrun_env_and_store():
     assert "last_call_timeout=2" in env["PET_RDZV_CONF"] and "keep_alive_interval=1" in env["PET_RDZV_CONF"]
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1", "each round must publish the current rank 0's address"
     store = rendezvous_store(job, {"uid": "u"}, {})
-    anti = store["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
-    assert anti["topologyKey"] == "kubernetes.io/hostname", "the store never shares a node with a worker"
+    anti = store["spec"]["affinity"]["podAntiAffinity"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in anti, \
+        "symmetric: a required term would keep workers off the store's node"
+    [term] = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["weight"] == 100 and term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert store["spec"]["subdomain"] == job.name and store["spec"]["hostname"] == f"{job.name}-rdzv"
 
 

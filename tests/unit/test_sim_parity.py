@@ -29,7 +29,7 @@ import pytest
 from gangctl.api.quantity import parse_quantity
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.api.pytorchjob import KIND as PYTORCHJOB_KIND
-from gangctl.plugins.base import controls_suspend, wants_group
+from gangctl.plugins.base import controls_suspend, resizes_jobs, wants_group
 from gangctl.plugins.registry import backend_for
 from gangctl.plugins.workload import node_job, owner_reference
 from gangctl.model import admission
@@ -278,7 +278,8 @@ def test_lost_nodes_are_never_charged_and_elastic_jobs_shrink_to_the_size_decide
     sc = _on(sc, backend)
     failures = sc.failures.model_copy(update={"exit_failure_rate": 0.0, "node_mtbf_hours": 20})
     controller, seen = _recording(sc.workload.elastic, failures.restart_budget, backend)
-    sizes_left_to_backend = controls_suspend(backend_for(backend.value))
+    # Kueue's admission owns the Job; Kubernetes refuses to resize a native gang's Job
+    keeps_size = controls_suspend(backend_for(backend.value)) or not resizes_jobs(backend_for(backend.value))
     result = _run(sc, policy, jobs, failures, controller)
     assert result.summary["failures"]["node_failures"] > 10
     ran = [o for o in result.outcomes if o.state != "rejected"]
@@ -290,9 +291,9 @@ def test_lost_nodes_are_never_charged_and_elastic_jobs_shrink_to_the_size_decide
             lost = sum(1 for p in snap.pods if any(c["type"] == "DisruptionTarget" for c in p["status"]["conditions"]))
             size, floor = plan.status["elastic"]["size"], plan.status["elastic"]["minNodes"]
             resized = [s for s in plan.steps if type(s).__name__ == "Event" and s.reason == "Resized"]
-            if sizes_left_to_backend:     # Kueue's admission owns the Job: gangctl never resizes it
+            if keeps_size:                # gangctl never resizes the Job
                 assert not resized and size == pods, (pods, lost, size)
-                kinds["shrink"].add("left to the backend")
+                kinds["shrink"].add("kept its size")
             elif size == pods - lost:     # the survivors go on: the engine runs them
                 assert resized and f"shrink {pods} -> {size}" in resized[0].message
                 kinds["shrink"].add("kept running")
@@ -306,8 +307,8 @@ def test_lost_nodes_are_never_charged_and_elastic_jobs_shrink_to_the_size_decide
             kinds["loss"].add("restarted")
         elif what == "grow":
             kinds["grow"].add(plan.status["elastic"]["size"] - snap.node_job["spec"]["parallelism"])
-    if sizes_left_to_backend:   # every loss restarts the gang, and it never grows past its admission
-        assert kinds == {"shrink": {"left to the backend"}, "loss": {"restarted"}, "grow": {0}}, kinds
+    if keeps_size:   # every loss restarts the gang, and it never grows past its size
+        assert kinds == {"shrink": {"kept its size"}, "loss": {"restarted"}, "grow": {0}}, kinds
     else:
         assert kinds == {"shrink": {"kept running", "waits at minNodes"}, "loss": {"restarted"}, "grow": {0, 1}}, kinds
 
@@ -381,7 +382,8 @@ def test_elastic_pytorchjobs_shrink_and_grow_as_their_decision_plans(backend):
             resizes[what].append(bool(resized))
             if resized:
                 assert [type(s).__name__ for s in plan.steps] == ["Patch", "Event"], plan.steps
-    if controls_suspend(backend_for(backend.value)):   # Kueue's admission owns the Worker Job's size
+    declared = backend_for(backend.value)
+    if controls_suspend(declared) or not resizes_jobs(declared):   # Kueue's admission owns the size; native keeps it
         assert not any(resizes["shrink"]) and not any(resizes["grow"]), resizes
     else:
         assert any(resizes["shrink"]) and any(resizes["grow"]) and not all(resizes["grow"]), resizes
