@@ -49,17 +49,27 @@ def sim_check_command(
     quota: bool = typer.Option(False, "--quota/--no-quota",
                                help="admit by the scenario's quota policy on both sides (stored for the controller's "
                                     "quota gate for the run, the previous policy put back after); default: no quota"),
+    backend: str = typer.Option("coscheduling", help="the gang backend the replayed TrainJobs' runtime names, and the "
+                                "simulation's (the cluster runs it: `gangctl cluster up --scheduler BACKEND`); a backend "
+                                "with queues of its own (kueue, volcano, kai) needs --quota, which makes them"),
 ) -> None:
     """Replay a scenario slice on the local cluster through the real controller and scheduler; compare with the simulator."""
+    from gangctl.plugins.base import gated_by_gangctl
+    from gangctl.plugins.registry import BACKENDS
     from gangctl.sim.scenario import load_quota_policy, load_scenario, load_workload
 
+    if backend not in BACKENDS:
+        raise typer.BadParameter(f"{backend!r}: choose one of {', '.join(BACKENDS)}", param_hint="--backend")
+    if not quota and not gated_by_gangctl(BACKENDS[backend]):
+        raise typer.BadParameter(f"{backend} admits jobs only from its queues, which --quota makes from the "
+                                 "scenario's policy: add --quota", param_hint="--backend")
     sc = load_scenario(scenario)
     policy = load_quota_policy(sc.quota_policy)
     trace = load_workload(sc, policy)
     try:
         policy_text = Path(sc.quota_policy).read_text() if quota else None
         result = asyncio.run(_run(sc, policy, trace.jobs, jobs, compression, kubeconfig, timeout, retry_seconds, keep,
-                                  quiet=output == "json", policy_text=policy_text))
+                                  quiet=output == "json", policy_text=policy_text, backend=backend))
         per_job = result.pop("per_job")
         if dump is not None:
             dump.write_text("".join(json.dumps(row) + "\n" for row in per_job))
@@ -77,12 +87,14 @@ def sim_check_command(
 
 
 async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, retry_seconds, keep, quiet,
-               policy_text: str | None = None) -> dict:
-    """`policy_text`: replay under that quota policy (the scenario's, as its file says it)."""
+               policy_text: str | None = None, backend: str = "coscheduling") -> dict:
+    """`policy_text`: replay under that quota policy (the scenario's, as its file says it); `backend`:
+    the gang backend of the replayed jobs and of the simulation."""
     from gangctl.kube.client import Kube
     from gangctl.plugins.quota_objects import POLICY_CONFIGMAP, TOPOLOGY_CONFIGMAP
     from gangctl.sim.engine import simulate
     from gangctl.sim.replay import RUNTIME, trainjob_submissions
+    from gangctl.sim.scenario import Backend
     from gangctl.validate import runner
     from gangctl.validate.expectation import expected
     from gangctl.validate.plan import gpu_pools, local_control_plane, namespaces_of, plan, topology_levels
@@ -90,16 +102,17 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
     kube = await Kube.connect(kubeconfig)
     try:
         await runner.check_runtime(kube, RUNTIME)
+        runtime = await runner.backend_runtime(kube, RUNTIME, backend)
         nodes = await runner.gpu_nodes(kube)
         pools = gpu_pools(nodes)
         levels = topology_levels(nodes, [lv.name for lv in sc.cluster.topology]) if sc.cluster.topology else None
         p = plan(sc, policy, all_jobs, pools, count=count, compression=compression, quota=policy_text is not None,
-                 levels=levels)
+                 levels=levels, backend=Backend(backend))
         ideal = simulate(p.scenario, p.policy, p.sim_jobs)
         run_id = f"{sc.name}-{int(time.time())}"
         ns_of = namespaces_of(p.policy)
         placer = replay_placer(p.scenario)
-        subs = trainjob_submissions(p.jobs, runtime=RUNTIME, namespace_of_team=ns_of, compression=compression,
+        subs = trainjob_submissions(p.jobs, runtime=runtime, namespace_of_team=ns_of, compression=compression,
                                     run_id=run_id, annotations=placer.annotations if placer else lambda _: {})
         t0 = subs[0].at_seconds
         subs = [s.__class__(s.at_seconds - t0, s.job_id, s.trainjob) for s in subs]
@@ -108,7 +121,7 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
                       f"replaying {len(subs)} jobs ({p.left_out} left out: never fit), compression {compression:g}; "
                       f"the simulator expects about {ideal.summary['makespan_seconds']:.0f}s")
         await runner.ensure_namespaces(kube, set(ns_of.values()))
-        before = await runner.install_policy(kube, p.policy, policy_text) if policy_text is not None else None
+        before = await runner.install_policy(kube, p.policy, policy_text, backend) if policy_text is not None else None
         topology_before = await runner.install_topology(kube, placer.topology) if placer else None
         try:
             record = await _replay(kube, subs, run_id, timeout, quiet)
@@ -132,7 +145,7 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
     topology = ({"real_topology": _real_topology(placer, p.sim_jobs, subs, placed, nodes, outcomes),
                  "topology_levels": [lv.model_dump() for lv in levels]} if placer else {})
     return {"per_job": per_job_rows(p.sim_jobs, outcomes, ideal.outcomes, model.outcomes), **topology,
-            "scenario": sc.name, "jobs": len(subs), "compression": compression,
+            "scenario": sc.name, "backend": backend, "jobs": len(subs), "compression": compression,
             "cluster": [{"nodes": pl.nodes, "gpus_per_node": pl.gpus_per_node} for pl in pools],
             "measured_latency": latency | {"retry_seconds": retry_seconds},
             "scheduler_modelled": {"attempt_seconds": cp.attempt_seconds, "permit_hold_race": cp.permit_hold_race},

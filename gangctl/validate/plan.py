@@ -1,11 +1,12 @@
 """Pure: the slice of a scenario to replay, and the simulation that must match the real run.
 
 What the real stack does, and so what the simulation of a replay must model:
-- the controller creates a coscheduling PodGroup per TrainJob (the backend is `coscheduling`);
+- the controller makes each TrainJob a gang of the replay's backend (`--backend`, default
+  `coscheduling`: a PodGroup per TrainJob), and the simulation decides with the same backend;
 - quota: by default the replay runs without a policy, so the simulated quota never binds (one team
   per scenario team, nothing limited); with `quota`, the scenario's policy is stored where the
-  controller's quota gate reads it (as `gangctl policy apply --backend coscheduling` does) and the
-  simulation admits by the same policy, with the same decision code;
+  controller's quota gate (or the backend's queues) read it (as `gangctl policy apply --backend …`
+  does) and the simulation admits by the same policy, with the same decision code;
 - KWOK nodes do not fail and KWOK pods exit 0, so no failures;
 - no elastic gangs (the replay uses the shipped, rigid runtime) and no priority classes (the
   cluster has no PriorityClass objects for them);
@@ -112,8 +113,10 @@ def largest_gang(pools: list[NodePool], gpus_per_pod: int) -> int:
 
 def plan(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], pools: list[NodePool], *,
          count: int, compression: float, control_plane: ControlPlane | None = None,
-         quota: bool = False, levels: list[LevelSpec] | None = None) -> ReplayPlan:
-    """`levels`: the topology as the real nodes carry it (`topology_levels`), for a scenario with one."""
+         quota: bool = False, levels: list[LevelSpec] | None = None,
+         backend: Backend = Backend.COSCHEDULING) -> ReplayPlan:
+    """`levels`: the topology as the real nodes carry it (`topology_levels`), for a scenario with one;
+    `backend`: the gang backend the replay's runtime names."""
     if not pools:
         raise ValueError("the cluster has no Ready GPU nodes")
     if scenario.cluster.topology and (levels is None or len(pools) != 1):
@@ -131,7 +134,7 @@ def plan(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], pools: l
             PoolSpec(name=p.name, nodes=p.nodes, gpus_per_node=p.gpus_per_node, gpu_type=p.gpu_type) for p in pools],
             "same_zone": False, "packing": Packing.SPREAD,
             "topology": levels if scenario.cluster.topology else []}),
-        "backend": Backend.COSCHEDULING,
+        "backend": backend,
         "failures": Failures(restart_overhead_seconds=0),
         "workload": scenario.workload.model_copy(update={
             "elastic": scenario.workload.elastic.model_copy(update={"enabled": False})}),

@@ -146,12 +146,35 @@ async def _stored(kube: Kube, name: str) -> dict | None:
         return None
 
 
-async def install_policy(kube: Kube, policy: QuotaPolicy, text: str) -> dict | None:
-    """Store `policy` where the controller's quota gate reads it (as `gangctl policy apply --backend
-    coscheduling` does); return the policy ConfigMap that was there before (None: there was none)."""
+async def install_policy(kube: Kube, policy: QuotaPolicy, text: str, backend: str = "coscheduling") -> dict | None:
+    """Store `policy` where the controller's quota gate reads it and make `backend`'s queue and
+    topology objects, as `gangctl policy apply --backend` does; return the policy ConfigMap that was
+    there before (None: there was none). The backend's objects stay after the run."""
     before = await _stored(kube, POLICY_CONFIGMAP)
-    await apply_policy(kube, policy, "coscheduling", dry_run=False, text=text)
+    await apply_policy(kube, policy, backend, dry_run=False, text=text)
     return before
+
+
+# What a replayed TrainJob's gang asks of each backend on the local cluster: the queue is the team's,
+# named by the controller from the quota policy (Kueue: the LocalQueue `policy apply` makes in each
+# team namespace); native gangs go to the local cluster's second kube-scheduler (its name is
+# gangctl.cluster.native.NATIVE_SCHEDULER, which sim-check may not import: a unit test keeps them equal).
+REPLAY_GANG_SETTINGS = {"kueue": {}, "kai": {}, "volcano": {}, "native": {"schedulerName": "native-gang-scheduler"}}
+
+
+async def backend_runtime(kube: Kube, base: str, backend: str) -> str:
+    """The ClusterTrainingRuntime replayed TrainJobs name for `backend`: `base` itself for coscheduling
+    (the shipped runtimes' backend), else `<base>-<backend>`, a copy of it whose podGroupPolicy names
+    `backend` (applied; kept after the run)."""
+    if backend == "coscheduling":
+        return base
+    shipped = await kube.get(CLUSTER_TRAINING_RUNTIMES.path(None, base))
+    name = f"{base}-{backend}"
+    runtime = {"apiVersion": shipped["apiVersion"], "kind": shipped["kind"],
+               "metadata": {"name": name, "labels": shipped["metadata"].get("labels") or {}},
+               "spec": {**shipped["spec"], "podGroupPolicy": {backend: REPLAY_GANG_SETTINGS[backend]}}}
+    await kube.apply(CLUSTER_TRAINING_RUNTIMES.path(None, name), runtime, "gangctl-sim-check")
+    return name
 
 
 async def install_topology(kube: Kube, topology: Topology) -> dict | None:

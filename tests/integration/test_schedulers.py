@@ -21,7 +21,8 @@ before gangctl's controller starts on the cluster, and `cluster down` is the las
 - native: `--scheduler native` serves the PodGroup API (GenericWorkload and GangScheduling gates) and
   runs upstream kube-scheduler 1.36 with GangScheduling as `native-gang-scheduler`. Native gangs have
   no quota system of their own, so gangctl's quota gate admits them, as for coscheduling: the same
-  checks as the other backends, with the same policy and the same jobs.
+  checks as the other backends, with the same policy and the same jobs; `gangctl sim-check --backend
+  native` replays a scenario slice as native gangs.
 - Volcano: the quota policy as Queues, and gangs bound whole or not at all.
 """
 from __future__ import annotations
@@ -32,7 +33,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gangctl.api.resources import JOBS, NAMESPACES, NODES, PODS, PYTORCHJOBS, TRAINING_RUNTIMES, TRAINJOBS
+from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, JOBS, NAMESPACES, NODES, PODS, PYTORCHJOBS,
+                                   TRAINING_RUNTIMES, TRAINJOBS)
 from gangctl.cluster import schedulers
 from gangctl.cluster.local import KWOK_NODE_SELECTOR, KWOK_TOLERATION, LocalCluster
 from gangctl.cluster.native import NATIVE_SCHEDULER
@@ -44,6 +46,7 @@ from gangctl.plugins import kai, volcano
 from gangctl.plugins.kueue import QUEUE_LABEL, WORKLOADS
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy.placement import PLACEMENT_ANNOTATION, UNSATISFIABLE
+from gangctl.sim.replay import RUNTIME
 from tests.integration.helpers import (bound, condition, eventually, gang_state, get_trainjob, node_not_ready,
                                        node_ready, nodes_state, pod_group, pods_of, running, submit,
                                        trainjob, trainjob_state)
@@ -815,6 +818,22 @@ async def test_bad_topology_asks_fail_naming_the_field_or_the_numbers(backend, c
 
 
 # --- the cluster's processes -------------------------------------------------------------------------
+
+
+@only("native")
+async def test_sim_check_replays_on_the_clusters_backend(backend, cluster, backend_controller, kube):
+    """`gangctl sim-check --backend native`: the replayed TrainJobs name a copy of the shipped runtime
+    whose podGroupPolicy names the backend, all of them run to the end, and the simulation beside them
+    decides with the same backend."""
+    scenario = EXAMPLE_POLICY.parents[1] / "simulations" / "replay-check.yaml"
+    run = cli(cluster, "sim-check", str(scenario), "--backend", backend, "--jobs", "8", "--compression", "600",
+              "--timeout", "240", "-o", "json")
+    assert run.returncode in (0, 2), f"sim-check could not run: {run.stderr[-2000:]}"
+    result = json.loads(run.stdout)
+    assert result["backend"] == backend and result["real"]["jobs"]["done"] == result["jobs"] == 8, result["real"]
+    assert result["model"]["jobs"]["done"] == 8, result["model"]
+    runtime = await kube.get(CLUSTER_TRAINING_RUNTIMES.path(None, f"{RUNTIME}-{backend}"))
+    assert runtime["spec"]["podGroupPolicy"] == {"native": {"schedulerName": NATIVE_SCHEDULER}}
 
 
 def test_no_process_listens_beyond_loopback_or_on_gangctls_ports(backend, cluster):

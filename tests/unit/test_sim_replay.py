@@ -115,6 +115,22 @@ def test_plan_with_quota_admits_by_the_scenarios_policy():
     assert [d.verdict for d in decide(quotas, {}, pending)] == [Verdict.ADMIT]
 
 
+def test_a_replay_on_another_backend_is_simulated_with_it_and_its_runtime_names_it():
+    """`sim-check --backend kueue`: the simulation decides with Kueue, and the replayed TrainJobs'
+    runtime (a copy of the shipped one) asks each backend for what the local cluster runs."""
+    from gangctl.cluster.native import NATIVE_SCHEDULER
+    from gangctl.plugins.registry import BACKENDS
+    from gangctl.validate.runner import REPLAY_GANG_SETTINGS
+
+    sc = load_scenario(ROOT / "simulations/replay-check-quota.yaml")
+    policy = load_quota_policy(sc.quota_policy)
+    p = plan(sc, policy, load_workload(sc, policy).jobs, [NodePool("g", 8, 8)], count=20, compression=60,
+             quota=True, backend=Backend.KUEUE)
+    assert p.scenario.backend is Backend.KUEUE
+    assert set(REPLAY_GANG_SETTINGS) == set(BACKENDS) - {"coscheduling"}, "the shipped runtime is coscheduling's"
+    assert REPLAY_GANG_SETTINGS["native"]["schedulerName"] == NATIVE_SCHEDULER
+
+
 def test_open_policy_keeps_teams_and_namespaces():
     policy = QuotaPolicy.model_validate({"teams": [{"name": "a", "namespaces": ["x", "y"], "nominal": {"gpu": 1}}]})
     opened = open_policy(policy)
