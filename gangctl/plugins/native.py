@@ -8,8 +8,8 @@ them exist (PreEnqueue) and binds them together or not at all (Permit, waiting u
 and sets the PodGroup's `PodGroupScheduled` condition.
 
 The PodGroup spec is immutable, so the group is created once per TrainJob (an elastic job's floor is
-its minCount: the members above it are scheduled one by one as they fit), and the Job keeps its size. The alpha has no quota
-and no gang timeout of its own: gangctl's quota gate admits native gangs in the namespaces a policy
+its minCount: the members above it are scheduled one by one as they fit), and its Job keeps its size.
+The alpha has no quota and no gang timeout of its own: gangctl's quota gate admits native gangs in the namespaces a policy
 names (as for coscheduling), and reports a gang that cannot be placed with the scheduler's words.
 """
 from __future__ import annotations
