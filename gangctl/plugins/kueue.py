@@ -170,9 +170,11 @@ UNLIMITED = {"gpu": "1M", "cpu": "1M", "memory": "1Ei"}
 
 
 def covered_resources(policy: QuotaPolicy) -> list[tuple[str, str]]:
-    """Every resource some team limits (in a fixed order): each ClusterQueue covers all of them."""
-    return [(f, r) for f, r in RESOURCES
-            if any(getattr(t.nominal, f) is not None for t in policy.teams)]
+    """Every resource a policy can name (GPUs, CPU, memory, in that order): each ClusterQueue covers
+    all of them, the ones a team leaves out unlimited. Kueue admits no workload that requests a
+    resource its ClusterQueue does not cover, so a policy of GPUs alone would otherwise turn away
+    every pod that asks for CPU or memory, where the policy means them unlimited."""
+    return list(RESOURCES)
 
 
 def _limit(limits: Resources | None, field: str) -> float | None:

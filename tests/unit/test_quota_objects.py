@@ -59,7 +59,11 @@ def test_a_resource_a_team_leaves_out_is_covered_unlimited_and_never_lent():
     res = by(kueue_objects(pol), "ClusterQueue")["b"]["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     assert res[1] == {"name": "cpu", "nominalQuota": UNLIMITED["cpu"], "lendingLimit": "0"}
     solo = by(kueue_objects(policy()), "ClusterQueue")["a"]["spec"]
-    assert solo["resourceGroups"][0]["coveredResources"] == ["nvidia.com/gpu"] and "cohortName" not in solo
+    # A policy of GPUs alone: Kueue admits nothing that asks for an uncovered resource, so CPU and
+    # memory are covered too, unlimited.
+    assert solo["resourceGroups"][0]["coveredResources"] == ["nvidia.com/gpu", "cpu", "memory"]
+    assert [r["nominalQuota"] for r in solo["resourceGroups"][0]["flavors"][0]["resources"][1:]] == \
+        [UNLIMITED["cpu"], UNLIMITED["memory"]] and "cohortName" not in solo
 
 
 def test_quantities_are_canonical():
