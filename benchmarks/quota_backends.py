@@ -158,17 +158,13 @@ def main() -> int:
     args = p.parse_args()
     if args.rounds < 1 or (problem := rounds.check_rounds(args.rounds, args.record)):
         p.error(problem if args.rounds >= 1 else "--rounds must be at least 1")
-    runs: dict[str, list[dict]] = {b: [] for b in args.backends.split(",")}
-    for n, backend in rounds.order(list(runs), args.rounds):
-        say(f"round {n + 1} of {args.rounds}: {backend}")
-        runs[backend].append(one_backend(backend, args))
+    runs = rounds.run_sides(args.backends.split(","), args.rounds, lambda backend: one_backend(backend, args), say)
     if args.json:
         args.json.write_text(json.dumps(runs, indent=2))
     print(f"{args.jobs} TrainJobs (seed {args.seed}) against one team's {QUOTA}-GPU quota on {args.gpu_nodes * 8} GPUs, "
           f"{args.rounds} round(s) per backend: median (min-max, n runs)")
     columns, rows = median_rows(runs)
-    for row in [columns, *rows]:
-        print(" | ".join(published.cell(c) for c in row))
+    published.print_table(columns, rows)
     if args.record:
         path = published.record("quota_backends", columns, rows, f"{args.rounds} rounds per backend, the order "
                                 "reversed every other round; timings the median (range)")

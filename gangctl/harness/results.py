@@ -98,6 +98,15 @@ BENCHMARKS: dict[str, Benchmark] = {b.script.removesuffix(".py"): b for b in (
               "gangctl's quota gate; under Kueue, Volcano and KAI it is theirs.",
               (*_CONTROLLER, "gangctl/cluster/native.py", "integrations/kueue", "integrations/volcano",
                "integrations/kai")),
+    Benchmark("topology_backends.py", "Topology-aware gangs on every backend",
+              "The first gangs of simulations/topology-racks.yaml (8-64 GPUs; 40 % require a rack, 20 % prefer "
+              "one) replayed with `gangctl sim-check --backend B --quota` on 2 blocks x 2 racks x 8 hosts of 8 "
+              "KWOK GPUs, each backend on a cluster of its own: required gangs over more than one rack (goal 0), "
+              "racks per preferred gang and p95 wait (goal: gangctl's own placement on coscheduling no worse "
+              "than Kueue's TAS), the last finish, and the simulator's model of the same replay beside.",
+              (*_CONTROLLER, *_MODEL, "gangctl/validate", "gangctl/sim/topology.py", "gangctl/cluster/native.py",
+               "integrations/kueue", "integrations/kai", "simulations/topology-racks.yaml",
+               "policies/topology-racks.yaml")),
     Benchmark("leader_failover.py", "Leader failover of gangctl running in the cluster",
               "Two replicas deployed on process nodes (`deploy/overlays/local`, lease 15 s, renew deadline "
               "10 s): (a) SIGKILL of the leader's node agent, (b) deletion of the leader pod (graceful "
@@ -156,6 +165,12 @@ def cell(value) -> str:
     return str(value)
 
 
+def print_table(columns: list[str], rows: list[list]) -> None:
+    """A benchmark's table on stdout, its cells as the page prints them."""
+    for row in [columns, *rows]:
+        print(" | ".join(cell(c) for c in row))
+
+
 def _part(result: dict, paths: tuple[str, ...], changed: bool | None) -> list[str]:
     """One results file: its table, when, where and how it was measured, staleness and notes."""
     lines = [f"### {result['part']}"] if result.get("part") else []
@@ -169,11 +184,12 @@ def _part(result: dict, paths: tuple[str, ...], changed: bool | None) -> list[st
     lines.append(f"Measured {result['date']} at `{result['commit']}`{uncommitted} on {result['cpu']} "
                  f"({result['load']}); {result['runs']}{peer}. Command{'s' if len(commands) > 1 else ''}: "
                  + "; ".join(f"`{c}`" for c in commands))
+    # The mark ends the paragraph that says when it was measured (one line of the page, not two).
     if changed is None:
-        lines.append("**Stale or not: unknown** (the commit measured is not in this clone's history).")
+        lines[-1] += " **Stale or not: unknown** (the commit measured is not in this clone's history)."
     elif changed:
-        lines.append(f"**Stale:** the measured code ({', '.join(f'`{p}`' for p in paths)}) changed after it "
-                     f"(`git log {result['commit']}.. -- <those paths>`); re-run before quoting.")
+        lines[-1] += (f" **Stale:** the measured code ({', '.join(f'`{p}`' for p in paths)}) changed after it "
+                      f"(`git log {result['commit']}.. -- <those paths>`); re-run before quoting.")
     lines += [*result.get("notes", []), ""]
     return lines
 

@@ -9,7 +9,7 @@ which `gangctl.harness.results` prints as "median (min–max, n runs)").
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 MIN_ROUNDS = 3
 
@@ -19,6 +19,16 @@ def order(sides: Sequence[str], rounds: int) -> list[tuple[int, str]]:
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, not {rounds}")
     return [(r, side) for r in range(rounds) for side in (sides if r % 2 == 0 else list(reversed(sides)))]
+
+
+def run_sides(sides: Sequence[str], rounds: int, run: Callable[[str], dict],
+              say: Callable[[str], None]) -> dict[str, list[dict]]:
+    """Every side `rounds` times in `order`, saying which round runs: each side's figures, run by run."""
+    runs: dict[str, list[dict]] = {side: [] for side in sides}
+    for n, side in order(list(sides), rounds):
+        say(f"round {n + 1} of {rounds}: {side}")
+        runs[side].append(run(side))
+    return runs
 
 
 def summary(samples: Iterable[float | None]) -> dict | None:

@@ -85,3 +85,15 @@ def test_the_peer_benchmarks_take_rounds_and_refuse_to_publish_fewer_than_three(
     with pytest.raises(SystemExit) as refused:   # argparse's error, before any cluster starts
         main()
     assert refused.value.code == 2 and "--rounds 3 or more" in capsys.readouterr().err
+
+
+def test_run_sides_runs_each_side_every_round_in_alternating_order_and_says_so():
+    said, ran = [], []
+
+    def run(side: str) -> dict:
+        ran.append(side)
+        return {"n": len(ran)}
+    runs = rounds.run_sides(["a", "b"], 3, run, said.append)
+    assert ran == ["a", "b", "b", "a", "a", "b"]
+    assert runs == {"a": [{"n": 1}, {"n": 4}, {"n": 5}], "b": [{"n": 2}, {"n": 3}, {"n": 6}]}
+    assert said[0] == "round 1 of 3: a" and said[-1] == "round 3 of 3: b"
