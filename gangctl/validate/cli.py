@@ -122,7 +122,10 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
                       f"the simulator expects about {ideal.summary['makespan_seconds']:.0f}s")
         await runner.ensure_namespaces(kube, set(ns_of.values()))
         before = await runner.install_policy(kube, p.policy, policy_text, backend) if policy_text is not None else None
-        topology_before = await runner.install_topology(kube, placer.topology) if placer else None
+        # The policy's own topology when it has one: `policy apply` named the backend's Topology objects
+        # after it (KAI's PodGroups name theirs), and the levels are the same node labels.
+        stored = (p.policy.topology or placer.topology) if placer else None
+        topology_before = await runner.install_topology(kube, stored) if stored else None
         try:
             record = await _replay(kube, subs, run_id, timeout, quiet)
         finally:
