@@ -151,13 +151,7 @@ def main() -> int:
     p.add_argument("--gpu-nodes", type=int, default=16, help="KWOK nodes x 8 GPUs (default 128 GPUs: twice the quota)")
     p.add_argument("--seed", type=int, default=200)
     p.add_argument("--timeout", type=float, default=1200)
-    p.add_argument("--json", type=Path)
-    p.add_argument("--rounds", type=int, default=rounds.MIN_ROUNDS, help="runs per backend, the order reversed "
-                   "every other round")
-    p.add_argument("--record", action="store_true", help="write the medians to benchmarks/results/quota_backends.json")
-    args = p.parse_args()
-    if args.rounds < 1 or (problem := rounds.check_rounds(args.rounds, args.record)):
-        p.error(problem if args.rounds >= 1 else "--rounds must be at least 1")
+    args = rounds.parse_args(p, "quota_backends")
     runs = rounds.run_sides(args.backends.split(","), args.rounds, lambda backend: one_backend(backend, args), say)
     if args.json:
         args.json.write_text(json.dumps(runs, indent=2))

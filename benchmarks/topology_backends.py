@@ -102,14 +102,7 @@ def main() -> int:
     p.add_argument("--topology", default="2x2x8", metavar="BLOCKSxRACKSxHOSTS")
     p.add_argument("--compression", type=float, default=180.0, help="divide durations and gaps by this")
     p.add_argument("--timeout", type=float, default=3600)
-    p.add_argument("--json", type=Path, help="write every round's figures here")
-    p.add_argument("--rounds", type=int, default=rounds.MIN_ROUNDS, help="runs per backend, the order reversed "
-                   "every other round")
-    p.add_argument("--record", action="store_true",
-                   help="write the medians to benchmarks/results/topology_backends.json")
-    args = p.parse_args()
-    if args.rounds < 1 or (problem := rounds.check_rounds(args.rounds, args.record)):
-        p.error(problem if args.rounds >= 1 else "--rounds must be at least 1")
+    args = rounds.parse_args(p, "topology_backends")
     runs = rounds.run_sides(args.backends.split(","), args.rounds, lambda backend: one_backend(backend, args), say)
     if args.json:
         args.json.write_text(json.dumps(runs, indent=2))

@@ -9,6 +9,7 @@ which `gangctl.harness.results` prints as "median (min–max, n runs)").
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from collections.abc import Callable, Iterable, Sequence
 
 MIN_ROUNDS = 3
@@ -19,6 +20,21 @@ def order(sides: Sequence[str], rounds: int) -> list[tuple[int, str]]:
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, not {rounds}")
     return [(r, side) for r in range(rounds) for side in (sides if r % 2 == 0 else list(reversed(sides)))]
+
+
+def parse_args(parser, benchmark: str, side: str = "backend"):
+    """`parser`'s arguments with the side-by-side ones every such benchmark has: `--json` (every
+    round's figures), `--rounds` (runs per side, alternating) and `--record` (the medians to
+    benchmarks/results/BENCHMARK.json, which needs `MIN_ROUNDS`)."""
+    parser.add_argument("--json", type=Path, help="write every round's figures here")
+    parser.add_argument("--rounds", type=int, default=MIN_ROUNDS,
+                        help=f"runs per {side}, the order reversed every other round")
+    parser.add_argument("--record", action="store_true",
+                        help=f"write the medians to benchmarks/results/{benchmark}.json")
+    args = parser.parse_args()
+    if args.rounds < 1 or (problem := check_rounds(args.rounds, args.record)):
+        parser.error(problem if args.rounds >= 1 else "--rounds must be at least 1")
+    return args
 
 
 def run_sides(sides: Sequence[str], rounds: int, run: Callable[[str], dict],

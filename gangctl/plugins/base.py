@@ -136,9 +136,10 @@ def controls_suspend(backend: GangBackend | None) -> bool:
 
 
 def resizes_jobs(backend: GangBackend | None) -> bool:
-    """False when the API server refuses to change a gang Job's parallelism (native gangs): an elastic
-    gang's Job then keeps its size, and its members above the floor are scheduled as they fit."""
-    return bool(getattr(backend, "resizes_jobs", True))
+    """Whether gangctl sizes an elastic gang's Job (its parallelism). Not when the backend's admission
+    owns the Job (Kueue sets the size it admits), nor when the API server refuses the change (native
+    gangs): the Job then keeps its size, and its members above the floor are scheduled as they fit."""
+    return not controls_suspend(backend) and bool(getattr(backend, "resizes_jobs", True))
 
 
 def wants_group(backend: GangBackend | None) -> bool:

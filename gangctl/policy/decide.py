@@ -621,8 +621,7 @@ def _run(s: Snapshot, job: ResolvedJob, backend, gang: Gang) -> Plan:
         if observed["metadata"].get("deletionTimestamp"):
             return dataclasses.replace(_deleting_attempt(s, job, observed, child), gate=quota.intents)
         hints = _noted(s, observed)
-        if (job.elastic and not job.suspend and not child.complete and not base.controls_suspend(backend)
-                and base.resizes_jobs(backend)):
+        if job.elastic and not job.suspend and not child.complete and base.resizes_jobs(backend):
             size, resize, lost_gone, hints, recheck = _elastic_size(s, job, gang, quota.max_nodes, observed, hints)
             plan = dataclasses.replace(plan, requeue_after=ELASTIC_RECHECK_SECONDS if recheck else None)
         plan = dataclasses.replace(plan, hints=(observed["metadata"].get("uid", ""), hints))

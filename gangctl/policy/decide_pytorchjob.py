@@ -474,8 +474,7 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
     gang, quota, held, waits = prepared
     workers = gang.groups[-1]
     size, recheck = None, False
-    # Under Kueue its admission sets the size; native Jobs keep theirs.
-    if workers.job.elastic and not held and not admits and base.resizes_jobs(backend):
+    if workers.job.elastic and not held and base.resizes_jobs(backend):   # Kueue's admission sizes its Jobs
         sized = _elastic_size(s, workers, current[workers.child_name], quota.max_workers)
         if isinstance(sized, Plan):
             return sized

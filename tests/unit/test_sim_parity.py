@@ -29,7 +29,7 @@ import pytest
 from gangctl.api.quantity import parse_quantity
 from gangctl.api.trainjob import parse_trainjob
 from gangctl.api.pytorchjob import KIND as PYTORCHJOB_KIND
-from gangctl.plugins.base import controls_suspend, resizes_jobs, wants_group
+from gangctl.plugins.base import resizes_jobs, wants_group
 from gangctl.plugins.registry import backend_for
 from gangctl.plugins.workload import node_job, owner_reference
 from gangctl.model import admission
@@ -279,7 +279,7 @@ def test_lost_nodes_are_never_charged_and_elastic_jobs_shrink_to_the_size_decide
     failures = sc.failures.model_copy(update={"exit_failure_rate": 0.0, "node_mtbf_hours": 20})
     controller, seen = _recording(sc.workload.elastic, failures.restart_budget, backend)
     # Kueue's admission owns the Job; Kubernetes refuses to resize a native gang's Job
-    keeps_size = controls_suspend(backend_for(backend.value)) or not resizes_jobs(backend_for(backend.value))
+    keeps_size = not resizes_jobs(backend_for(backend.value))
     result = _run(sc, policy, jobs, failures, controller)
     assert result.summary["failures"]["node_failures"] > 10
     ran = [o for o in result.outcomes if o.state != "rejected"]
@@ -382,8 +382,7 @@ def test_elastic_pytorchjobs_shrink_and_grow_as_their_decision_plans(backend):
             resizes[what].append(bool(resized))
             if resized:
                 assert [type(s).__name__ for s in plan.steps] == ["Patch", "Event"], plan.steps
-    declared = backend_for(backend.value)
-    if controls_suspend(declared) or not resizes_jobs(declared):   # Kueue's admission owns the size; native keeps it
+    if not resizes_jobs(backend_for(backend.value)):   # Kueue's admission owns the size; native keeps it
         assert not any(resizes["shrink"]) and not any(resizes["grow"]), resizes
     else:
         assert any(resizes["shrink"]) and any(resizes["grow"]) and not all(resizes["grow"]), resizes
