@@ -7,8 +7,8 @@
   v1beta2) get it here too, at `https://127.0.0.1:<port>/convert` with gangctl's certificate: a
   v1beta1 client's renamed fields (ClusterQueue `spec.cohort` -> `cohortName`, ...) are converted,
   not dropped.
-- Webhooks: Kueue's own webhook manifests, kept for `batch` Jobs and Kueue's objects only (no pod,
-  Deployment or other framework webhooks, so a stopped Kueue never blocks pods), each pointed at
+- Webhooks: Kueue's own webhook manifests, kept for `batch` Jobs, PyTorchJobs and Kueue's objects only
+  (no pod, Deployment or other framework webhooks, so a stopped Kueue never blocks pods), each pointed at
   `https://127.0.0.1:<port>/<path>` through `clientConfig.url` with gangctl's self-signed certificate
   (IP SAN 127.0.0.1) as `caBundle`. Kueue's internal cert management is off: it would issue
   certificates for an in-cluster Service name. With it off, Kueue (since v0.17) also reads its metrics
@@ -16,7 +16,8 @@
   so gangctl copies the same certificate there.
 - Configuration (`integrations/kueue/controller-manager-config.yaml` with the ports and cert folder
   filled in): `waitForPodsReady` on (all-or-nothing at pod level), `manageJobsWithoutQueueName:
-  false` (only Jobs with a queue-name label are Kueue's), the `batch/job` integration only.
+  false` (only Jobs and PyTorchJobs with a queue-name label are Kueue's), the `batch/job` and
+  `kubeflow.org/pytorchjob` integrations (their webhooks kept, the other kinds' dropped).
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ from gangctl.processes import free_ports
 MODULE = "sigs.k8s.io/kueue"
 NAMESPACE = "kueue-system"
 WEBHOOK_GROUPS = {"batch", "kueue.x-k8s.io"}
+# Of Kueue's webhooks for other kinds, the PyTorchJob ones (kubeflow.org/pytorchjob integration).
+WEBHOOK_KINDS = {("kubeflow.org", "pytorchjobs")}
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")   # fixed in Kueue's cmd/kueue (no flag)
 WEBHOOK_NAMES = {"MutatingWebhookConfiguration": "kueue-mutating-webhook-configuration",
                  "ValidatingWebhookConfiguration": "kueue-validating-webhook-configuration"}
@@ -90,8 +93,10 @@ def webhook_configurations(integrations: Path, port: int, ca_pem: bytes) -> list
     src = module_dir(integrations) / "config" / "components" / "webhook" / "manifests.yaml"
 
     def ours(hook: dict) -> bool:
-        groups = {g for rule in hook.get("rules") or [] for g in rule.get("apiGroups") or []}
-        return bool(groups) and groups <= WEBHOOK_GROUPS
+        rules = hook.get("rules") or []
+        groups = {g for rule in rules for g in rule.get("apiGroups") or []}
+        kinds = {(g, r) for rule in rules for g in rule.get("apiGroups") or [] for r in rule.get("resources") or []}
+        return bool(groups) and (groups <= WEBHOOK_GROUPS or kinds <= WEBHOOK_KINDS)
 
     return [webhooks.on_loopback(doc, WEBHOOK_NAMES[doc["kind"]], port, ca_pem, keep=ours)
             for doc in webhooks.load(src)]

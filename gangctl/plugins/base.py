@@ -44,6 +44,11 @@ class GangBackend(Protocol):
                                # and holds the pods that fit at Permit until the gang is turned away
     # Optional (default True): resizes_jobs, the API server lets gangctl change the parallelism of a
     # Job whose pods belong to the gang (an elastic gang is sized by it).
+    # Optional (default False): allocates_whole_with_topology, on a cluster with a topology it
+    # allocates whole as above (Kueue's Topology-Aware Scheduling admits a workload on a flavor with a
+    # topology only where its pods fit on the nodes now); admits_one_until_ready, it admits no gang
+    # while an admitted one's pods are not all ready (Kueue's waitForPodsReady.blockAdmission, as
+    # gangctl's Kueue configuration sets it).
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]: ...
 
@@ -142,6 +147,17 @@ def resizes_jobs(backend: GangBackend | None) -> bool:
     return not controls_suspend(backend) and bool(getattr(backend, "resizes_jobs", True))
 
 
+def allocates_whole(backend: GangBackend, topology: bool) -> bool:
+    """Whether the backend takes a gang only when its quota and free nodes both hold it, in one
+    decision, on a cluster with (`topology`) or without a topology."""
+    return backend.allocates_whole or (topology and bool(getattr(backend, "allocates_whole_with_topology", False)))
+
+
+def admits_one_until_ready(backend: GangBackend) -> bool:
+    """Whether the backend admits no gang while an admitted one's pods are not all ready."""
+    return bool(getattr(backend, "admits_one_until_ready", False))
+
+
 def wants_group(backend: GangBackend | None) -> bool:
     """True when the backend represents the gang by an object gangctl must create (a PodGroup)."""
     return backend is not None and getattr(backend, "group_resource", None) is not None
@@ -172,8 +188,9 @@ def unexpressed(backend: GangBackend, policy: QuotaPolicy) -> list[str]:
 
 
 def watched_selector(backend: GangBackend | None, job_uid: str) -> dict[str, str] | None:
-    """Labels that find the watched object the backend made from the child Job (Kueue's Workload);
-    None for a backend whose watched object is gangctl's own group, found by the TrainJob's name."""
+    """Labels that find the watched object the backend made from a job (Kueue's Workload, made from a
+    TrainJob's child Job or from a PyTorchJob itself) by that job's uid; None for a backend whose
+    watched object is gangctl's own group, found by the job's name."""
     hook = getattr(backend, "watched_selector", None)
     return hook(job_uid) if hook else None
 

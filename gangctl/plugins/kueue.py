@@ -7,7 +7,10 @@ in time is suspended again and requeued: all-or-nothing at pod level. An elastic
 `kueue.x-k8s.io/job-min-parallelism` so Kueue may admit it partially, down to `minNodes`.
 
 Because Kueue flips `spec.suspend`, gangctl sets it only when it creates the Job
-(`controls_suspend`); after that the field is Kueue's. The LocalQueue is the runtime's
+(`controls_suspend`); after that the field is Kueue's. A PyTorchJob is Kueue's own kind: its
+`kubeflow.org/pytorchjob` integration makes the Workload of the PyTorchJob (a pod set per replica
+type) and flips its `runPolicy.suspend`, so gangctl's Jobs for it carry no Kueue label
+(`gangctl.policy.decide_pytorchjob`). The LocalQueue is the runtime's
 `podGroupPolicy.kueue.queueName`, else `default` (the LocalQueue `gangctl policy apply` creates in
 each team namespace). Priority: the `kueue.x-k8s.io/priority-class` label, from
 `podGroupPolicy.kueue.priorityClassName` when set.
@@ -70,6 +73,8 @@ class Kueue:
     needs_nudge = False        # Kueue retries on quota changes; no group object to touch
     allocates_whole = False    # admits on quota alone; the admitted Job holds it while its pods wait for nodes
     requeues_unready = True    # waitForPodsReady: a Job whose pods are not all ready in time is suspended, requeued
+    admits_one_until_ready = True  # waitForPodsReady.blockAdmission (gangctl's configuration): one at a time
+    allocates_whole_with_topology = True  # TAS: a flavor with a topology admits only what its nodes hold now
     rejects_short_gangs = False  # the admitted Job's pods go to kube-scheduler one by one
     setup_hint = "start the cluster with `gangctl cluster up --scheduler kueue`"
 
@@ -93,7 +98,7 @@ class Kueue:
         return why_waiting(observed)  # observed: the gang's Workload
 
     def watched_selector(self, job_uid: str) -> dict[str, str]:
-        return {JOB_UID_LABEL: job_uid}  # the Workload Kueue made of the Job
+        return {JOB_UID_LABEL: job_uid}  # the Workload Kueue made of the Job (or of the PyTorchJob)
 
     def job_labels(self, job: ResolvedJob, gang: Gang) -> dict[str, str]:
         labels = {QUEUE_LABEL: self.queue_name(job)}

@@ -42,6 +42,7 @@ from gangctl.api.quantity import format_quantity
 from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, SERVICES
 from gangctl.plugins import base
 from gangctl.model.names import MANAGED_BY, MANAGER
+from gangctl.plugins.kueue import PRIORITY_LABEL as KUEUE_PRIORITY_LABEL
 from gangctl.plugins.registry import BACKENDS, backend_for
 from gangctl.plugins.workload import (gang_pod, indexed_spec, pooled,
                                       owner_reference, with_spec_hash)
@@ -124,14 +125,30 @@ def _decide(s: Snapshot) -> Plan:
         return Plan()  # a restart is under way: the deletion of the old attempt requeues us
     if all(c is None for c in current.values()) and (wait := recreate_wait(last, s.now)) > 0:
         return Plan(requeue_after=wait)   # a gang failing soon after it starts: paced
-    for group in gang.groups:
-        if current[group.child_name] is None and (
-                missing := missing_priority_class(group.job.pod_template, s.priority_classes)):
-            if (wait := cache_grace_left(s.obj, s.now)) > 0:
-                return Plan(requeue_after=wait)   # the PriorityClass may be newer than the cache
-            return _fail(s, job, f"spec.pytorchReplicaSpecs.{group.replica_type}.template.spec.{missing}")
+    if all(c is None for c in current.values()) and (missing := _missing_priority_class(s, job, gang, backend)):
+        if (wait := cache_grace_left(s.obj, s.now)) > 0:
+            return Plan(requeue_after=wait)   # the PriorityClass may be newer than the cache
+        return _fail(s, job, missing)
     quota = _quota(s, job, gang, backend)
     return dataclasses.replace(_run(s, job, gang, backend, current, quota), gate=quota.intents)
+
+
+def _missing_priority_class(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend) -> str | None:
+    """The field naming a PriorityClass that does not exist, with what to do. A replica template's
+    stops every pod create; under Kueue so does `schedulingPolicy.priorityClass` of a job without
+    Kueue's priority-class label: Kueue takes the Workload's priority from that PriorityClass and
+    makes no Workload while it is missing, so the job would wait for ever."""
+    for group in gang.groups:
+        if (missing := missing_priority_class(group.job.pod_template, s.priority_classes)):
+            return f"spec.pytorchReplicaSpecs.{group.replica_type}.template.spec.{missing}"
+    named = job.run_policy.scheduling.priority_class if job.run_policy.scheduling is not None else ""
+    if (named and base.controls_suspend(backend) and KUEUE_PRIORITY_LABEL not in job.labels
+            and s.priority_classes is not None and named not in s.priority_classes):
+        return (f"spec.runPolicy.schedulingPolicy.priorityClass: no PriorityClass {named!r} exists, and Kueue takes "
+                f"the job's priority from it, so it would never be admitted; create the PriorityClass, or name a "
+                f"WorkloadPriorityClass with the label {KUEUE_PRIORITY_LABEL} (kubectl get workloadpriorityclasses), "
+                "and create the job again")
+    return None
 
 
 # --- quota --------------------------------------------------------------------------------------
@@ -355,11 +372,11 @@ def _carry_out(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, restarts: Res
 
 # --- the running job ----------------------------------------------------------------------------
 def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str, size: int | None = None,
-              gang: Gang | None = None, observed: dict | None = None) -> dict:
+              observed: dict | None = None) -> dict:
     """The Indexed Job of one replica type: pod i's hostname is `<job>-<type>-<i>`, as v1's pod name.
     `size`: an elastic Worker Job's current size (its parallelism; its completions are a pool of indexes);
-    `gang`: the job's gang, for the backend's Job labels and annotations (Kueue's queue name);
-    `observed`: the Job as it is (one made before the pool of indexes keeps its shape)."""
+    `observed`: the Job as it is (one made before the pool of indexes keeps its shape). It carries no
+    label of a backend's: what a backend admits is the PyTorchJob (Kueue) or its gang object."""
     job = group.job
     size = job.num_nodes if size is None else size
     template = copy.deepcopy(job.pod_template)
@@ -372,14 +389,10 @@ def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str,
     child_labels = {MANAGED_BY: MANAGER, pj.JOB_NAME: job.name, pj.REPLICA_TYPE: group.replica_type.lower()}
     metadata: dict = {"name": group.child_name, "namespace": job.namespace, "labels": child_labels,
                       "ownerReferences": [owner]}
-    if gang is not None:
-        child_labels.update(base.job_labels(backend, job, gang))
-        if (job_annotations := base.job_annotations(backend, job, gang)):
-            metadata["annotations"] = job_annotations
     return with_spec_hash({
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": metadata,
-        "spec": {**job_spec, "suspend": job.suspend or base.controls_suspend(backend), "template": template},
+        "spec": {**job_spec, "suspend": job.suspend, "template": template},
     })
 
 
@@ -415,11 +428,10 @@ def _hold_and_place(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend,
                     quota: _Quota) -> tuple[pj.PyTorchGang, _Quota, bool, placement.Waiting | None] | Plan:
     """The gang as this pass applies it: held (its Jobs suspended) while its user, the quota gate or
     Kueue holds it, or while no topology domain has room for it; else placed (`_place`)."""
-    admits = base.controls_suspend(backend)
-    if admits and quota.held is None:
-        quota = dataclasses.replace(quota, held=_admission_wait(s, backend, current))
+    if job.run_policy.suspend and quota.held is None:
+        quota = dataclasses.replace(quota, held=_admission_wait(s, backend))
     held = job.run_policy.suspend or quota.held is not None
-    if quota.held is not None and not admits:   # held like a suspended job: its child Jobs are applied suspended
+    if quota.held is not None:   # held like a suspended job: its child Jobs are applied suspended
         gang = _suspended(gang)
     placed = _place(s, job, gang, backend, current, held)
     if isinstance(placed, Plan):
@@ -467,14 +479,13 @@ def _place(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current:
 def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None],
          quota: _Quota) -> Plan:
     owner = owner_reference(s.obj)
-    admits = base.controls_suspend(backend)   # Kueue: it unsuspends the Job it admits
     prepared = _hold_and_place(s, job, gang, backend, current, quota)
     if isinstance(prepared, Plan):
         return prepared
     gang, quota, held, waits = prepared
     workers = gang.groups[-1]
     size, recheck = None, False
-    if workers.job.elastic and not held and base.resizes_jobs(backend):   # Kueue's admission sizes its Jobs
+    if workers.job.elastic and not held and base.resizes_jobs(backend):   # Kueue admitted the replicas
         sized = _elastic_size(s, workers, current[workers.child_name], quota.max_workers)
         if isinstance(sized, Plan):
             return sized
@@ -492,11 +503,9 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
         if gang.rdzv_store:
             steps += ensure_store(store_pods(s.pods), store_pod(gang, owner), s.scheduler_name)
     for group in gang.groups:
-        if admits and current[group.child_name] is not None:
-            continue   # made once: Kueue owns its suspend (and, admitting part of it, its parallelism)
         steps += ensure(JOBS, current[group.child_name],
                          child_job(group, owner, backend, s.scheduler_name, size if group is workers else None,
-                                   gang.gang(), current[group.child_name]))
+                                   current[group.child_name]))
     for pod in _attempt_pods(s, current):
         stamp = pj.pod_stamp(job, pod)
         if stamp is not None and not pod["metadata"].get("deletionTimestamp"):
@@ -536,11 +545,11 @@ def waiting_for_gang(obj: dict) -> bool:
         c.get("type") == pj.SUSPENDED and c.get("status") == "True" for c in status.get("conditions") or []))
 
 
-def _admission_wait(s: Snapshot, backend, current: Mapping[str, dict | None]) -> tuple[str, str] | None:
-    """Under a backend that admits by unsuspending the Job (Kueue): why the job waits, in its words,
-    while its Job is still suspended (None once admitted)."""
-    jobs = [j for j in current.values() if j is not None]
-    if jobs and not any((j.get("spec") or {}).get("suspend") for j in jobs):
+def _admission_wait(s: Snapshot, backend) -> tuple[str, str] | None:
+    """A suspended PyTorchJob under a backend that admits by unsuspending it (Kueue, whose
+    `kubeflow.org/pytorchjob` integration suspends a queued job when it is made and lets it run once
+    admitted): why it waits, in the backend's words. None: suspended by its user."""
+    if not base.controls_suspend(backend):
         return None
     return base.waiting(backend, s.groups.get(backend.name)) or (
         "WaitingForQuota", f"waiting for {backend.name} to admit the job")

@@ -456,16 +456,17 @@ def min_resources(job: PyTorchJob, groups: list[ReplicaGroup], min_member: int) 
 
 def _backend(job: PyTorchJob, default_backend: str | None) -> tuple[str | None, dict]:
     """The job's gang backend (a Kueue queue-name label means Kueue, else the controller's default)
-    and its gang settings, which the backend translates from v1's `runPolicy.schedulingPolicy`."""
+    and its gang settings, which the backend translates from v1's `runPolicy.schedulingPolicy`.
+    Kueue admits a PyTorchJob itself (its `kubeflow.org/pytorchjob` integration, as under v1), and
+    only one that carries its queue-name label: under Kueue an unlabelled job would run unadmitted."""
     sched = job.run_policy.scheduling
     if job.labels.get(KUEUE_QUEUE_LABEL):
-        if len(job.replica_specs) > 1:
-            raise PyTorchJobMappingError(
-                f"metadata.labels[{KUEUE_QUEUE_LABEL}]: Kueue admits each of gangctl's child Jobs on its own, so "
-                f"a PyTorchJob with {' and '.join(job.replica_specs)} replicas would not be admitted as one gang; "
-                "use Worker replicas only (Worker 0 is rank 0), or remove the label to have gangctl's quota gate "
-                "admit it (`gangctl policy apply --backend coscheduling`)")
         return "kueue", {"queueName": job.labels[KUEUE_QUEUE_LABEL], **_settings("kueue", sched)}
+    if default_backend == "kueue":
+        raise PyTorchJobMappingError(
+            f"metadata.labels[{KUEUE_QUEUE_LABEL}]: this cluster's gang scheduler is Kueue, which admits a "
+            "PyTorchJob only when it names a LocalQueue; add the label (`gangctl policy apply --backend kueue` "
+            "makes a LocalQueue named default in each team namespace)")
     if default_backend is None:
         return None, {}
     return default_backend, _settings(default_backend, sched)
@@ -628,8 +629,8 @@ def next_status(previous: dict | None, job: PyTorchJob, counts: dict[str, Replic
     """status as v1 would write it after this observation.
 
     `restarting`: gangctl restarts the gang (message); `failed`: gangctl failed the job (message:
-    restart budget, deadline, a Never/ExitCode failure); `held`: gangctl's quota gate holds the job,
-    (reason, message): reported as Suspended with that reason, as a Kueue-suspended job is. v1's transitions: Running and Restarting
+    restart budget, deadline, a Never/ExitCode failure); `held`: gangctl's quota gate or Kueue holds the
+    job, (reason, message): reported as Suspended with that reason. v1's transitions: Running and Restarting
     replace each other; Succeeded and Failed turn Running False; nothing changes once Failed;
     a condition keeps its lastTransitionTime while its status holds."""
     status = copy.deepcopy(previous or {})
@@ -643,15 +644,19 @@ def next_status(previous: dict | None, job: PyTorchJob, counts: dict[str, Replic
     if not conditions:
         put(CREATED, True, "Created", f"PyTorchJob {job.namespace}/{job.name} was accepted by gangctl.")
     status["replicaStatuses"] = replica_statuses(job, counts)
+    if failed is not None and (held is not None or job.run_policy.suspend):   # failed before it ever ran
+        status.setdefault("completionTime", at)
+        put(FAILED, True, "Failed", failed)
+        return status
+    if held is not None:   # the gate's words, or Kueue's for a job it suspended
+        if _true(conditions, RUNNING):
+            put(RUNNING, False, "Suspended", held[1], why=held[0])
+        put(SUSPENDED, True, "Suspended", held[1], why=held[0])
+        return status
     if job.run_policy.suspend:
         if _true(conditions, RUNNING):
             put(RUNNING, False, "Suspended", f"PyTorchJob {job.name} was suspended.")
         put(SUSPENDED, True, "Suspended", f"PyTorchJob {job.name} is suspended.")
-        return status
-    if held is not None:
-        if _true(conditions, RUNNING):
-            put(RUNNING, False, "Suspended", held[1], why=held[0])
-        put(SUSPENDED, True, "Suspended", held[1], why=held[0])
         return status
     if _true(conditions, SUSPENDED):
         put(SUSPENDED, False, "Resumed", f"PyTorchJob {job.name} was resumed.")

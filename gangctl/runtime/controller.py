@@ -162,9 +162,9 @@ class Controller:
 
     def _gang_informer(self, kube: Kube, name: str, resource, ns: str | None, managed: str) -> Informer:
         """What a backend's gangs are watched through. gangctl's own group objects carry its label and
-        its TrainJob's name; an object the backend makes from the child Job (Kueue's Workload, see
+        its job's name; an object the backend makes from a job (Kueue's Workload, see
         `base.watched_selector`) carries neither, so all of them are watched, indexed by the label
-        that names the Job, and an event maps back to the TrainJob through that Job."""
+        that names the job's uid, and an event maps back to the job through its owner (`_on_workload`)."""
         from_job = base.watched_selector(BACKENDS[name], "")
         if from_job is None:
             return Informer(kube, resource, namespace=ns, label_selector=managed, handlers=[self._on_child])
@@ -198,17 +198,21 @@ class Controller:
         self._add_owners(meta["namespace"], meta.get("labels") or {})
 
     def _on_workload(self, uid_label: str, event: str, obj: dict) -> None:
-        """An object a backend made from a child Job (Kueue's Workload, the Job's uid in `uid_label`):
-        requeue the job of that Job."""
+        """An object a backend made from a job (Kueue's Workload, its owner's uid in `uid_label`): requeue
+        that job: one Kueue admits itself (a PyTorchJob) directly, a TrainJob through its child Job."""
         meta = obj["metadata"]
         if event == "DELETED":
             self.capacity_changed()
         uid = (meta.get("labels") or {}).get(uid_label)
         for ref in meta.get("ownerReferences") or []:
-            if ref.get("kind") != "Job" or (uid and ref.get("uid") != uid):
+            if uid and ref.get("uid") != uid:
                 continue
-            job = self.caches.jobs.get(f"{meta['namespace']}/{ref['name']}")
-            self._add_owners(meta["namespace"], (job or {}).get("metadata", {}).get("labels") or {})
+            kind = self.kinds.get(ref.get("kind", ""))
+            if kind is not None and ref.get("apiVersion") == kind.resource.api_version:
+                self.queue.add(JobKey(kind.resource.kind, meta["namespace"], ref["name"]))
+            elif ref.get("kind") == "Job":
+                job = self.caches.jobs.get(f"{meta['namespace']}/{ref['name']}")
+                self._add_owners(meta["namespace"], (job or {}).get("metadata", {}).get("labels") or {})
 
     def _on_runtime(self, _: str, obj: dict) -> None:
         name = obj["metadata"]["name"]

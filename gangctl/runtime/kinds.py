@@ -202,12 +202,12 @@ class PyTorchJobKind(JobKind):
         jobs = tuple(caches.jobs.list(ns, selector))
         groups: dict[str, dict | None] = {}
         for backend_name, cache in caches.groups.items():
-            # A backend's object made from a child Job (Kueue's Workload) is found by that Job's uid
-            # (a Kueue-queued PyTorchJob has one Job, its Workers); gangctl's own group by its name.
+            # A backend's object made from the job (Kueue's Workload of the PyTorchJob, which its
+            # kubeflow.org/pytorchjob integration admits) is found by the job's uid; gangctl's own group
+            # by its name.
             backend = BACKENDS[backend_name]
-            if base.watched_selector(backend, "") is not None:
-                found = [w for j in jobs if (sel := base.watched_selector(backend, j["metadata"].get("uid", "")))
-                         for w in cache.list(ns, sel)]
+            if (sel := base.watched_selector(backend, obj["metadata"].get("uid", ""))) is not None:
+                found = cache.list(ns, sel)
             else:
                 found = [g for g in cache.list(ns, selector) if g["metadata"]["name"] == group_name(name)]
             groups[backend_name] = found[0] if found else None

@@ -39,6 +39,7 @@ from gangctl.model.gang import Gang
 from gangctl.model.names import TRAINJOB_NAME
 from gangctl.model.resolve import pod_requests as template_requests
 from gangctl.plugins.registry import BACKENDS
+from gangctl.plugins.kueue import DEFAULT_LOCAL_QUEUE, QUEUE_LABEL, Kueue
 from gangctl.policy import decide_pytorchjob
 from gangctl.policy import status as st
 from gangctl.policy.decide import Apply, Create, Patch, Plan, Snapshot, decide
@@ -208,7 +209,7 @@ class SimController:
                 obj = trainjob_manifest(spec, runtime=RUNTIME, namespace=spec.group)
                 runtime: dict | None = runtime_for(floor, spec.num_nodes, self.restart_budget, name)
             else:
-                obj, runtime = pytorchjob_manifest(spec, self.restart_budget, floor), None
+                obj, runtime = pytorchjob_manifest(spec, self.restart_budget, floor, name), None
             obj["metadata"].update(uid=f"uid-{spec.id}", creationTimestamp=st.timestamp(EPOCH), generation=1)
             unmade = Observed(obj, runtime, {}, name)
             first = self._decide("create", unmade, unmade.snapshot(0.0))
@@ -325,17 +326,20 @@ def _judged(plan: Plan) -> tuple[bool, tuple[int, int]]:
     return not st.is_true(plan.status, st.FAILED), (after.user, after.infrastructure)
 
 
-def pytorchjob_manifest(spec: TraceJob, restart_budget: int, floor: int | None) -> dict:
-    """The PyTorchJob that runs `spec`: `num_nodes` Worker replicas (Worker 0 is rank 0: the one
-    shape Kueue admits as a single gang), elastic down to `floor` workers when given (elasticPolicy),
-    restarted on failure up to the scenario's restart budget (runPolicy.backoffLimit), each pod
-    requesting what the simulator charges. It names no backend: the controller's gang scheduler (the
-    scenario's backend) takes it, as v1's --gang-scheduler-name."""
+def pytorchjob_manifest(spec: TraceJob, restart_budget: int, floor: int | None, backend: str) -> dict:
+    """The PyTorchJob that runs `spec`: `num_nodes` Worker replicas (Worker 0 is rank 0), elastic down
+    to `floor` workers when given (elasticPolicy), restarted on failure up to the scenario's restart
+    budget (runPolicy.backoffLimit), each pod requesting what the simulator charges. It names no
+    backend: the controller's gang scheduler (the scenario's `backend`) takes it, as v1's
+    --gang-scheduler-name; under Kueue it names its team's LocalQueue, as Kueue requires."""
     workers = objects.replica(spec.num_nodes, image="busybox", command=["sleep", f"{spec.duration:.3f}"],
                               requests=resource_requests(spec), restartPolicy="OnFailure")
     elastic = {} if floor is None else {"elasticPolicy": {"minReplicas": floor, "maxReplicas": spec.num_nodes}}
-    return objects.pytorchjob(trainjob_name(spec.id), {"Worker": workers}, namespace=spec.group,
-                              runPolicy={"backoffLimit": restart_budget}, **elastic)
+    obj = objects.pytorchjob(trainjob_name(spec.id), {"Worker": workers}, namespace=spec.group,
+                             runPolicy={"backoffLimit": restart_budget}, **elastic)
+    if backend == Kueue.name:
+        obj["metadata"]["labels"] = {QUEUE_LABEL: DEFAULT_LOCAL_QUEUE}
+    return obj
 
 
 def _sizing(plan: Plan) -> dict:

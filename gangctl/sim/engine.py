@@ -40,6 +40,7 @@ from typing import Callable
 from gangctl.model.admission import Verdict, Workload, decide, explain, headroom, never_fits, queue_key
 from gangctl.model.gang import Gang
 from gangctl.model.quota import QuotaPolicy
+from gangctl.plugins import base
 from gangctl.plugins.registry import BACKENDS
 from gangctl.sim.clock import SimClock
 from gangctl.sim.controller import SimController, Written
@@ -50,7 +51,8 @@ from gangctl.sim.topology import Asked, Placer
 from gangctl.sim.traces import TraceJob
 from gangctl.sim.units import SIM_UNITS
 
-_ARRIVE, _FINISH, _USER_FAIL, _NODE_DOWN, _NODE_UP, _READY_TIMEOUT, _SAMPLE, _RETRY, _RELEASE, _RECHECK = range(10)
+(_ARRIVE, _FINISH, _USER_FAIL, _NODE_DOWN, _NODE_UP, _READY_TIMEOUT, _SAMPLE, _RETRY, _RELEASE, _RECHECK,
+ _READY) = range(11)
 PENDING, ADMITTED, RUNNING, DONE, FAILED = "pending", "admitted", "running", "done", "failed"
 Held = tuple[Placement, int]   # pods reserved at Coscheduling's Permit for a gang being rejected, their GPUs each
 
@@ -177,8 +179,11 @@ class Simulation:
         # leaves a waiting gang holding no quota; under gangctl's own gate a job's quota is counted
         # until the TrainJob is seen reported done (finish_seconds after its pods exit), while the
         # nodes are free at the exit already; one that requeues an unready gang frees its quota then;
-        # one whose scheduler turns a gang away on its sum retries it only on a gang event (`_parked`).
-        self._allocates_whole = declared.allocates_whole
+        # one whose scheduler turns a gang away on its sum retries it only on a gang event (`_parked`);
+        # one that admits one gang at a time admits none while an admitted gang is not ready (`_ready_at`).
+        self._allocates_whole = base.allocates_whole(declared, bool(cluster.levels))
+        self._one_until_ready = base.admits_one_until_ready(declared)
+        self._ready_at = 0.0      # when the pods of the gang admitted last are all ready
         self._release_on_report = declared.gated_by_gangctl
         self._requeues_unready = declared.requeues_unready
         self._rejects_short = declared.rejects_short_gangs
@@ -273,6 +278,8 @@ class Simulation:
                 self._node_up(version)
             elif kind == _RELEASE:
                 self._hold(job, 0)
+            elif kind == _READY:   # an admitted gang's pods are ready: the next may be admitted
+                pass
             elif kind == _RECHECK:   # gangctl looks at a gang waiting for its topology again
                 self._parked.discard(job.spec.id)
                 self._unfit.discard(job.spec.id)
@@ -313,15 +320,20 @@ class Simulation:
             self._push(spec.submit, _ARRIVE, spec, 0)
 
     def _schedule(self) -> None:
-        if self.pending_count:
+        if self.pending_count and not self._admission_blocked():
             gate = self._volcano_gate if self._allocates_whole else None
             views = self._admitted_views if self._preemption else None
-            for d in decide(self.quotas, self.usage, self.pending, views, gate, waits=False):
+            decisions = decide(self.quotas, self.usage, self.pending, views, gate, waits=False)
+            for i, d in enumerate(decisions):
                 if d.verdict is Verdict.WAIT:   # vetoed by the Volcano gate
                     continue
                 for victim in d.victims:
                     self._preempt(self.by_id[victim.id])
                 self._admit(self.by_id[d.workload.id])
+                if self._one_until_ready:   # the rest wait: the nodes the gate placed them on are free again
+                    for rest in decisions[i + 1:]:
+                        self._unreserve(self.by_id[rest.workload.id])
+                    break
         if self.waiting and (self.cluster.free_gpus or self.retry_seconds is not None):
             # With retries modelled, gangs that do not fit are set aside; a gang bound (its pods'
             # add events) makes the scheduler retry the ones Coscheduling rejected.
@@ -329,6 +341,17 @@ class Simulation:
                 self._parked.clear()
         if self.growable and not self.waiting and self.cluster.free_gpus:
             self._grow()
+
+    def _unreserve(self, job: SimJob) -> None:
+        """Give back the nodes the gate placed a pending gang on (`_volcano_gate`) when it is not admitted."""
+        if job.state == PENDING and job.placement is not None:
+            self.cluster.release(job.placement, job.spec.gpus_per_node)
+            job.placement = None
+
+    def _admission_blocked(self) -> bool:
+        """A backend that admits one gang at a time: an admitted gang waits for nodes, or its pods are
+        still binding (ready at `_ready_at`; a `_READY` event schedules again then)."""
+        return self._one_until_ready and (bool(self.waiting) or self.clock.now < self._ready_at)
 
     # --- arrivals and admission -----------------------------------------------------------------
 
@@ -616,6 +639,9 @@ class Simulation:
         if not restart:
             job.first_start = now + self.bind_seconds
         self._begin_segment(job, overhead=restart, bind=True)
+        if self._one_until_ready and now + self.bind_seconds > self._ready_at:
+            self._ready_at = now + self.bind_seconds
+            self._push(self._ready_at, _READY, None, 0)
         if job.pods < job.gang.size:
             self.growable[job.spec.id] = job
 

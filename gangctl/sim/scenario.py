@@ -4,7 +4,10 @@ Backend semantics, i.e. what differs between the scheduler backends in the model
 - `coscheduling`: gangctl's own quota admission unsuspends the job; the PodGroup then waits for
   nodes as long as it takes, holding its quota (scheduleTimeoutSeconds only retries the pods).
 - `kueue`: the same quota reservation, but a gang not running `podsReadyTimeoutSeconds` after
-  admission is evicted and requeued at the back of its queue, freeing its quota (waitForPodsReady).
+  admission is evicted and requeued at the back of its queue, freeing its quota (waitForPodsReady),
+  and with `blockAdmission` (as gangctl configures Kueue) nothing is admitted while an admitted gang
+  waits for nodes or its pods bind. With a topology, Topology-Aware Scheduling admits a gang only
+  where its pods fit now, as `volcano` below.
 - `volcano`: a gang is enqueued only when its quota AND free nodes both hold it (the enqueue action
   checks idle capacity), so waiting gangs never hold quota.
 - `kai` (NVIDIA KAI Scheduler): as `volcano` — its allocate action takes a gang only when its queue's

@@ -51,6 +51,9 @@ PERMIT_HOLD_RACE = 0.48
 # consecutive attempts less than 50 ms apart in the 22:29 run's -v=2 log (19,578 of them; median 0.4 ms,
 # a tail of Filter rejections and binds).
 ATTEMPT_SECONDS = 0.0043
+# The local cluster's Kueue waitForPodsReady timeout (integrations/kueue/controller-manager-config.yaml;
+# a unit test keeps the two equal): a replay runs in the real cluster's seconds.
+LOCAL_PODS_READY_TIMEOUT_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ def plan(scenario: Scenario, policy: QuotaPolicy, jobs: list[TraceJob], pools: l
         "workload": scenario.workload.model_copy(update={
             "elastic": scenario.workload.elastic.model_copy(update={"enabled": False})}),
         "control_plane": control_plane or scenario.control_plane,
+        "pods_ready_timeout_seconds": LOCAL_PODS_READY_TIMEOUT_SECONDS,
         "sample_seconds": 5.0,
     })
     sc = Scenario.model_validate(sc.model_dump(by_alias=True))

@@ -43,7 +43,7 @@ from gangctl.kube.client import Kube
 from gangctl.model.quota import QuotaPolicy
 from gangctl.model.topology import KAI_REQUIRED, KUEUE_PREFERRED, KUEUE_REQUIRED
 from gangctl.plugins import kai, volcano
-from gangctl.plugins.kueue import QUEUE_LABEL, WORKLOADS
+from gangctl.plugins.kueue import PRIORITY_LABEL, QUEUE_LABEL, WORKLOADS
 from gangctl.plugins.registry import BACKENDS
 from gangctl.policy.placement import PLACEMENT_ANNOTATION, UNSATISFIABLE
 from gangctl.sim.replay import RUNTIME
@@ -347,9 +347,9 @@ async def test_a_pytorchjob_with_a_queue_name_waits_in_kueues_words_and_runs_whe
     ns = TEAMS["team-a"]   # 24 GPUs at most
     await empty_teams(kube, ns)
     try:
-        def queued(name: str, **kw) -> dict:
+        def queued(name: str, **kw) -> dict:   # its priority a WorkloadPriorityClass of the policy's
             obj = pytorchjob(name, ns, **kw)
-            obj["metadata"]["labels"] = {QUEUE_LABEL: "default"}
+            obj["metadata"]["labels"] = {QUEUE_LABEL: "default", PRIORITY_LABEL: "batch"}
             return obj
         await kube.create(PYTORCHJOBS.path(ns), queued("pj-a", masters=0, workers=3))
 
@@ -369,16 +369,28 @@ async def test_a_pytorchjob_with_a_queue_name_waits_in_kueues_words_and_runs_whe
         await eventually(lambda: runs("pj-b"), 90, "pj-b running once Kueue admits it")
         assert v1_condition(await get_pytorchjob(kube, ns, "pj-b"), "Suspended")["status"] == "False"
 
-        # Kueue admits each child Job alone: a Master and Workers would not be one gang, so it is refused
-        await kube.create(PYTORCHJOBS.path(ns), queued("pj-split", workers=1))
+        # Kueue admits the PyTorchJob itself: a Master and a Worker are one Workload of two pod sets
+        # (8 + 8 GPUs beside pj-b's 8: the team's 24), and neither of gangctl's Jobs is Kueue's
+        await kube.create(PYTORCHJOBS.path(ns), queued("pj-whole", workers=1))
+        await eventually(lambda: runs("pj-whole"), 90, "a Master + Worker PyTorchJob admitted by Kueue and running")
+        assert len(bound(await pj_pods(kube, ns, "pj-whole"))) == 2
+        job = await get_pytorchjob(kube, ns, "pj-whole")
+        [workload] = [w for w in (await kube.get(WORKLOADS.path(ns)))["items"]
+                      if any(r["uid"] == job["metadata"]["uid"] for r in w["metadata"].get("ownerReferences") or [])]
+        assert [(p["name"], p["count"]) for p in workload["spec"]["podSets"]] == [("master", 1), ("worker", 1)]
+        children = [j for j in (await kube.get(JOBS.path(ns)))["items"] if j["metadata"]["name"].startswith("pj-whole-")]
+        assert len(children) == 2 and not [j for j in children if QUEUE_LABEL in j["metadata"].get("labels", {})]
 
-        async def failed() -> dict:
-            return v1_condition(await get_pytorchjob(kube, ns, "pj-split"), "Failed")
+        # without Kueue's priority label, Kueue takes the priority from schedulingPolicy.priorityClass,
+        # a PriorityClass this cluster lacks: Kueue would make no Workload, so the job fails naming it
+        unlabelled = queued("pj-nopc", masters=0, workers=1)
+        del unlabelled["metadata"]["labels"][PRIORITY_LABEL]
+        await kube.create(PYTORCHJOBS.path(ns), unlabelled)
 
-        async def has_failed() -> bool:
-            return (await failed()).get("status") == "True"
-        await eventually(has_failed, 60, "a Master + Worker PyTorchJob under Kueue Failed")
-        assert QUEUE_LABEL in (await failed())["message"]
+        async def failed_naming_the_field() -> bool:
+            failed = v1_condition(await get_pytorchjob(kube, ns, "pj-nopc"), "Failed")
+            return failed.get("status") == "True" and "schedulingPolicy.priorityClass" in failed.get("message", "")
+        await eventually(failed_naming_the_field, 60, "pj-nopc Failed, naming schedulingPolicy.priorityClass")
     finally:   # the GPU nodes go back to the tests after this one, pass or fail
         await kube.request("DELETE", PYTORCHJOBS.path(ns), body={"propagationPolicy": "Background"})
         await empty_teams(kube, ns)
@@ -674,15 +686,16 @@ async def test_a_gang_that_prefers_a_rack_spans_the_fewest_racks(backend, cluste
 @only("kueue", "kai", "native")
 async def test_a_pytorchjob_that_requires_a_rack_runs_in_one_rack(backend, cluster, backend_controller, kube, tmp_path):
     """The same intent on a PyTorchJob's replica template: with one host of t0 held, its pods run in t1.
-    KAI and native: a Master and a Worker, one PodGroup carrying the constraint. Kueue admits each
-    child Job alone, so its gang is two Workers (one Workload asking for the rack)."""
+    KAI and native: a Master and a Worker, one PodGroup carrying the constraint. Kueue places each pod
+    set in a domain of its own, so its gang is two Workers (one pod set of the Workload asking for the
+    rack)."""
     names, racks = await racks_ready(kube, cluster, backend, tmp_path)
     filler = await hold_one_host(kube, names[0])
     ns = TEAMS["team-a"]
     job = pytorchjob("pj-rack", ns, masters=0 if backend == "kueue" else 1, workers=2 if backend == "kueue" else 1)
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"][KUEUE_REQUIRED] = RACK
     if backend == "kueue":
-        job["metadata"]["labels"] = {QUEUE_LABEL: "default"}
+        job["metadata"]["labels"] = {QUEUE_LABEL: "default", PRIORITY_LABEL: "batch"}
     elif backend == "kai":
         job["spec"]["runPolicy"]["schedulingPolicy"]["queue"] = "team-a"
     try:

@@ -406,6 +406,23 @@ def test_a_priority_class_that_does_not_exist_fails_the_pytorchjob_naming_the_re
     assert [a for a in dp.decide(snap(obj, priority_classes=frozenset({"nope"}))).of(Apply) if a.resource == JOBS]
 
 
+def test_under_kueue_a_scheduling_priority_class_that_does_not_exist_fails_unless_kueues_label_names_one():
+    """Kueue takes a queued PyTorchJob's priority from schedulingPolicy.priorityClass (a PriorityClass)
+    unless its priority-class label names a WorkloadPriorityClass; a missing one means no Workload."""
+    obj = pytorchjob(runPolicy={"suspend": True, "schedulingPolicy": {"priorityClass": "batch"}})
+    obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "default"}
+    plan = dp.decide(snap(obj, groups={"kueue": None}, priority_classes=frozenset({"high"})))
+    failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
+    assert failed["message"].startswith("spec.runPolicy.schedulingPolicy.priorityClass: no PriorityClass 'batch'")
+    assert "kueue.x-k8s.io/priority-class" in failed["message"]
+    obj["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "batch"
+    plan = dp.decide(snap(obj, groups={"kueue": None}, priority_classes=frozenset({"high"})))
+    assert not [c for c in plan.status["conditions"] if c["type"] == "Failed"]
+    coscheduled = pytorchjob(runPolicy={"schedulingPolicy": {"priorityClass": "batch"}})
+    assert not [c for c in dp.decide(snap(coscheduled, priority_classes=frozenset({"high"}))).status["conditions"]
+                if c["type"] == "Failed"], "only Kueue makes nothing of a missing one"
+
+
 # --- quota: the gate shared with TrainJobs --------------------------------------------------------
 HOLD = ("WaitingForQuota", "gangctl quota admission: team a has 0 of 8 GPUs free")
 
@@ -481,26 +498,35 @@ def test_the_gate_reads_a_pytorchjobs_admission_and_lifecycle():
     assert recorded_admission(tj) == record and user_suspended(tj)
 
 
-def test_under_kueue_the_worker_job_carries_the_queue_is_made_once_and_kueues_reason_is_shown():
-    obj = pytorchjob(workers=2)
-    del obj["spec"]["pytorchReplicaSpecs"]["Master"]
+def test_under_kueue_the_pytorchjob_is_admitted_whole_and_waits_in_kueues_words():
+    """Kueue's kubeflow.org/pytorchjob integration suspends a queued PyTorchJob when it is made and
+    lets it run once admitted: until then the Master and Worker Jobs are suspended and carry no
+    Kueue label (Kueue would make a Workload of each), and the reason is the Workload's."""
+    obj = pytorchjob(workers=2, runPolicy={"suspend": True})
     obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
     plan = dp.decide(snap(obj, groups={"kueue": None}))
-    [job] = [a.obj for a in plan.of(Apply) if a.resource == JOBS]
-    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a" and job["spec"]["suspend"]
+    jobs = [a.obj for a in plan.of(Apply) if a.resource == JOBS]
+    assert [j["metadata"]["name"] for j in jobs] == ["ddp-master", "ddp-worker"]
+    assert all(j["spec"]["suspend"] and not any(k.startswith("kueue.x-k8s.io/") for k in j["metadata"]["labels"])
+               for j in jobs), [j["metadata"] for j in jobs]
     held = next(c for c in plan.status["conditions"] if c["type"] == "Suspended")
     assert (held["status"], held["reason"]) == ("True", "WaitingForQuota") and "Workload" in held["message"]
-    created = {**job, "metadata": {**job["metadata"], "uid": "w1"}}
     workload = {"metadata": {"name": "wl"}, "spec": {"queueName": "team-a"}, "status": {"conditions": [
         {"type": "QuotaReserved", "status": "False", "message": "couldn't assign flavors: insufficient quota"}]}}
-    plan = dp.decide(snap({**obj, "status": plan.status}, groups={"kueue": workload}, jobs=(created,)))
-    assert not [a for a in plan.of(Apply) if a.resource == JOBS], "Kueue owns the Job's suspend: never applied again"
+    plan = dp.decide(snap({**obj, "status": plan.status}, groups={"kueue": workload}))
     held = next(c for c in plan.status["conditions"] if c["type"] == "Suspended")
     assert "insufficient quota" in held["message"]
-    admitted_job = copy.deepcopy(created)
-    admitted_job["spec"]["suspend"] = False
-    plan = dp.decide(snap({**obj, "status": plan.status}, groups={"kueue": workload}, jobs=(admitted_job,)))
+    admitted = {**obj, "spec": {**obj["spec"], "runPolicy": {"suspend": False}}, "status": plan.status}
+    plan = dp.decide(snap(admitted, groups={"kueue": workload}))
     assert next(c for c in plan.status["conditions"] if c["type"] == "Suspended")["status"] == "False"
+    assert [j["spec"]["suspend"] for j in (a.obj for a in plan.of(Apply) if a.resource == JOBS)] == [False, False]
+
+
+def test_under_kueue_a_pytorchjob_without_a_queue_name_fails_naming_the_label():
+    plan = dp.decide(dataclasses.replace(snap(pytorchjob(), groups={"kueue": None}), gang_scheduler="kueue"))
+    failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
+    assert failed["status"] == "True" and failed["message"].startswith("metadata.labels[kueue.x-k8s.io/queue-name]")
+    assert not [a for a in plan.of(Apply) if a.resource == JOBS]
 
 
 def test_a_nudge_touches_a_waiting_gangs_podgroup_only():

@@ -262,14 +262,15 @@ def test_backends():
     assert (kai.gang_backend, kai.gang_settings) == ("kai", {"queue": "research", "priorityClassName": "high"})
     cos = pj.to_gang(m, default_backend="coscheduling")
     assert cos.gang().schedule_timeout_seconds == 120
-    m["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
-    # Kueue admits each child Job alone: Master + Worker would be two admissions, not one gang
+    # Kueue admits a PyTorchJob that names a LocalQueue, Master and Workers as one Workload; under
+    # Kueue as the cluster's gang scheduler one that names none would run unadmitted: refused
     with pytest.raises(pj.PyTorchJobMappingError, match=r"^metadata\.labels\[kueue\.x-k8s\.io/queue-name\]: .*"
-                                                        r"Master and Worker.*Worker replicas only"):
-        pj.to_gang(m, default_backend="volcano")
-    del m["spec"]["pytorchReplicaSpecs"]["Master"]
+                                                        r"only when it names a LocalQueue"):
+        pj.to_gang(m, default_backend="kueue")
+    m["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
     kq = pj.to_gang(m, default_backend="volcano")
     assert (kq.gang_backend, kq.gang_settings) == ("kueue", {"queueName": "lq", "priorityClassName": "high"})
+    assert [g.replica_type for g in kq.groups] == ["Master", "Worker"]
 
 
 # --- failures: restart policies and backoffLimit on the restart budget ---------------------------

@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+import yaml
 from rich.console import Console
 
 from gangctl.api.trainjob import parse_trainjob
@@ -25,7 +26,7 @@ from gangctl.validate.cli import measured_latency, per_job_rows
 from gangctl.validate.expectation import expected
 from gangctl.validate.measure import (RealOutcome, compare, in_arrival_order, oldest_first, outcome_of, rank, rank_bias,
                                       summarize, verdict)
-from gangctl.validate.plan import gpu_pools, namespaces_of, open_policy, plan
+from gangctl.validate.plan import LOCAL_PODS_READY_TIMEOUT_SECONDS, gpu_pools, namespaces_of, open_policy, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = objects.runtime()
@@ -127,6 +128,10 @@ def test_a_replay_on_another_backend_is_simulated_with_it_and_its_runtime_names_
     p = plan(sc, policy, load_workload(sc, policy).jobs, [NodePool("g", 8, 8)], count=20, compression=60,
              quota=True, backend=Backend.KUEUE)
     assert p.scenario.backend is Backend.KUEUE
+    # the local Kueue's waitForPodsReady timeout, in the replay's (real) seconds
+    kueue_config = yaml.safe_load((ROOT / "integrations/kueue/controller-manager-config.yaml").read_text())
+    assert kueue_config["waitForPodsReady"]["timeout"] == "2m"
+    assert p.scenario.pods_ready_timeout_seconds == LOCAL_PODS_READY_TIMEOUT_SECONDS == 120
     assert set(REPLAY_GANG_SETTINGS) == set(BACKENDS) - {"coscheduling"}, "the shipped runtime is coscheduling's"
     assert REPLAY_GANG_SETTINGS["native"]["schedulerName"] == NATIVE_SCHEDULER
 
