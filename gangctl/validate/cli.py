@@ -91,7 +91,9 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
     """`policy_text`: replay under that quota policy (the scenario's, as its file says it); `backend`:
     the gang backend of the replayed jobs and of the simulation."""
     from gangctl.kube.client import Kube
+    from gangctl.plugins.base import admits_one_until_ready
     from gangctl.plugins.quota_objects import POLICY_CONFIGMAP, TOPOLOGY_CONFIGMAP
+    from gangctl.plugins.registry import BACKENDS
     from gangctl.sim.engine import simulate
     from gangctl.sim.replay import RUNTIME, trainjob_submissions
     from gangctl.sim.scenario import Backend
@@ -142,7 +144,8 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
     by_key = {f"{s.trainjob['metadata']['namespace']}/{s.trainjob['metadata']['name']}": s.job_id for s in subs}
     outcomes = [outcome_of(by_key[k], record.objects[k], record.submitted[k], record.finished.get(k)) for k in by_key]
     real = summarize(outcomes)
-    latency = measured_latency(outcomes, ideal.outcomes, {j.id: j.duration for j in p.sim_jobs})
+    latency = measured_latency(outcomes, ideal.outcomes, {j.id: j.duration for j in p.sim_jobs},
+                               serial=admits_one_until_ready(BACKENDS[backend]))
     cp = local_control_plane(latency["bind_seconds"], latency["finish_seconds"], retry_seconds)
     model = expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs)
     topology = ({"real_topology": _real_topology(placer, p.sim_jobs, subs, placed, nodes, outcomes),
@@ -189,16 +192,31 @@ async def _replay(kube, subs, run_id, timeout, quiet):
         return await runner.replay(kube, subs, run_id, timeout=timeout,
                                    progress=lambda done, total: bar.update(task, completed=done))
 
-def measured_latency(real, ideal_outcomes, durations: dict[str, float]) -> dict[str, float]:
+def measured_latency(real, ideal_outcomes, durations: dict[str, float], serial: bool = False) -> dict[str, float]:
     """The control plane's own latencies, from this run: bind = real queueing delay of jobs the
     ideal simulation started at once (nothing to wait for); finish = real run time beyond the job's
-    duration (pod exit to TrainJob Complete). Medians."""
+    duration (pod exit to TrainJob Complete). Medians. `serial`: the backend admits one gang at a time
+    until its pods are ready (Kueue's blockAdmission), so a job with room still queues behind the
+    admissions before it; only jobs that found every earlier job started (`alone`) measure bind."""
     immediate = {o.id for o in ideal_outcomes if o.queue_delay == 0}
+    if serial:
+        immediate &= alone(real)
     bind = [o.queue_delay for o in real if o.job_id in immediate and o.queue_delay is not None]
     finish = [o.finished - o.bound - durations[o.job_id] for o in real
               if o.state == "done" and o.finished is not None and o.bound is not None]
     return {"bind_seconds": round(max(0.0, statistics.median(bind)), 3) if bind else 0.0,
             "finish_seconds": round(max(0.0, statistics.median(finish)), 3) if finish else 0.0}
+
+
+def alone(real) -> set[str]:
+    """The jobs submitted when every job submitted before them had started (all pods bound)."""
+    out: set[str] = set()
+    started_by = float("-inf")   # when the last of the earlier jobs started (inf: one never did)
+    for o in sorted(real, key=lambda o: (o.submitted, o.job_id)):
+        if o.submitted >= started_by:
+            out.add(o.job_id)
+        started_by = max(started_by, o.bound if o.bound is not None else float("inf"))
+    return out
 
 
 def per_job_rows(sim_jobs, real, ideal_outcomes, model_outcomes) -> list[dict]:

@@ -22,7 +22,7 @@ from gangctl.sim.scenario import Backend, load_quota_policy, load_scenario, load
 from gangctl.sim.traces import TraceJob
 from gangctl.sim.model import Packing
 from gangctl.validate import cli as validate_cli
-from gangctl.validate.cli import measured_latency, per_job_rows
+from gangctl.validate.cli import alone, measured_latency, per_job_rows
 from gangctl.validate.expectation import expected
 from gangctl.validate.measure import (RealOutcome, compare, in_arrival_order, oldest_first, outcome_of, rank, rank_bias,
                                       summarize, verdict)
@@ -191,6 +191,11 @@ def test_latency_is_measured_on_jobs_that_had_nothing_to_wait_for():
             RealOutcome("c", 105.0, 106.0, 117.5, "done")]
     lat = measured_latency(real, ideal, {"a": 10, "b": 10, "c": 10})
     assert lat == {"bind_seconds": 1.0, "finish_seconds": 1.5}
+    # one gang admitted at a time (Kueue's blockAdmission): c had room, but was admitted after b
+    serial = real[:2] + [RealOutcome("c", 105.0, 112.0, 123.5, "done")]
+    assert measured_latency(serial, ideal, {"a": 10, "b": 10, "c": 10})["bind_seconds"] == 4.0
+    assert measured_latency(serial, ideal, {"a": 10, "b": 10, "c": 10}, serial=True)["bind_seconds"] == 1.0
+    assert alone(serial) == {"a"} and alone([RealOutcome("x", 0.0, None, None, "unfinished")]) == {"x"}
 
 
 def test_per_job_dump_rows_put_real_times_after_the_first_submission_beside_the_simulations():
