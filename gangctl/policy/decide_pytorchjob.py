@@ -57,7 +57,6 @@ from gangctl.policy.decide import (Delete, Event, GateIntent, Metric, Patch, Pla
 from gangctl.policy.failure import (RESTART_IN_PLACE, Decision, PodFailure, Restarts, charge_in_place, classify,
                                     most_restarted, paced, recreate_wait)
 from gangctl.policy.failure import decide as judge
-from gangctl.model.gang import Gang
 from gangctl.model.topology import Topology
 from gangctl.model.quota_plan import NodeRange
 
