@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import json
 import os
 import random
 import statistics
@@ -153,17 +152,12 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=1200)
     args = rounds.parse_args(p, "quota_backends")
     runs = rounds.run_sides(args.backends.split(","), args.rounds, lambda backend: one_backend(backend, args), say)
-    if args.json:
-        args.json.write_text(json.dumps(runs, indent=2))
-    print(f"{args.jobs} TrainJobs (seed {args.seed}) against one team's {QUOTA}-GPU quota on {args.gpu_nodes * 8} GPUs, "
-          f"{args.rounds} round(s) per backend: median (min-max, n runs)")
-    columns, rows = median_rows(runs)
-    published.print_table(columns, rows)
-    if args.record:
-        path = published.record("quota_backends", columns, rows, f"{args.rounds} rounds per backend, the order "
-                                "reversed every other round; timings the median (range)")
-        say(f"recorded {path}; run benchmarks/results_page.py to regenerate the page")
-    every = [r for rs in runs.values() for r in rs]
+    every = published.report_sides(
+        "quota_backends", args, runs,
+        f"{args.jobs} TrainJobs (seed {args.seed}) against one team's {QUOTA}-GPU quota on {args.gpu_nodes * 8} GPUs, "
+        f"{args.rounds} round(s) per backend: median (min-max, n runs)",
+        median_rows, f"{args.rounds} rounds per backend, the order reversed every other round; timings the median "
+        "(range)", say)
     return 0 if all(r["samples_over_quota"] == 0 and r["complete"] == r["jobs"] for r in every) else 1
 
 

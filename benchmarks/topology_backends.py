@@ -104,17 +104,12 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=3600)
     args = rounds.parse_args(p, "topology_backends")
     runs = rounds.run_sides(args.backends.split(","), args.rounds, lambda backend: one_backend(backend, args), say)
-    if args.json:
-        args.json.write_text(json.dumps(runs, indent=2))
-    print(f"the first {args.jobs} gangs of {SCENARIO.name} on {args.topology} (blocks x racks x hosts, 8 GPUs each), "
-          f"compression {args.compression:g}, {args.rounds} round(s) per backend: median (min-max, n runs)")
-    columns, rows = median_rows(runs)
-    published.print_table(columns, rows)
-    if args.record:
-        path = published.record("topology_backends", columns, rows, f"{args.rounds} rounds per backend, the order "
-                                "reversed every other round; figures the median (range)")
-        say(f"recorded {path}; run benchmarks/results_page.py to regenerate the page")
-    every = [r for rs in runs.values() for r in rs]
+    every = published.report_sides(
+        "topology_backends", args, runs,
+        f"the first {args.jobs} gangs of {SCENARIO.name} on {args.topology} (blocks x racks x hosts, 8 GPUs each), "
+        f"compression {args.compression:g}, {args.rounds} round(s) per backend: median (min-max, n runs)",
+        median_rows, f"{args.rounds} rounds per backend, the order reversed every other round; figures the median "
+        "(range)", say)
     return 0 if all(r["violations"] == 0 and r["done"] == r["jobs"] for r in every) else 1
 
 

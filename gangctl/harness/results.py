@@ -254,3 +254,19 @@ def record(benchmark: str, columns: list[str], rows: list[list], runs: str, *, p
     path = directory / f"{benchmark}{'-' + slug if slug else ''}.json"
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     return path
+
+
+def report_sides(benchmark: str, args, runs: dict[str, list[dict]], title: str, rows_of, method: str,
+                 say) -> list[dict]:
+    """The end of a side-by-side benchmark (`gangctl.harness.rounds`): every run to `--json`, the
+    medians `rows_of(runs)` gives printed under `title` and, with `--record`, recorded with `method`
+    (how the rounds ran); returns every run of every side, for the benchmark's own exit rule."""
+    if args.json:
+        args.json.write_text(json.dumps(runs, indent=2))
+    print(title)
+    columns, rows = rows_of(runs)
+    print_table(columns, rows)
+    if args.record:
+        path = record(benchmark, columns, rows, method)
+        say(f"recorded {path}; run benchmarks/results_page.py to regenerate the page")
+    return [r for rs in runs.values() for r in rs]
