@@ -90,7 +90,9 @@ class ResolvedJob:
     coordinator: str | None = None      # JobSet coordinator's address (label/annotation on children)
     publish_not_ready: bool = True      # network.publishNotReadyAddresses of the headless Service
     stall_timeout_seconds: int | None = None  # the runtime's gangctl.io/stall-timeout (None: never judged stalled)
-    restart_in_place: bool = False      # the runtime's gangctl.io/restart: InPlace (a rigid job's gang restarts in its pods)
+    restart_in_place: bool = False      # a rigid job's gang restarts in its pods (gangctl.io/restart: InPlace, or
+    #                                       unset where the nodes can: `gangctl.policy.restart_mode`)
+    restart_mode: str | None = None     # the runtime's gangctl.io/restart as written (None: unset)
     placement: PlacementIntent | None = None  # the topology placement the job asks for, levels as written
     #                                           (`placement.on(topology)` checks them against the cluster's)
 
@@ -212,7 +214,8 @@ def resolve(trainjob: dict, runtime: dict) -> ResolvedJob:
                              if target.get("jobName") == NODE_JOB for name in target.get("containerNames") or []),
         claims=claims, coordinator=jobset.coordinator(js, meta["name"]),
         publish_not_ready=(js.get("network") or {}).get("publishNotReadyAddresses") is not False,
-        placement=placement, stall_timeout_seconds=_stall_timeout(runtime), restart_in_place=_in_place(runtime),
+        placement=placement, stall_timeout_seconds=_stall_timeout(runtime), restart_mode=_restart_mode(runtime),
+        restart_in_place=_restart_mode(runtime) == "InPlace",
     )
     if (message := name_budget.too_long(resolved)) is not None:
         raise ResolveError(message, reason=name_budget.NAME_TOO_LONG)
@@ -489,13 +492,14 @@ RESTART_ANNOTATION = "gangctl.io/restart"
 RESTART_MODES = ("InPlace", "Recreate")
 
 
-def _in_place(runtime: dict) -> bool:
-    """The runtime's restart mode (gangctl extension): InPlace, or Recreate (the default)."""
-    mode = ((runtime.get("metadata") or {}).get("annotations") or {}).get(RESTART_ANNOTATION, "Recreate")
-    if mode not in RESTART_MODES:
+def _restart_mode(runtime: dict) -> str | None:
+    """The runtime's restart mode (gangctl extension): InPlace, Recreate, or None when it leaves the
+    choice to gangctl (in place where the nodes can, `gangctl.policy.restart_mode`)."""
+    mode = ((runtime.get("metadata") or {}).get("annotations") or {}).get(RESTART_ANNOTATION)
+    if mode is not None and mode not in RESTART_MODES:
         raise ResolveError(f"runtime metadata.annotations[{RESTART_ANNOTATION}]: {mode!r} is not one of "
-                           f"{', '.join(RESTART_MODES)}")
-    return mode == "InPlace"
+                           f"{', '.join(RESTART_MODES)} (or leave it unset: in place where the nodes can)")
+    return mode
 
 
 def _stall_timeout(runtime: dict) -> int | None:

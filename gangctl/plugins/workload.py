@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from typing import Mapping
 
 from gangctl.plugins import base
 from gangctl.plugins.base import GangBackend
@@ -107,6 +108,16 @@ def elastic_job_spec(user_spec: dict, max_nodes: int, size: int, pooled: bool = 
 # restart counts (gangctl.policy.decide).
 IN_PLACE_RESTART = {"restartPolicy": "Never", "restartPolicyRules": [
     {"action": "RestartAllContainers", "exitCodes": {"operator": "NotIn", "values": [0]}}]}
+# What a kubelet that carries such a rule out declares in node.status.declaredFeatures.
+IN_PLACE_FEATURE = "RestartAllContainersOnContainerExits"
+
+
+def restarts_all_containers(job: Mapping | None) -> bool:
+    """Whether a node Job's pods restart in place: a container of its template has a
+    RestartAllContainers rule."""
+    spec = ((((job or {}).get("spec") or {}).get("template") or {}).get("spec")) or {}
+    return any(rule.get("action") == "RestartAllContainers"
+               for c in spec.get("containers") or [] for rule in c.get("restartPolicyRules") or [])
 
 
 # ... and with a stall timeout too, a stalled gang restarts in place the same way: gangctl raises the

@@ -81,9 +81,15 @@ def pod_view(pod: dict) -> dict:
 
 
 def node_view(node: dict) -> dict:
-    """The cached form of a Node (the lost-pod reaper reads only whether and since when it is Ready)."""
+    """The cached form of a Node: whether and since when it is Ready (the lost-pod reaper), and what
+    decides which pods may land on it and whether it restarts a pod's containers in place (the
+    restart mode a runtime leaves to gangctl, `gangctl.policy.restart_mode`)."""
+    status = node.get("status") or {}
     out: dict = {"metadata": _pick(node.get("metadata") or {}, ("name", "uid", "resourceVersion", "labels")),
-                 "status": {"conditions": _conditions(node.get("status") or {})}}
+                 "spec": _pick(node.get("spec") or {}, ("taints", "unschedulable")),
+                 "status": {"conditions": _conditions(status)}}
+    if status.get("declaredFeatures"):
+        out["status"]["declaredFeatures"] = [intern(f) for f in status["declaredFeatures"]]
     for key in ("apiVersion", "kind"):
         if key in node:
             out[key] = node[key]

@@ -32,7 +32,7 @@ from gangctl.plugins.torch import STORE_ROLE as TORCH_STORE_ROLE
 from gangctl.plugins.torch import rendezvous_store
 from gangctl.plugins.workload import (RESTART_ATTEMPT_ANNOTATION, claims, headless_service, node_job, owner_reference,
                                       pooled, step_job, watches_restart_attempt, with_spec_hash)
-from gangctl.policy import elastic, ownership
+from gangctl.policy import elastic, ownership, restart_mode
 from gangctl.model import jobset, progress
 from gangctl.policy import status as st
 from gangctl.policy.failure import (RESTART_IN_PLACE, PodFailure, Restarts, charge_in_place, classify, most_restarted,
@@ -105,6 +105,9 @@ class Snapshot:
     # Every Node and every pod bound to one, listed only when a plan asked (`wants_nodes`):
     # gangctl's own topology placement weighs what is free where.
     cluster: ClusterView | None = None
+    # (TrainJob) the cached Nodes (`cached.node_view`), given while it has no node Job: where the
+    # restart mode its runtime leaves to gangctl is chosen (`restart_mode`). None: not known.
+    nodes: tuple[dict, ...] | None = None
 
     @property
     def obj(self) -> dict:
@@ -293,6 +296,8 @@ def _decide(s: Snapshot) -> Plan:
         return _fail(s, getattr(err, "reason", "InvalidRuntime"), str(message))
     if backend is not None and backend.name not in s.groups:
         return _backend_missing(s, backend)
+    if job.restart_mode is None:
+        job = dataclasses.replace(job, restart_in_place=restart_mode.in_place(job, s.node_job, s.nodes))
     left = _deadline_left(s, job)
     if left is not None and left <= 0:
         return _deadline_exceeded(s, job)

@@ -89,7 +89,7 @@ def screen_nodes(nodes: Sequence[Mapping], pods: Sequence[Mapping],
         taken = used.get(node["metadata"]["name"], {})
         free = {r: q - taken.get(r, Fraction(0)) for r, q in allocatable.items()}
         room = NodeRoom(node["metadata"]["name"], free, node["metadata"].get("labels") or {}, allocatable)
-        why = _excluded_by(node, pod_spec or {})
+        why = excluded_by(node, pod_spec or {})
         if why is None:
             rooms.append(room)
         else:
@@ -102,7 +102,7 @@ def node_rooms(nodes: Sequence[Mapping], pods: Sequence[Mapping], pod_spec: Mapp
     return screen_nodes(nodes, pods, pod_spec)[0]
 
 
-def _excluded_by(node: Mapping, pod_spec: Mapping) -> tuple[str, str] | None:
+def excluded_by(node: Mapping, pod_spec: Mapping) -> tuple[str, str] | None:
     """(what excludes the node, what to do) or None when a pod of `pod_spec` may land on it."""
     labels = node["metadata"].get("labels") or {}
     spec, status = node.get("spec") or {}, node.get("status") or {}

@@ -115,12 +115,10 @@ class Controller:
         # Opt-in (GANGCTL_LOST_POD_SECONDS): gangctl's pods stuck Terminating on a node NotReady that
         # long are marked Failed (a disruption) and force-deleted, as PodGC does for an out-of-service
         # node, so a lost node cannot block a restart or an elastic regrow forever.
-        self.nodes: Informer | None = None
         self.reaper: LostPodReaper | None = None
         if settings.lost_pod_seconds:
-            self.nodes = Informer(kube, NODES, transform=node_view)
             self.reaper = LostPodReaper(kube, lambda: self.caches.pods.cache.values(),
-                                        lambda: self.nodes.cache.values(), after_seconds=settings.lost_pod_seconds,
+                                        lambda: self.caches.node_list() or (), after_seconds=settings.lost_pod_seconds,
                                         field_manager=settings.field_manager)
         if "volcano" in self.caches.groups:
             self.volcano_preemptor = VolcanoPreemptor(kube, self.caches.groups["volcano"], self.caches.jobs,
@@ -158,6 +156,9 @@ class Controller:
             # ttlSecondsAfterFinished those the TrainJob owns are deleted, by uid.
             claims=Informer(kube, PERSISTENT_VOLUME_CLAIMS, namespace=ns, label_selector=JOBSET_NAME,
                             index_label=JOBSET_NAME),
+            # Which nodes restart a pod's containers in place (a runtime's default restart mode), and
+            # which are lost (the opt-in lost-pod reaper); kept small (`node_view`).
+            nodes=Informer(kube, NODES, transform=node_view),
         )
 
     def _gang_informer(self, kube: Kube, name: str, resource, ns: str | None, managed: str) -> Informer:
@@ -244,7 +245,7 @@ class Controller:
 
     # --- running -------------------------------------------------------------------------------
     def informers(self) -> list[Informer]:
-        return [*self.caches.all(), self.policy_configmaps, *([self.nodes] if self.nodes else [])]
+        return [*self.caches.all(), self.policy_configmaps]
 
     def problems(self) -> list[str]:
         """Why this replica's caches cannot be trusted now (empty: ready)."""

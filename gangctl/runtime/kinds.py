@@ -140,7 +140,7 @@ class TrainJobKind(JobKind):
             service=caches.services.get(key.object_key),  # the headless Service has the TrainJob's name
             pods=tuple(caches.pods.list(ns, {TRAINJOB_NAME: name})), groups=groups, gate=_gate_view(rec, key, trainjob),
             disruptions=rec.hints(uid), nudge=key in rec.nudge, priority_classes=caches.priority_class_names(),
-            progress=rec.progress, topology=rec.topology(),
+            progress=rec.progress, topology=rec.topology(), nodes=caches.node_list() if node_job is None else None,
             claims=tuple(caches.claims.list(ns, {JOBSET_NAME: name})) if caches.claims is not None else ())
 
     def decide(self, snapshot: d.Snapshot) -> d.Plan:

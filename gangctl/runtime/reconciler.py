@@ -48,11 +48,15 @@ class Caches:
     pytorchjobs: Informer | None = None   # kubeflow.org/v1, when the cluster serves its CRD
     priority_classes: Informer | None = None  # names a pod template may give (None: not checked)
     claims: Informer | None = None   # PVCs labelled with a TrainJob's name (its volumeClaimPolicies)
+    nodes: Informer | None = None    # Nodes, as `cached.node_view` keeps them (restart mode, lost pods)
 
     def all(self) -> list[Informer]:
         return [self.trainjobs, self.runtimes, self.cluster_runtimes, self.jobs, self.pods,
                 self.services, *self.groups.values(),
-                *[i for i in (self.pytorchjobs, self.priority_classes, self.claims) if i is not None]]
+                *[i for i in (self.pytorchjobs, self.priority_classes, self.claims, self.nodes) if i is not None]]
+
+    def node_list(self) -> tuple[dict, ...] | None:
+        return tuple(self.nodes.cache.values()) if self.nodes is not None else None
 
     def priority_class_names(self) -> frozenset[str] | None:
         return frozenset(self.priority_classes.cache) if self.priority_classes is not None else None

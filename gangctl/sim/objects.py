@@ -124,12 +124,14 @@ def runtime(name: str = DEFAULT_RUNTIME, *, gang: dict | None = None, failure_po
 # --- nodes ---------------------------------------------------------------------------------------
 def node(name: str = "n1", *, ready: str | None = "True", since: str | None = None,
          allocatable: dict | None = None, labels: dict | None = None, taints: list | None = None,
-         unschedulable: bool = False) -> dict:
+         unschedulable: bool = False, declared_features: list | None = None) -> dict:
     """A Node. `ready` is its Ready condition's status ("True", "False", "Unknown"; None: no such
-    condition), `since` that condition's lastTransitionTime."""
+    condition), `since` that condition's lastTransitionTime; `declared_features` what its kubelet
+    declares in status.declaredFeatures."""
     spec = _given(taints=taints, unschedulable=True if unschedulable else None)
     condition = None if ready is None else {"type": "Ready", "status": ready, **_given(lastTransitionTime=since)}
-    status = _given(allocatable=allocatable, conditions=None if condition is None else [condition])
+    status = _given(allocatable=allocatable, conditions=None if condition is None else [condition],
+                    declaredFeatures=declared_features)
     return {"metadata": {"name": name, **_given(labels=labels)}, "spec": spec, "status": status}
 
 

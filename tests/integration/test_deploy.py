@@ -146,9 +146,8 @@ async def test_service_account_may_do_what_the_code_calls_and_no_more(kubeconfig
                   {"group": "coordination.k8s.io", "resource": "leases", "verb": "update", "namespace": "kube-system"},
                   {"group": "rbac.authorization.k8s.io", "resource": "clusterroles", "verb": "create"},
                   {"resource": "pods", "verb": "update", "namespace": "default"},
-                  {"resource": "nodes", "verb": "patch"},  # it reads Nodes (the lost-pod reaper), never changes them
-                  {"resource": "nodes", "verb": "watch"},  # ... watches them only with deploy/components/lost-pod-reaper
-                  #                                            (it lists them for its own topology placement)
+                  {"resource": "nodes", "verb": "patch"},  # it reads Nodes (restart mode, placement), never changes them
+                  {"resource": "nodes", "subresource": "status", "verb": "patch"},
                   {"resource": "pods", "subresource": "status", "verb": "patch"}):
         assert not await allowed(kube, {"resourceAttributes": attrs}), attrs
 

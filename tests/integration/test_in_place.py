@@ -1,7 +1,9 @@
-"""In-place gang restart with real torchrun on process nodes (issue 38 item 1): a runtime with
-`gangctl.io/restart: InPlace`; examples/ddp with rank 1 exiting with code 3 once after step 60. Every
-rank restarts in its own pod on its own node (RestartAllContainers), training resumes from the step-50
-checkpoint, the budget shows one user restart, and no second Job is made."""
+"""In-place gang restart with real torchrun on process nodes (issue 38 item 1): a runtime that leaves
+`gangctl.io/restart` unset and allows restarts, on process nodes, which declare
+RestartAllContainersOnContainerExits as a 1.36 kubelet does, so in place is gangctl's default;
+examples/ddp with rank 1 exiting with code 3 once after step 60. Every rank restarts in its own pod on
+its own node (RestartAllContainers), training resumes from the step-50 checkpoint, the budget shows one
+user restart, and no second Job is made. (`InPlace` asked for explicitly: test_stall.py.)"""
 from __future__ import annotations
 
 import copy
@@ -14,7 +16,6 @@ import yaml
 
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES
 from gangctl.config import REPO_ROOT
-from gangctl.model.resolve import RESTART_ANNOTATION
 from tests.integration.helpers import eventually, get_trainjob, is_running, is_true, jobs_in, pods_of, submit
 from tests.integration.test_process_nodes import kubectl
 
@@ -67,8 +68,7 @@ def index(pod: dict) -> int:
 
 async def test_a_rank_that_fails_once_restarts_the_gang_in_place_and_resumes(kube, namespace, kubeconfig, controller,
                                                                               process_runtime):
-    obj = await ddp_job(kube, namespace, process_runtime, "in-place", {RESTART_ANNOTATION: "InPlace"},
-                        {"FAIL_ONCE": "1:60:3"})
+    obj = await ddp_job(kube, namespace, process_runtime, "in-place", {}, {"FAIL_ONCE": "1:60:3"})
     name = obj["metadata"]["name"]
     ckpt = Path("/tmp/gangctl-ddp") / namespace
     try:

@@ -97,7 +97,8 @@ async def test_a_rank_hung_in_an_all_reduce_is_detected_restarted_and_the_run_re
     checkpoint and completes."""
     ckpt = Path("/tmp/gangctl-ddp") / namespace
     try:
-        name, hung_at = await hung_ddp_job(kube, namespace, process_runtime, "hangs", {})
+        # process nodes restart in place by default (test_in_place.py): this runtime asks to recreate
+        name, hung_at = await hung_ddp_job(kube, namespace, process_runtime, "hangs", {RESTART_ANNOTATION: "Recreate"})
         first = {p["metadata"]["uid"] for p in await pods_of(kube, namespace, name)}
 
         status = await completes(kube, namespace, name, 300, "after its stall restart")

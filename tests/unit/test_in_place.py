@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 
 from gangctl.api.resources import JOBS
-from gangctl.model.resolve import RESTART_ANNOTATION
+from gangctl.model.resolve import RESTART_ANNOTATION, ResolvedJob, resolve
 from gangctl.policy.decide import Apply, Delete, Event, Patch, WriteStatus, decide
+from gangctl.plugins.workload import IN_PLACE_FEATURE
+from gangctl.policy import restart_mode
+from gangctl.policy.cached import node_view
 from gangctl.policy.failure import FailurePolicy, InPlace, Restarts, charge_in_place, most_restarted
 from gangctl.sim import objects
 from tests.unit.test_decide import child, condition, runtime, snap, trainjob
@@ -93,3 +96,101 @@ def test_the_most_restarted_pod_names_the_episode():
             {"name": "sidecar", "restartCount": 9}, {"name": "pytorch", "restartCount": count, "lastState": last}]}}
     assert most_restarted([pod("a", 1, 3), pod("b", 2, 137), pod("c", 0)], "pytorch") == InPlace(2, "b", 137)
     assert most_restarted([], "pytorch") is None
+
+
+# --- the default: in place where the nodes can (gangctl.policy.restart_mode) ----------------------
+FEATURE = "RestartAllContainersOnContainerExits"
+KWOK_TAINT = {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}
+
+
+def declaring(name: str, **kw) -> dict:
+    return node_view(objects.node(name, declared_features=[FEATURE], **kw))
+
+
+def lacking(name: str, **kw) -> dict:
+    return node_view(objects.node(name, **kw))
+
+
+def node_job_of(plan) -> dict:
+    return next(s.obj for s in plan.steps if isinstance(s, Apply) and s.resource == JOBS)
+
+
+def restarts_in_place(job: dict) -> bool:
+    return "restartPolicyRules" in job["spec"]["template"]["spec"]["containers"][0]
+
+
+def resolved(rt: dict | None = None) -> ResolvedJob:
+    return resolve(trainjob(), rt or runtime(failure_policy={"maxRestarts": 2}))
+
+
+RESTARTABLE = runtime(failure_policy={"maxRestarts": 2})
+
+
+@pytest.mark.parametrize("nodes,expected", [
+    ((declaring("p0"), declaring("p1")), True),
+    ((declaring("p0"), lacking("p1")), False),                 # the rule would keep the gang off p1
+    ((declaring("p0"), lacking("k0", taints=[KWOK_TAINT])), True),   # k0: no pod of it lands there anyway
+    ((declaring("p0"), lacking("p1", ready="False")), True),   # not Ready: not a node the pods may use now
+    ((lacking("k0", taints=[KWOK_TAINT]),), False),            # no node the pods may use
+    ((), False),
+    (None, False),                                             # the nodes not known
+])
+def test_unset_restarts_in_place_only_when_every_node_the_pods_may_use_declares_the_feature(nodes, expected):
+    assert restart_mode.in_place(resolved(), None, nodes) is expected
+
+
+@pytest.mark.parametrize("failure_policy,job_fields", [
+    (None, {}),                                                   # no restart allowed: nothing to restart for
+    ({"maxRestarts": 0}, {}),
+    ({"maxRestarts": 2, "rules": [{"action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]}, {}),
+    ({"maxRestarts": 2}, {"podFailurePolicy": {"rules": [
+        {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]}}),
+])
+def test_unset_recreates_when_the_runtime_allows_no_restart_or_judges_failures_by_its_rules(failure_policy, job_fields):
+    """The kubelet restarts the containers before a JobSet rule or the Job's podFailurePolicy could see
+    the failure: such a runtime keeps recreation unless it asks for InPlace itself."""
+    rt = runtime(failure_policy=failure_policy)
+    rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"].update(job_fields)
+    assert restart_mode.in_place(resolved(rt), None, (declaring("p0"),)) is False
+
+
+def test_the_node_jobs_own_template_decides_once_it_exists():
+    made_in_place = node_job_of(decide(snap(trainjob(), rt=RESTARTABLE, nodes=(declaring("p0"),))))
+    assert restart_mode.in_place(resolved(), made_in_place, (lacking("p1"),)) is True
+    made_plain = node_job_of(decide(snap(trainjob(), rt=RESTARTABLE, nodes=(lacking("p1"),))))
+    assert restart_mode.in_place(resolved(), made_plain, (declaring("p0"),)) is False
+
+
+def test_a_runtime_that_does_not_say_restarts_in_place_on_nodes_that_declare_the_feature():
+    nodes = (declaring("p0"), declaring("p1"), lacking("k0", taints=[KWOK_TAINT]))
+    assert restarts_in_place(node_job_of(decide(snap(trainjob(), rt=RESTARTABLE, nodes=nodes))))
+    assert not restarts_in_place(node_job_of(decide(snap(trainjob(), rt=RESTARTABLE, nodes=nodes[1:] + (lacking("p2"),)))))
+    # the runtime's word wins either way
+    assert not restarts_in_place(node_job_of(decide(snap(trainjob(), rt=in_place_runtime(mode="Recreate"), nodes=nodes))))
+    assert restarts_in_place(node_job_of(decide(snap(trainjob(), rt=in_place_runtime(), nodes=(lacking("p2"),)))))
+
+
+def test_an_unset_mode_charges_an_episode_of_a_node_job_made_in_place():
+    """The pass after the Job was made has no nodes in its snapshot: the Job's rule says in place."""
+    made = node_job_of(decide(snap(trainjob(), rt=RESTARTABLE, nodes=(declaring("p0"),))))
+    observed = {**child(), "spec": made["spec"]}
+    plan = decide(snap(trainjob(), rt=RESTARTABLE, node_job=observed, pods=pods(1, 1, 0, code=3)))
+    assert plan.status["restarts"]["user"] == 1 and plan.status["restarts"]["lastFailure"]["action"] == "RestartInPlace"
+    assert not plan.of(Delete), "the pods stay"
+
+
+def test_an_elastic_job_keeps_torchruns_elastic_restarts():
+    rt = runtime(failure_policy={"maxRestarts": 2}, elastic={"minNodes": 1, "maxNodes": 3})
+    job = node_job_of(decide(snap(trainjob(), rt=rt, nodes=(declaring("p0"),))))
+    assert not restarts_in_place(job)
+
+
+def test_the_node_cache_keeps_what_the_choice_reads():
+    view = declaring("p0", taints=[KWOK_TAINT], unschedulable=True, labels={"a": "b"})
+    assert view["status"]["declaredFeatures"] == [FEATURE]
+    assert view["spec"] == {"taints": [KWOK_TAINT], "unschedulable": True} and view["metadata"]["labels"] == {"a": "b"}
+
+
+def test_process_nodes_declare_what_the_rule_needs():
+    from gangctl.nodeagent.spec import DECLARED_FEATURES
+    assert IN_PLACE_FEATURE in DECLARED_FEATURES
