@@ -222,6 +222,7 @@ class Simulation:
         self.events = 0
         cp = control_plane or ControlPlane()
         self.bind_seconds = cp.bind_seconds
+        self.ready_seconds = max(cp.bind_seconds, cp.ready_seconds)
         self.finish_seconds = cp.finish_seconds
         self.retry_seconds = cp.retry_seconds
         self.retry_on_arrival = cp.retry_on_arrival
@@ -639,8 +640,8 @@ class Simulation:
         if not restart:
             job.first_start = now + self.bind_seconds
         self._begin_segment(job, overhead=restart, bind=True)
-        if self._one_until_ready and now + self.bind_seconds > self._ready_at:
-            self._ready_at = now + self.bind_seconds
+        if self._one_until_ready and now + self.ready_seconds > self._ready_at:
+            self._ready_at = now + self.ready_seconds
             self._push(self._ready_at, _READY, None, 0)
         if job.pods < job.gang.size:
             self.growable[job.spec.id] = job

@@ -122,6 +122,9 @@ class ControlPlane(_Model):
 
     bind_seconds: float = Field(0.0, ge=0, description="from a gang fitting the free nodes to all its pods bound (ends its queueing delay)")
     finish_seconds: float = Field(0.0, ge=0, description="from the pods' exit to the job reported done (adds to JCT; the nodes are free at exit)")
+    ready_seconds: float = Field(0.0, ge=0, description="a backend that admits one gang at a time until its pods are "
+                                 "ready (Kueue's blockAdmission): from a gang's admission to its pods reported ready, "
+                                 "when the next may be admitted (at least bindSeconds)")
     retry_seconds: float | None = Field(None, gt=0, description="a gang that did not fit is tried again only when a job is reported done "
                                         "and every this many seconds (gangctl's GANGCTL_GANG_RETRY_SECONDS); absent: after every event")
     retry_on_arrival: bool = Field(True, description="with retrySeconds: a new gang's pods also make the scheduler retry waiting gangs")

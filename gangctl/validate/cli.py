@@ -136,6 +136,8 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
             if placer:
                 await runner.restore(kube, TOPOLOGY_CONFIGMAP, topology_before)
         placed = await runner.placed_pods(kube, set(ns_of.values())) if placer else []
+        serial = admits_one_until_ready(BACKENDS[backend])
+        readied = await runner.admission_to_ready(kube, record) if serial else []
         if not keep:
             await runner.delete_run(kube, record)
     finally:
@@ -144,9 +146,11 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
     by_key = {f"{s.trainjob['metadata']['namespace']}/{s.trainjob['metadata']['name']}": s.job_id for s in subs}
     outcomes = [outcome_of(by_key[k], record.objects[k], record.submitted[k], record.finished.get(k)) for k in by_key]
     real = summarize(outcomes)
-    latency = measured_latency(outcomes, ideal.outcomes, {j.id: j.duration for j in p.sim_jobs},
-                               serial=admits_one_until_ready(BACKENDS[backend]))
-    cp = local_control_plane(latency["bind_seconds"], latency["finish_seconds"], retry_seconds)
+    latency = measured_latency(outcomes, ideal.outcomes, {j.id: j.duration for j in p.sim_jobs}, serial=serial)
+    if serial:
+        latency["ready_seconds"] = round(statistics.median(readied), 3) if readied else 0.0
+    cp = local_control_plane(latency["bind_seconds"], latency["finish_seconds"], retry_seconds,
+                             latency.get("ready_seconds", 0.0))
     model = expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs)
     topology = ({"real_topology": _real_topology(placer, p.sim_jobs, subs, placed, nodes, outcomes),
                  "topology_levels": [lv.model_dump() for lv in levels]} if placer else {})
@@ -257,7 +261,8 @@ def _print(result: dict, rows, tolerance: float, passed: bool) -> None:
         table.add_row(r.metric, _num(r.real), _num(ideal[r.metric]), _num(r.sim), band, below, shown)
     out.print(table)
     lat = result["measured_latency"]
-    out.print(f"control plane measured: bind {lat['bind_seconds']}s, finish {lat['finish_seconds']}s; "
+    ready = f", admission to pods ready {lat['ready_seconds']}s" if "ready_seconds" in lat else ""
+    out.print(f"control plane measured: bind {lat['bind_seconds']}s, finish {lat['finish_seconds']}s{ready}; "
               f"retry every {lat['retry_seconds']}s")
     if sched := result.get("scheduler_modelled"):
         out.print(f"kube-scheduler modelled as measured in its logs: {sched['attempt_seconds'] * 1000:g} ms per pod "

@@ -154,10 +154,12 @@ def namespaces_of(policy: QuotaPolicy) -> dict[str, str]:
     return {t.name: (t.namespaces or [t.name])[0] for t in policy.teams}
 
 
-def local_control_plane(bind_seconds: float, finish_seconds: float, retry_seconds: float | None) -> ControlPlane:
-    """The local cluster's control plane as the model of a replay sees it: the bind and finish latencies
-    measured in the run, gangctl's retry period, and its scheduler's pace and Permit race, measured in its
-    logs (`ATTEMPT_SECONDS`, `PERMIT_HOLD_RACE`)."""
+def local_control_plane(bind_seconds: float, finish_seconds: float, retry_seconds: float | None,
+                        ready_seconds: float = 0.0) -> ControlPlane:
+    """The local cluster's control plane as the model of a replay sees it: the bind, finish and (Kueue)
+    admission-to-ready latencies measured in the run, gangctl's retry period, and its scheduler's pace
+    and Permit race, measured in its logs (`ATTEMPT_SECONDS`, `PERMIT_HOLD_RACE`)."""
     return ControlPlane(bind_seconds=bind_seconds, finish_seconds=finish_seconds, retry_seconds=retry_seconds,
+                        ready_seconds=ready_seconds,
                         attempt_seconds=ATTEMPT_SECONDS, permit_hold_race=PERMIT_HOLD_RACE,
                         topology_recheck_seconds=PLACEMENT_RECHECK_SECONDS)

@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Callable
 
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, CONFIGMAPS, NAMESPACES, NODES, PODS, TRAINJOBS
 from gangctl.commands.policy_apply import apply_policy
 from gangctl.kube.client import ApiError, Kube
 from gangctl.model.quota import QuotaPolicy
-from gangctl.model.names import TRAINJOB_NAME
+from gangctl.model.names import TRAINJOB_NAME, child_job_name
+from gangctl.plugins.kueue import WORKLOADS
 from gangctl.model.topology import Topology
 from gangctl.plugins.quota_objects import POLICY_CONFIGMAP, POLICY_NAMESPACE, TOPOLOGY_CONFIGMAP, stored_topology
 from gangctl.sim.replay import SIM_RUN_LABEL, Submission
@@ -128,6 +130,31 @@ async def replay(kube: Kube, submissions: list[Submission], run_id: str, *, time
         for task in tasks:
             task.cancel()
     return record
+
+
+async def admission_to_ready(kube: Kube, record: ReplayRecord) -> list[float]:
+    """Kueue: for each replayed job's Workload that was admitted and whose pods became ready, the
+    seconds between its `Admitted` and `PodsReady` conditions (to the second, as the API stores them).
+    With blockAdmission Kueue admits the next workload only after that: it sets the pace of a queue.
+    Read before the run is deleted (the Workloads go with their Jobs)."""
+    nodes_jobs: dict[str, set[str]] = {}
+    for k in record.submitted:
+        ns, name = k.split("/", 1)
+        nodes_jobs.setdefault(ns, set()).add(child_job_name(name))
+    out: list[float] = []
+    for ns, jobs in sorted(nodes_jobs.items()):
+        for wl in (await kube.get(WORKLOADS.path(ns)))["items"]:
+            if not {o.get("name") for o in wl["metadata"].get("ownerReferences") or []} & jobs:
+                continue
+            at = {c["type"]: c.get("lastTransitionTime") for c in (wl.get("status") or {}).get("conditions") or []
+                  if c.get("status") == "True"}
+            if at.get("Admitted") and at.get("PodsReady"):
+                out.append(_epoch(at["PodsReady"]) - _epoch(at["Admitted"]))
+    return out
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 async def delete_run(kube: Kube, record: ReplayRecord) -> None:

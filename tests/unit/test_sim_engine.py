@@ -220,6 +220,20 @@ def test_gangctls_gate_frees_a_jobs_quota_when_the_job_is_reported_done(backend,
     assert by["b"].start == b_start + 2            # admitted then, bound 2 s after (two nodes were free all along)
 
 
+def test_kueue_admits_the_next_gang_once_the_last_ones_pods_are_ready():
+    """Kueue with blockAdmission (as gangctl configures it) admits one workload at a time: the next only
+    when the last one's pods are ready (`readySeconds` after its admission, at least `bindSeconds`),
+    though all three fit at once; gangctl's gate and the other backends start them together."""
+    jobs = [job("a", 0, 100), job("b", 0, 100), job("c", 0, 100)]
+    sc = with_control_plane(scenario(nodes=4, backend="kueue"), bindSeconds=1, readySeconds=4)
+    starts = sorted(o.start for o in simulate(sc, ONE_TEAM, jobs).outcomes)
+    assert starts == [1, 5, 9]                       # admitted at 0, 4, 8; each bound 1 s after
+    at_bind = with_control_plane(scenario(nodes=4, backend="kueue"), bindSeconds=1)
+    assert sorted(o.start for o in simulate(at_bind, ONE_TEAM, jobs).outcomes) == [1, 2, 3]   # ready when bound
+    together = with_control_plane(scenario(nodes=4), bindSeconds=1, readySeconds=4)
+    assert sorted(o.start for o in simulate(together, ONE_TEAM, jobs).outcomes) == [1, 1, 1]
+
+
 def test_with_retries_modelled_a_waiting_gang_starts_at_the_nudge_or_the_periodic_retry():
     jobs = [job("a", 0, 100, nodes=2), job("b", 10, 100, nodes=2)]
     nudged = with_control_plane(scenario(nodes=2), finishSeconds=5, retrySeconds=1000)
