@@ -55,6 +55,7 @@ def figures(result: dict, per_job: list[dict]) -> dict:
             "wait_p50": r2(result["real"]["queue_delay_seconds"]["p50"]),
             "wait_p95": r2(result["real"]["queue_delay_seconds"]["p95"]),
             "last_finish": round(max(ends), 1) if ends else None,
+            "measured_latency": result["measured_latency"],   # what the model was given from this run
             "model": {"violations": model["required_violations"],
                       "preferred_racks": r2((model["by_ask"].get("preferred rack") or {}).get("mean_domains")),
                       "wait_p50": r2(result["model"]["queue_delay_seconds"]["p50"]),
