@@ -124,9 +124,12 @@ async def stream_log(path: Path, running: Callable[[], bool], opts: LogOptions,
     pending = b""
     while True:
         alive = running()
-        with path.open("rb") as f:
-            f.seek(offset)
-            data = f.read()
+        try:   # a container just started may not have made its file yet: nothing written so far
+            with path.open("rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
         offset += len(data)
         pending += data
         *complete, pending = pending.split(b"\n")

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 import pytest
 
 from gangctl.nodeagent import network
-from gangctl.nodeagent.logs import LogOptions, parse_line, read_lines, render, select
+from gangctl.nodeagent.logs import LogOptions, parse_line, read_lines, render, select, stream_log
 from gangctl.nodeagent.spec import (ContainerState, NodeConfig, PodRuntime, SpecError, expand, hosts_file,
                                     node_object, pod_phase, pod_status, process_specs, resolv_conf,
                                     RESTARTING_ALL, restart_action)
@@ -175,6 +175,28 @@ def test_log_selection_and_rendering(tmp_path):
     assert b"".join(render(ln, False) for ln in select(lines, LogOptions(tail_lines=2))) == b"two\nthree\n"
     since = datetime(2026, 1, 1, 0, 0, 2, 50000, tzinfo=timezone.utc)
     assert b"".join(render(ln, True) for ln in select(lines, LogOptions(since=since))).startswith(b"2026-01-01T00:00:02.100000Z o\n")
+
+
+def test_following_a_log_the_container_has_not_made_yet_waits_for_it(tmp_path):
+    """A container's state turns running when its process is spawned, before the shim makes the log
+    file: a follow arriving then waits for the file (it ended the stream at once, empty, seen in CI
+    as the SDK's get_job_logs(follow=True) returning nothing), and ends when the container does."""
+    import asyncio
+
+    f = tmp_path / "0.log"
+    got: list[bytes] = []
+    polls = {"n": 0}
+
+    def running() -> bool:
+        polls["n"] += 1
+        if polls["n"] == 3:   # the shim makes the file and writes a line; the container then exits
+            f.write_bytes(b"2026-01-01T00:00:01.000000Z stdout F tick 0\n")
+        return polls["n"] <= 3
+
+    async def write(chunk: bytes) -> None:
+        got.append(chunk)
+    asyncio.run(asyncio.wait_for(stream_log(f, running, LogOptions(follow=True), write, poll=0.01), 5))
+    assert b"".join(got) == b"tick 0\n"
 
 
 def test_shim_runs_logs_and_reports_exit(tmp_path):
