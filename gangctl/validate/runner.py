@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Callable
 
 from gangctl.api.resources import CLUSTER_TRAINING_RUNTIMES, CONFIGMAPS, NAMESPACES, NODES, PODS, TRAINJOBS
 from gangctl.commands.policy_apply import apply_policy
 from gangctl.kube.client import ApiError, Kube
 from gangctl.model.quota import QuotaPolicy
+from gangctl.model.quota_plan import timestamp
 from gangctl.model.names import TRAINJOB_NAME, child_job_name
 from gangctl.plugins.kueue import WORKLOADS
 from gangctl.model.topology import Topology
@@ -149,12 +149,8 @@ async def admission_to_ready(kube: Kube, record: ReplayRecord) -> list[float]:
             at = {c["type"]: c.get("lastTransitionTime") for c in (wl.get("status") or {}).get("conditions") or []
                   if c.get("status") == "True"}
             if at.get("Admitted") and at.get("PodsReady"):
-                out.append(_epoch(at["PodsReady"]) - _epoch(at["Admitted"]))
+                out.append(timestamp(at["PodsReady"]) - timestamp(at["Admitted"]))
     return out
-
-
-def _epoch(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 async def delete_run(kube: Kube, record: ReplayRecord) -> None:
