@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -16,14 +19,34 @@ from gangctl.processes import ControllerProcess
 def own_cluster(name: str, make: Callable[[ClusterSettings], LocalCluster], say: Callable[[str], None], *,
                 keep: bool = False) -> Iterator[tuple[ClusterSettings, LocalCluster]]:
     """Cluster `name` made afresh by `make(settings)` (one left by an interrupted run is deleted
-    first); deleted at exit unless `keep`, also when `make` fails half-way."""
+    first); deleted at exit unless `keep`, also when `make` fails half-way, and when the run is
+    stopped by SIGTERM (`timeout`, `kill`): that becomes SystemExit, so this `finally` runs."""
     settings = ClusterSettings(cluster_name=name)
     down(settings, lambda m: None)
+    with _sigterm_exits():
+        try:
+            yield settings, make(settings)
+        finally:
+            if not keep:
+                down(settings, say)
+
+
+@contextlib.contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143) in the main thread while inside (Python's default would end
+    the process at once, skipping every `finally` and leaving the cluster's processes running)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def stop(signum, frame):
+        sys.exit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
     try:
-        yield settings, make(settings)
+        yield
     finally:
-        if not keep:
-            down(settings, say)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @contextlib.contextmanager
