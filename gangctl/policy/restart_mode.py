@@ -32,6 +32,17 @@ def in_place(job: ResolvedJob, observed: Mapping | None, nodes: Sequence[Mapping
     if job.elastic or not int(policy.get("maxRestarts") or 0) or policy.get("rules") or job.job_spec.get("podFailurePolicy"):
         return False
     spec = job.pod_template.get("spec") or {}
-    usable = [n for n in nodes or () if excluded_by(n, spec) is None]
-    return bool(usable) and all(IN_PLACE_FEATURE in ((n.get("status") or {}).get("declaredFeatures") or ())
-                                for n in usable)
+    # One pass, checking the cheap thing first: a node that declares the feature needs the (costlier)
+    # check whether the pods may land there only until one such node is found, and the first usable
+    # node that lacks it settles the answer. So a pass costs O(1) on a cluster where no node declares
+    # it, and one dictionary lookup per node where all do (it runs on every pass of a TrainJob whose
+    # node Job is not made yet, over every node of the cluster).
+    usable = False
+    for node in nodes or ():
+        declares = IN_PLACE_FEATURE in ((node.get("status") or {}).get("declaredFeatures") or ())
+        if (declares and usable) or excluded_by(node, spec) is not None:
+            continue
+        if not declares:
+            return False
+        usable = True
+    return usable

@@ -131,6 +131,9 @@ RESTARTABLE = runtime(failure_policy={"maxRestarts": 2})
     ((declaring("p0"), lacking("p1")), False),                 # the rule would keep the gang off p1
     ((declaring("p0"), lacking("k0", taints=[KWOK_TAINT])), True),   # k0: no pod of it lands there anyway
     ((declaring("p0"), lacking("p1", ready="False")), True),   # not Ready: not a node the pods may use now
+    ((lacking("k0", taints=[KWOK_TAINT]), declaring("p0")), True),   # the order of the nodes does not matter
+    ((declaring("p0"), declaring("p1"), lacking("p2")), False),
+    ((lacking("p1", ready="False"), declaring("p0"), lacking("k0", taints=[KWOK_TAINT])), True),
     ((lacking("k0", taints=[KWOK_TAINT]),), False),            # no node the pods may use
     ((), False),
     (None, False),                                             # the nodes not known
