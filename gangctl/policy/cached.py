@@ -73,6 +73,10 @@ def pod_view(pod: dict) -> dict:
     for key in ("apiVersion", "kind"):
         if key in pod:
             out[key] = pod[key]
+    if ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution"):
+        # where gangctl pinned a gang, read back from a PyTorchJob's pods (`decide_pytorchjob._as_made`)
+        out["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                                                    spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]}}
     if status.get("conditions"):
         out["status"]["conditions"] = _conditions(status)
     if status.get("containerStatuses"):

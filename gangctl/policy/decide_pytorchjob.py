@@ -8,26 +8,29 @@ env, labels, gang floor, v1 status). The reconciler's writers carry the plan out
 What one pass does, in order (docs/pytorchjob.md):
 
 - **Finished** (Succeeded/Failed): release the gang (the PodGroup), apply `cleanPodPolicy` to the
-  child Jobs, and delete the PyTorchJob when `ttlSecondsAfterFinished` has passed (else requeue).
-- **A failed child Job** is judged once: the judgement goes to the annotation `gangctl.io/restarts`
-  (v1's status schema prunes unknown fields), guarded by the PyTorchJob's resourceVersion, and
-  nothing else is written in that pass. The next pass reads the judgement back: Restart deletes
-  every child Job of the attempt (foreground, by uid) and reports Restarting; Fail reports Failed
-  and releases. The counters only grow, so a controller restart never resets the budget.
-- **An elastic Worker Job** is sized by `gangctl.policy.elastic.plan` between
+  pods, and delete the PyTorchJob when `ttlSecondsAfterFinished` has passed (else requeue).
+- **Pods** are gangctl's own, as v1 made them: `<job>-<type>-<i>`, owned by the PyTorchJob
+  (`replica_pod`, `gangctl.policy.replica_pods`). Jobs an older gangctl made for it (one Indexed Job per
+  replica type) are deleted first, uncharged, and the pods made once they are gone.
+- **A failed pod** is judged once: the judgement goes to the annotation `gangctl.io/restarts` (v1's
+  status schema prunes unknown fields) with the pod's uid, guarded by the PyTorchJob's
+  resourceVersion, and nothing else is written in that pass. The next pass reads the judgement back:
+  Restart deletes every pod of the attempt (by uid, the judged one last) and reports Restarting, and
+  the pods are made again, under the same names, once the judged one is gone; Fail reports Failed and
+  releases. The counters only grow, so a controller restart never resets the budget.
+- **An elastic Worker group** is sized by `gangctl.policy.elastic.plan` between
   `elasticPolicy.minReplicas` and the Worker replicas (clamped to maxReplicas), as a TrainJob's:
   trailing workers with no node (lost, or unschedulable for a few seconds) are cut, and one is added
   back at a time while all are healthy. A resize is written alone to the annotation
-  `gangctl.io/elastic` (guarded by resourceVersion); the next pass applies the Job at that size.
+  `gangctl.io/elastic` (guarded by resourceVersion); the next pass makes or deletes pods to that size.
 - **Quota** (namespaces a quota policy names, backends gangctl gates: coscheduling, native): the
   job asks the quota gate (`gangctl.runtime.quota_gate`, shared with TrainJobs) for what it will
-  run (every replica; an elastic job its floor) and is held like a suspended one (child Jobs
-  suspended, no PodGroup, `Suspended=True` with the gate's reason) until admitted. An admitted
-  elastic Worker-only job runs at most the workers it was admitted with and may be granted more;
-  one with a Master runs at its floor.
-- **Otherwise**: apply the per-pod Services, the backend's group (PodGroup minMember = the
-  PyTorchJob's gang floor), one Indexed Job per replica type, stamp each pod's RANK and
-  replica-index labels (lifting the RANK scheduling gate), and report v1's status.
+  run (every replica; an elastic job its floor) and is held like a suspended one (no pods, no
+  PodGroup, `Suspended=True` with the gate's reason) until admitted. An admitted elastic Worker-only
+  job runs at most the workers it was admitted with and may be granted more; one with a Master runs
+  at its floor.
+- **Otherwise**: apply the per-pod Services and the backend's group (PodGroup minMember = the
+  PyTorchJob's gang floor), create the missing pods, and report v1's status.
 """
 from __future__ import annotations
 
@@ -35,7 +38,6 @@ import copy
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Mapping
 
 from gangctl.api.pytorchjob import DEFAULT_CONTAINER, PyTorchJob, PyTorchJobError, parse
 from gangctl.api.quantity import format_quantity
@@ -44,13 +46,12 @@ from gangctl.plugins import base
 from gangctl.model.names import MANAGED_BY, MANAGER
 from gangctl.plugins.kueue import PRIORITY_LABEL as KUEUE_PRIORITY_LABEL
 from gangctl.plugins.registry import BACKENDS, backend_for
-from gangctl.plugins.workload import (gang_pod, indexed_spec, pooled,
-                                      owner_reference, with_spec_hash)
-from gangctl.policy import elastic, ownership, placement
+from gangctl.plugins.workload import gang_pod, owner_reference, with_spec_hash
+from gangctl.policy import elastic, ownership, placement, replica_pods
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store
-from gangctl.policy.decide import (Delete, Event, GateIntent, Metric, Patch, Plan, Snapshot, Step, WriteStatus,
+from gangctl.policy.decide import (Create, Delete, Event, GateIntent, Metric, Patch, Plan, Snapshot, Step, WriteStatus,
                                    ask_gate, cache_grace_left, delete_child, ensure, ensure_store, let_go_of_store,
                                    missing_priority_class, nudge, patch_child, place, PLACEMENT_RECHECK_SECONDS, ran_seconds, store_pods, with_annotations,
                                    with_placement)
@@ -66,7 +67,7 @@ SERVED_MANAGERS = {None, "", "kubeflow.org/training-operator"}
 # The sticky restart counters (gangctl.policy.failure.Restarts), as JSON: v1's status schema has no
 # field for them and prunes unknown ones.
 RESTARTS_ANNOTATION = "gangctl.io/restarts"
-# The elastic Worker Job's size and when it last shrank, as JSON (same reason): {"size", "resizes",
+# The elastic Worker group's size and when it last shrank, as JSON (same reason): {"size", "resizes",
 # "lastResizeReason", "lastResizeTime", "lastShrinkTime", "lostAccounted"}.
 ELASTIC_ANNOTATION = "gangctl.io/elastic"
 ELASTIC_RECHECK_SECONDS = 2.0   # an elastic job short of its replicas is looked at again this often
@@ -98,38 +99,35 @@ def _decide(s: Snapshot) -> Plan:
     if backend is not None and backend.name not in s.groups:
         return _fail(s, job, f"metadata.labels: the gang backend {backend.name!r} is not served by this cluster")
     restarts = restarts_of(obj)
-    current = _children(s, gang)
+    pods = _replica_pods(s)
     services = {svc["metadata"]["name"]: svc for svc in s.services}
     gang_object = s.groups.get(backend.name) if base.wants_group(backend) else None
     if (other := ownership.foreign(s.uid, (*(services.get(svc["metadata"]["name"]) for svc in gang.services),
-                                             gang_object, *current.values()))) is not None:
+                                             gang_object))) is not None:
         return not_owned(s, other)
-    if (in_place := _restarted_in_place(s, gang, current, restarts)) is not None:
+    if (old := ownership.mine(s.uid, s.jobs)):
+        return _replace_old_jobs(old)
+    if (in_place := _restarted_in_place(s, gang, pods, restarts)) is not None:
         return in_place
     last = restarts.last_failure
     judged = last.get("jobUID") if last.get("action") != RESTART_IN_PLACE else None
+    if judged and (pod := next((p for p in pods if p["metadata"].get("uid") == judged), None)) is not None:
+        if pod["metadata"].get("deletionTimestamp"):
+            return Plan()   # the judged attempt is going: its pod's deletion requeues us
+        return _carry_out(s, job, restarts, pods, pod)
     for group in gang.groups:
-        child = current[group.child_name]
-        if child is None or child["metadata"].get("deletionTimestamp"):
-            continue
-        if child["metadata"].get("uid") == judged:
-            return _carry_out(s, job, gang, restarts, current)
-        failure = st.ChildJob.from_job(child, group.replica_type.lower()).failure
-        if failure is None and group.job.elastic:
-            failure = elastic.failed_worker(child, ownership.children_of([child["metadata"].get("uid")], s.pods),
-                                                  DEFAULT_CONTAINER)
-        if failure is not None:
-            return _judge(s, gang, group, child, failure, restarts)
-    if any(c is not None and c["metadata"].get("deletionTimestamp") for c in current.values()):
-        return Plan()  # a restart is under way: the deletion of the old attempt requeues us
-    if all(c is None for c in current.values()) and (wait := recreate_wait(last, s.now)) > 0:
+        found = _failure(s, job, group, _of_group(pods, group))
+        if found is not None:
+            return _judge(s, gang, group, *found, restarts)
+    attempt = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    if not attempt and (wait := recreate_wait(last, s.now)) > 0:
         return Plan(requeue_after=wait)   # a gang failing soon after it starts: paced
-    if all(c is None for c in current.values()) and (missing := _missing_priority_class(s, job, gang, backend)):
+    if not attempt and (missing := _missing_priority_class(s, job, gang, backend)):
         if (wait := cache_grace_left(s.obj, s.now)) > 0:
             return Plan(requeue_after=wait)   # the PriorityClass may be newer than the cache
         return _fail(s, job, missing)
     quota = _quota(s, job, gang, backend)
-    return dataclasses.replace(_run(s, job, gang, backend, current, quota), gate=quota.intents)
+    return dataclasses.replace(_run(s, job, gang, backend, pods, quota), gate=quota.intents)
 
 
 def _missing_priority_class(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend) -> str | None:
@@ -218,25 +216,29 @@ def not_owned(s: Snapshot, obj: dict) -> Plan:
     message = ownership.message(obj, "PyTorchJob")
     previous = s.obj.get("status") or {}
     job = parse(s.obj)
-    current = {j["metadata"]["name"]: j for j in ownership.mine(s.uid, s.jobs)}
-    status = pj.next_status(previous, job, _counts(s, job, current), s.now, held=(ownership.REASON, message))
+    status = pj.next_status(previous, job, pj.count_pods(job, _replica_pods(s)), s.now,
+                            held=(ownership.REASON, message))
     steps: tuple[Step, ...] = (WriteStatus(status), Event("Warning", ownership.REASON, message)) \
         if status != previous else ()
     return Plan(key=s.key, job=s.job, steps=steps, requeue_after=ownership.RECHECK_SECONDS)
 
 
-def _children(s: Snapshot, gang: pj.PyTorchGang) -> dict[str, dict | None]:
-    by_name = {j["metadata"]["name"]: j for j in s.jobs}
-    return {g.child_name: by_name.get(g.child_name) for g in gang.groups}
+def _replica_pods(s: Snapshot) -> list[dict]:
+    """The job's replica pods (made by it: its uid; not the rendezvous store)."""
+    return [p for p in ownership.mine(s.uid, s.pods) if (p["metadata"].get("labels") or {}).get(pj.REPLICA_TYPE)]
 
 
-def _attempt_pods(s: Snapshot, current: Mapping[str, dict | None]) -> list[dict]:
-    """Pods of the current child Jobs (by the owner's uid)."""
-    return ownership.children_of((c["metadata"].get("uid") for c in current.values() if c is not None), s.pods)
+def _of_group(pods: list[dict], group: pj.ReplicaGroup) -> list[dict]:
+    rtype = group.replica_type.lower()
+    return [p for p in pods if p["metadata"]["labels"].get(pj.REPLICA_TYPE) == rtype]
 
 
-def _counts(s: Snapshot, job: PyTorchJob, current: Mapping[str, dict | None]) -> dict[str, pj.ReplicaCounts]:
-    return pj.count_pods(job, _attempt_pods(s, current))
+def _replace_old_jobs(jobs: list[dict]) -> Plan:
+    """Jobs an older gangctl made for the job (one Indexed Job per replica type, pods named by the Job
+    controller): deleted with their pods (foreground, by uid), uncharged; the pods are made, under v1's
+    names, once they are gone (their deletion requeues the job)."""
+    return Plan(steps=tuple(delete_child(JOBS, j, "Foreground") for j in jobs
+                            if not j["metadata"].get("deletionTimestamp")))
 
 
 # --- outcomes -----------------------------------------------------------------------------------
@@ -253,10 +255,9 @@ def _invalid(s: Snapshot, message: str) -> Plan:
     return Plan(steps=(WriteStatus(status), Event("Warning", "InvalidSpec", message)))
 
 
-def _fail(s: Snapshot, job: PyTorchJob, message: str, current: Mapping[str, dict | None] | None = None) -> Plan:
+def _fail(s: Snapshot, job: PyTorchJob, message: str) -> Plan:
     """Failed (written first), then the gang is released and cleanPodPolicy applied."""
-    current = current or {}
-    status = pj.next_status(s.obj.get("status"), job, _counts(s, job, current), s.now,
+    status = pj.next_status(s.obj.get("status"), job, pj.count_pods(job, _replica_pods(s)), s.now,
                             failed=message)
     return Plan(steps=(WriteStatus(status), Event("Warning", pj.reason("Failed"), message),
                        *_release(s, job, failed=True)))
@@ -275,21 +276,18 @@ def _let_go_of_gang(s: Snapshot) -> list[Step]:
 
 
 def _release(s: Snapshot, job: PyTorchJob, failed: bool) -> list[Step]:
-    """Let go of the gang and apply cleanPodPolicy to the child Jobs. A failed job's Jobs whose pods
-    restart in place are suspended whatever the policy: the kubelet would restart them forever."""
+    """Let go of the gang and apply cleanPodPolicy to the pods: All deletes them, Running those not
+    finished. A failed job's pods that restart in place are deleted whatever the policy: the kubelet
+    would restart them forever."""
     steps = _let_go_of_gang(s)
     cleanup = pj.cleanup(job)
-    for child in ownership.mine(s.uid, s.jobs):
-        meta = child["metadata"]
-        if meta.get("deletionTimestamp"):
+    restarting = {t.lower() for t, spec in job.replica_specs.items() if failed and pj.restarts_in_place(spec)}
+    for pod in _replica_pods(s):
+        if pod["metadata"].get("deletionTimestamp"):
             continue
-        spec = child.get("spec") or {}
-        restarting = failed and ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy") == "OnFailure"
-        if cleanup == "delete":
-            steps.append(delete_child(JOBS, child))
-        elif (cleanup == "suspend" or restarting) and not spec.get("suspend") \
-                and not st.ChildJob.from_job(child, "").finished:
-            steps.append(patch_child(JOBS, child, {"spec": {"suspend": True}}))
+        again = pod["metadata"]["labels"].get(pj.REPLICA_TYPE) in restarting
+        if cleanup == "delete" or ((cleanup == "running" or again) and not replica_pods.finished(pod)):
+            steps.append(delete_child(PODS, pod))
     return steps
 
 
@@ -304,15 +302,41 @@ def _done(s: Snapshot, job: PyTorchJob) -> Plan:
     return Plan(steps=tuple(steps), requeue_after=left)
 
 
-def _judge(s: Snapshot, gang: pj.PyTorchGang, group: pj.ReplicaGroup, child: dict, failure: tuple[str, str],
+def _failure(s: Snapshot, job: PyTorchJob, group: pj.ReplicaGroup, pods: list[dict]) -> tuple[dict, tuple[str, str]] | None:
+    """The group's failed pod (not one being deleted: gangctl's own deletions end in Failed too) and
+    the failure as the judgement reads it: with restartPolicy ExitCode an exit code of 1-127 is reason
+    PodFailurePolicy (the failure policy's FailJobSet rule for it), anything else PodFailed.
+    An elastic group's failure is a worker that failed without a disruption (`elastic.failed_worker`);
+    a lost worker is the sizing's."""
+    if group.job.elastic:
+        worker = elastic.failed_worker_pod(pods, DEFAULT_CONTAINER)
+        found = elastic.failed_worker(s.obj, [worker], DEFAULT_CONTAINER) if worker is not None else None
+        return None if worker is None or found is None else (worker, found)
+    failed = [(f, p) for p in pods if (p.get("status") or {}).get("phase") == "Failed"
+              and not p["metadata"].get("deletionTimestamp")
+              and (f := PodFailure.from_pod(p, DEFAULT_CONTAINER)) is not None]
+    if not failed:
+        return None
+    seen, pod = min(failed, key=lambda fp: fp[0].at or "9999")
+    if (job.replica_specs[group.replica_type].restart_policy == "ExitCode"
+            and seen.exit_code in pj.PERMANENT_EXIT_CODES):
+        return pod, ("PodFailurePolicy", f"Container {DEFAULT_CONTAINER} for pod {job.namespace}/{seen.name} failed "
+                                         f"with exit code {seen.exit_code} matching FailJob rule")
+    # no message: one quoting the pod (`ns/name`) names the culprit as a PodFailurePolicy's does, and a
+    # disruption of that pod would then be judged as the user's failure (`failure.classify`)
+    return pod, ("PodFailed", "")
+
+
+def _judge(s: Snapshot, gang: pj.PyTorchGang, group: pj.ReplicaGroup, pod: dict, failure: tuple[str, str],
            restarts: Restarts) -> Plan:
-    """Judge a failed child Job and record the judgement, and nothing else, on the PyTorchJob."""
-    uid = child["metadata"].get("uid", "")
-    pods = [f for p in ownership.children_of([uid], s.pods)
+    """Judge a failed pod and record the judgement, with the pod's uid, and nothing else, on the
+    PyTorchJob."""
+    pods = [f for p in _of_group(_replica_pods(s), group)
             if (f := PodFailure.from_pod(p, container=DEFAULT_CONTAINER)) is not None]
     found = classify(failure[0], failure[1], pods)
     decision = judge(gang.failure_policy, found, restarts, group.replica_type.lower())
-    after = restarts.after(decision, found, child["metadata"]["name"], uid, st.timestamp(s.now), ran_seconds(s, child))
+    after = restarts.after(decision, found, pod["metadata"]["name"], pod["metadata"].get("uid", ""),
+                           st.timestamp(s.now), ran_seconds(s, pod))
     decision = paced(decision, after)
     metrics = (Metric("restarts", "inc", (decision.counter,)),) if decision.action == "Restart" else ()
     return Plan(steps=(_record(s, decision, after),), metrics=metrics)
@@ -329,17 +353,15 @@ def _record(s: Snapshot, decision: Decision, after: Restarts) -> Patch:
                                                       "annotations": {RESTARTS_ANNOTATION: annotation}}})
 
 
-def _restarted_in_place(s: Snapshot, gang: pj.PyTorchGang, current: Mapping[str, dict | None],
-                        restarts: Restarts) -> Plan | None:
+def _restarted_in_place(s: Snapshot, gang: pj.PyTorchGang, pods: list[dict], restarts: Restarts) -> Plan | None:
     """OnFailure replicas restart in place (`pj.restarts_in_place`): the episodes their pods went through
     and are not charged yet, charged (the annotation first, then an Event). The attempt is named by
-    its first child Job (the Master's, when there is one). Past the budget the record says Fail, and
+    its first pod (the Master's, when there is one). Past the budget the record says Fail, and
     the next pass carries it out as any judged failure (`_carry_out`)."""
-    first = current[gang.groups[0].child_name]
-    uids = [c["metadata"].get("uid") for g in gang.groups if g.job.restart_in_place
-            and (c := current[g.child_name]) is not None]
-    if first is None or not uids or (seen := most_restarted(ownership.children_of(uids, s.pods),
-                                                            DEFAULT_CONTAINER)) is None:
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    first = next((p for p in _of_group(live, gang.groups[0]) if replica_pods.index_of(p) == 0), None)
+    restarting = [p for g in gang.groups if g.job.restart_in_place for p in _of_group(live, g)]
+    if first is None or not restarting or (seen := most_restarted(restarting, DEFAULT_CONTAINER)) is None:
         return None
     charged = charge_in_place(gang.failure_policy, restarts, first["metadata"]["name"], first["metadata"].get("uid", ""),
                               seen, st.timestamp(s.now))
@@ -351,48 +373,41 @@ def _restarted_in_place(s: Snapshot, gang: pj.PyTorchGang, current: Mapping[str,
                 metrics=metrics)
 
 
-def _carry_out(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, restarts: Restarts,
-               current: Mapping[str, dict | None]) -> Plan:
-    """The judged attempt: fail the job, or report Restarting and delete every child Job of it."""
+def _carry_out(s: Snapshot, job: PyTorchJob, restarts: Restarts, pods: list[dict], judged: dict) -> Plan:
+    """The judged attempt: fail the job, or report Restarting and delete every pod of it, the judged
+    one last (while it is there, the restart is not done: a pass cut short finds it again)."""
     last = restarts.last_failure
     message = f"{last.get('decision', '')}: {last.get('decisionMessage', '')}"
     if last.get("action") == "Fail":
-        return _fail(s, job, message, current)
-    status = pj.next_status(s.obj.get("status"), job, _counts(s, job, current), s.now,
-                            restarting=message)
+        return _fail(s, job, message)
+    status = pj.next_status(s.obj.get("status"), job, pj.count_pods(job, pods), s.now, restarting=message)
     steps: list[Step] = []
     if status != s.obj.get("status"):
         steps += [WriteStatus(status), Event("Warning", pj.reason("Restarting"), message)]
-    for child in ownership.mine(s.uid, (c for c in current.values() if c is not None)):
-        if not child["metadata"].get("deletionTimestamp"):
-            steps.append(delete_child(JOBS, child, "Foreground"))
+    steps += [delete_child(PODS, p) for p in pods if p is not judged and not p["metadata"].get("deletionTimestamp")]
+    steps.append(delete_child(PODS, judged))
     return Plan(steps=tuple(steps))
 
 
 # --- the running job ----------------------------------------------------------------------------
-def child_job(group: pj.ReplicaGroup, owner: dict, backend, scheduler_name: str, size: int | None = None,
-              observed: dict | None = None) -> dict:
-    """The Indexed Job of one replica type: pod i's hostname is `<job>-<type>-<i>`, as v1's pod name.
-    `size`: an elastic Worker Job's current size (its parallelism; its completions are a pool of indexes);
-    `observed`: the Job as it is (one made before the pool of indexes keeps its shape). It carries no
-    label of a backend's: what a backend admits is the PyTorchJob (Kueue) or its gang object."""
+def replica_pod(group: pj.ReplicaGroup, index: int, owner: dict, backend, scheduler_name: str) -> dict:
+    """Pod `index` of a replica type as v1 made it: named (and so its hostname) `<job>-<type>-<index>`,
+    owned by the PyTorchJob, with v1's labels and its RANK; the backend's labels, annotations and
+    scheduler as on every gang pod."""
     job = group.job
-    size = job.num_nodes if size is None else size
     template = copy.deepcopy(job.pod_template)
     meta = template.setdefault("metadata", {})
-    labels = {**(meta.get("labels") or {}), MANAGED_BY: MANAGER}
+    labels = {**(meta.get("labels") or {}), MANAGED_BY: MANAGER,
+              **pj.pod_labels(job.name, group.replica_type, index, group.ranked)}
     annotations = dict(meta.get("annotations") or {})
     spec = template["spec"]
     gang_pod(meta, spec, labels, annotations, job, backend, scheduler_name)
-    job_spec = indexed_spec(job, size, pooled(observed))
-    child_labels = {MANAGED_BY: MANAGER, pj.JOB_NAME: job.name, pj.REPLICA_TYPE: group.replica_type.lower()}
-    metadata: dict = {"name": group.child_name, "namespace": job.namespace, "labels": child_labels,
-                      "ownerReferences": [owner]}
-    return with_spec_hash({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": metadata,
-        "spec": {**job_spec, "suspend": job.suspend, "template": template},
-    })
+    if group.ranked:
+        for container in spec.get("containers") or []:
+            pj.with_env(container, pj.rank_env(index + group.rank_offset))
+    meta.update(name=pj.replica_name(job.name, group.replica_type, index), namespace=job.namespace,
+                ownerReferences=[owner])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
 def store_pod(gang: pj.PyTorchGang, owner: dict) -> dict:
@@ -423,36 +438,39 @@ def gang_group(gang: pj.PyTorchGang, backend, owner: dict, topology: Topology | 
     return with_spec_hash(group)
 
 
-def _hold_and_place(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None],
+def _hold_and_place(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, pods: list[dict],
                     quota: _Quota) -> tuple[pj.PyTorchGang, _Quota, bool, placement.Waiting | None] | Plan:
-    """The gang as this pass applies it: held (its Jobs suspended) while its user, the quota gate or
-    Kueue holds it, or while no topology domain has room for it; else placed (`_place`)."""
+    """The gang as this pass applies it: held (no pods) while its user, the quota gate or Kueue holds
+    it, or while no topology domain has room for it; else placed (`_place`)."""
     if job.run_policy.suspend and quota.held is None:
         quota = dataclasses.replace(quota, held=_admission_wait(s, backend))
     held = job.run_policy.suspend or quota.held is not None
-    if quota.held is not None:   # held like a suspended job: its child Jobs are applied suspended
-        gang = _suspended(gang)
-    placed = _place(s, job, gang, backend, current, held)
+    placed = _place(s, job, gang, backend, pods, held)
     if isinstance(placed, Plan):
         return placed
     gang, waits = placed
     if waits is not None:   # no domain has room now: held like a suspended job until one has
-        quota, held, gang = dataclasses.replace(quota, held=(waits.reason, waits.message)), True, _suspended(gang)
+        quota, held = dataclasses.replace(quota, held=(waits.reason, waits.message)), True
     return gang, quota, held, waits
 
 
-def _suspended(gang: pj.PyTorchGang) -> pj.PyTorchGang:
-    return dataclasses.replace(gang, groups=tuple(
-        dataclasses.replace(g, job=dataclasses.replace(g.job, suspend=True)) for g in gang.groups))
+def _as_made(pods: list[dict]) -> dict | None:
+    """The Workers' pod template as their live pods were made (None: none is), in the shape
+    `gangctl.policy.decide.place` reads a node Job: a gang placed when its pods were made stays there."""
+    pod = next((p for p in pods if replica_pods.live(p)), None)
+    if pod is None:
+        return None
+    return {"spec": {"template": {"metadata": pod["metadata"], "spec": pod.get("spec") or {}}},
+            "status": {"startTime": pod["metadata"].get("creationTimestamp") or "made"}}
 
 
-def _place(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None],
+def _place(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, pods: list[dict],
            held: bool) -> tuple[pj.PyTorchGang, placement.Waiting | None] | Plan:
     """The gang with every replica type's template placed as one (`gangctl.policy.decide.place`, on
-    the Workers' Job; the Master gets the same domain), and the wait when no domain has room now; or
-    the plan of a job that cannot start so."""
+    the Workers' template; the Master gets the same domain), and the wait when no domain has room now;
+    or the plan of a job that cannot start so."""
     workers = gang.groups[-1]
-    placing = place(s, workers.job.placement, workers.job.pod_template, current[workers.child_name], backend,
+    placing = place(s, workers.job.placement, workers.job.pod_template, _as_made(_of_group(pods, workers)), backend,
                     placement.Floor(gang.min_member, workers.job.requests), held)
     if placing.problem:
         return _fail(s, job, f"spec.pytorchReplicaSpecs: {placing.problem}")
@@ -475,17 +493,32 @@ def _place(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current:
     return dataclasses.replace(gang, groups=tuple(placed(g) for g in gang.groups)), waits
 
 
-def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: Mapping[str, dict | None],
-         quota: _Quota) -> Plan:
+def _pods_to(s: Snapshot, gang: pj.PyTorchGang, backend, pods: list[dict], workers_size: int | None) -> list[Step]:
+    """Create each group's missing pods; an elastic Worker group's live pods brought to its size
+    (`workers_size`; None: its replicas, where the backend owns the size)."""
     owner = owner_reference(s.obj)
-    prepared = _hold_and_place(s, job, gang, backend, current, quota)
+    steps: list[Step] = []
+    for group in gang.groups:
+        mine = _of_group(pods, group)
+        if group.job.elastic:
+            create, delete = replica_pods.elastic_changes(workers_size or group.job.num_nodes, mine)
+        else:
+            create, delete = replica_pods.missing(group.job.num_nodes, mine), []
+        steps += [Create(PODS, replica_pod(group, i, owner, backend, s.scheduler_name)) for i in create]
+        steps += [delete_child(PODS, p) for p in delete]
+    return steps
+
+
+def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, pods: list[dict], quota: _Quota) -> Plan:
+    owner = owner_reference(s.obj)
+    prepared = _hold_and_place(s, job, gang, backend, pods, quota)
     if isinstance(prepared, Plan):
         return prepared
     gang, quota, held, waits = prepared
     workers = gang.groups[-1]
     size, recheck = None, False
     if workers.job.elastic and not held and base.resizes_jobs(backend):   # Kueue admitted the replicas
-        sized = _elastic_size(s, workers, current[workers.child_name], quota.max_workers)
+        sized = _elastic_size(s, workers, _of_group(pods, workers), quota.max_workers)
         if isinstance(sized, Plan):
             return sized
         size, recheck = sized
@@ -493,24 +526,19 @@ def _run(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend, current: M
     steps: list[Step] = []
     for svc in gang.services:
         steps += ensure(SERVICES, services.get(svc["metadata"]["name"]), _service(svc, owner))
-    if held:   # the Jobs below are applied suspended: their pods go, and so does the gang
+    if held:   # no pods and no gang while held
         steps += _let_go_of_gang(s)
+        steps += [delete_child(PODS, p) for p in pods if not p["metadata"].get("deletionTimestamp")]
     else:
         if base.wants_group(backend):
             steps += ensure(backend.group_resource, s.groups.get(backend.name),
                             gang_group(gang, backend, owner, s.topology))
         if gang.rdzv_store:
             steps += ensure_store(store_pods(s.pods), store_pod(gang, owner), s.scheduler_name)
-    for group in gang.groups:
-        steps += ensure(JOBS, current[group.child_name],
-                         child_job(group, owner, backend, s.scheduler_name, size if group is workers else None,
-                                   current[group.child_name]))
-    for pod in _attempt_pods(s, current):
-        stamp = pj.pod_stamp(job, pod)
-        if stamp is not None and not pod["metadata"].get("deletionTimestamp"):
-            steps.append(Patch(PODS, job.namespace, pod["metadata"]["name"], stamp, missing_ok=True))
     previous = s.obj.get("status") or {}
-    status = pj.next_status(previous, job, _counts(s, job, current), s.now, held=quota.held)
+    status = pj.next_status(previous, job, pj.count_pods(job, pods), s.now, held=quota.held)
+    if not held and not _finished(status):
+        steps += _pods_to(s, gang, backend, pods, size)
     if status != previous:
         steps.append(WriteStatus(status))
         if _finished(status):
@@ -554,9 +582,9 @@ def _admission_wait(s: Snapshot, backend) -> tuple[str, str] | None:
         "WaitingForQuota", f"waiting for {backend.name} to admit the job")
 
 
-def _elastic_size(s: Snapshot, workers: pj.ReplicaGroup, observed: dict | None,
+def _elastic_size(s: Snapshot, workers: pj.ReplicaGroup, pods: list[dict],
                   admitted: int | None) -> tuple[int, bool] | Plan:
-    """(size, look again soon) for the elastic Worker Job, or the Plan that records a resize alone.
+    """(size, look again soon) for the elastic Worker group, or the Plan that records a resize alone.
     `admitted`: the most workers the quota gate admitted it with (None: no gate)."""
     top = workers.job.num_nodes                              # the Worker replicas, within [min, max]
     if admitted is not None:
@@ -564,10 +592,9 @@ def _elastic_size(s: Snapshot, workers: pj.ReplicaGroup, observed: dict | None,
     floor = workers.job.min_nodes or top
     memo = elastic_of(s.obj)
     size = max(floor, min(top, int(memo.get("size") or top)))
-    if observed is None or st.ChildJob.from_job(observed, "").finished:
+    if not any(not p["metadata"].get("deletionTimestamp") for p in pods):
         return size, False
-    pods = ownership.children_of([observed["metadata"].get("uid")], s.pods)
-    resize, found, gone = elastic.size_step(size, floor, top, observed, pods, memo, s.now)
+    resize, found, gone = elastic.size_step(size, floor, top, {}, pods, memo, s.now)
     if resize is None:
         return size, size < top or any(not w.healthy for w in found)
     after = {**elastic.noted(memo, resize, st.timestamp(s.now), gone), "size": resize.size}
@@ -577,4 +604,3 @@ def _elastic_size(s: Snapshot, workers: pj.ReplicaGroup, observed: dict | None,
         ELASTIC_ANNOTATION: json.dumps(after, sort_keys=True, separators=(",", ":"))}}}
     return Plan(steps=(Patch(PYTORCHJOBS, ns, name, patch), Event("Normal", "Resized", resize.message)),
                 metrics=(Metric("resizes", "inc", (resize.direction, resize.cause)),))
-

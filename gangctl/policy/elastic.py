@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Iterable, Mapping
 
-from gangctl.policy.failure import PodFailure
+from gangctl.policy.failure import PodFailure, pod_index
 from gangctl.policy.status import parse_time
 
 SHRINK_AFTER = timedelta(seconds=3)    # a replacement unschedulable this long is given up
@@ -65,8 +65,8 @@ def workers_of(pods: Iterable[dict], hints: Mapping[str, PodFailure] = {}) -> li
            for seen in hints.values() if seen.index is not None and seen.name not in present]
     for pod in pods:
         meta, status = pod["metadata"], pod.get("status") or {}
-        index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
-        if index is None or not index.isdigit():
+        index = pod_index(meta)
+        if index is None:
             continue
         conds = {c.get("type"): c for c in status.get("conditions") or []}
         disrupted = (conds.get("DisruptionTarget") or {}).get("status") == "True"
@@ -78,7 +78,7 @@ def workers_of(pods: Iterable[dict], hints: Mapping[str, PodFailure] = {}) -> li
                  if sched.get("status") == "False" and sched.get("reason") == "Unschedulable"
                  and sched.get("lastTransitionTime") else None)
         out.append(Worker(
-            index=int(index), bound=bound,
+            index=index, bound=bound,
             healthy=bound and not deleting and not disrupted and phase in ("Pending", "Running"),
             lost=disrupted or (deleting and bound and phase not in ("Succeeded",)),
             unschedulable_since=since, succeeded=phase == "Succeeded", deleting=deleting))
@@ -142,15 +142,25 @@ def noted(memo: Mapping, resize: Resize, stamp: str, gone: int) -> dict:
     return out
 
 
-def failed_worker(job: dict, pods: Iterable[dict], container: str) -> tuple[str, str] | None:
-    """An elastic Job never fails on its own (huge backoffLimit): a worker (`pods`: the Job's) that
-    exited non-zero without a disruption, and was not deleted (a shrink's or a deletion's victim), is
-    the attempt's failure, judged by the failure policy."""
-    meta = job["metadata"]
+def failed_worker_pod(pods: Iterable[dict], container: str) -> dict | None:
+    """The first of `pods` that exited non-zero without a disruption and was not deleted (a shrink's
+    or a deletion's victim)."""
     for pod in pods:
         failed = PodFailure.from_pod(pod, container=container)
         if (failed is not None and failed.disruption is None and failed.index is not None
                 and not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") == "Failed"):
-            code = f" with exit code {failed.exit_code}" if failed.exit_code is not None else ""
-            return "PodFailed", f"worker {meta['namespace']}/{failed.name} failed{code}"
+            return pod
     return None
+
+
+def failed_worker(job: dict, pods: Iterable[dict], container: str) -> tuple[str, str] | None:
+    """An elastic Job never fails on its own (huge backoffLimit): a worker (`pods`: the Job's) that
+    exited non-zero without a disruption, and was not deleted (a shrink's or a deletion's victim), is
+    the attempt's failure, judged by the failure policy."""
+    pod = failed_worker_pod(pods, container)
+    if pod is None:
+        return None
+    failed = PodFailure.from_pod(pod, container=container)
+    assert failed is not None
+    code = f" with exit code {failed.exit_code}" if failed.exit_code is not None else ""
+    return "PodFailed", f"worker {job['metadata']['namespace']}/{failed.name} failed{code}"

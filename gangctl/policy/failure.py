@@ -100,6 +100,15 @@ def parse_failure_policy(obj: dict | None) -> FailurePolicy:
     return FailurePolicy(max_restarts=int(obj.get("maxRestarts") or 0), rules=rules)
 
 
+def pod_index(meta: dict) -> int | None:
+    """A pod's index in its group: the Job controller's completion index (a TrainJob's pods), else
+    v1's replica-index label (the pods gangctl makes for a PyTorchJob)."""
+    value = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
+    if value is None:
+        value = (meta.get("labels") or {}).get("training.kubeflow.org/replica-index")
+    return int(value) if value is not None and str(value).isdigit() else None
+
+
 @dataclass(frozen=True)
 class PodFailure:
     """One pod of the failed Job that ended badly (or was disrupted while the Job ran)."""
@@ -123,9 +132,8 @@ class PodFailure:
         statuses = status.get("containerStatuses") or []
         cs = next((c for c in statuses if c.get("name") == container), statuses[0] if statuses else {})
         term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated") or {}
-        index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
         at = disruption[2] if disruption else term.get("finishedAt") or ""
-        return cls(name=meta["name"], at=at, index=int(index) if index is not None and index.isdigit() else None,
+        return cls(name=meta["name"], at=at, index=pod_index(meta),
                    exit_code=term.get("exitCode"), reason=term.get("reason") or status.get("reason") or "",
                    disruption=disruption[:2] if disruption else None)
 

@@ -4,24 +4,19 @@ mapping and v1 status. Pure: callers pass the parsed job, observed pod counts an
 How a PyTorchJob runs under gangctl (the facts are Training Operator v1.9.4's, see
 gangctl.api.pytorchjob):
 
-- **One Indexed Job per replica type**, `<job>-master` and `<job>-worker`, in one gang. An Indexed
-  Job gives pod `i` the hostname `<job-name>-<i>`, so pods are `<job>-master-0` and
-  `<job>-worker-<i>` to themselves, as under v1 (which named the pods so).
+- **Pods named as v1 named them**: gangctl creates each replica's pod itself, `<job>-master-0` and
+  `<job>-worker-<i>`, owned by the PyTorchJob, with v1's labels (operator-name, job-name,
+  replica-type, replica-index, job-role=master on the Master or, with no Master, on worker 0) and
+  RANK / PET_NODE_RANK set in the pod (a worker's index + 1 when there is a Master, v1's rule). So the
+  tutorials' `kubectl logs <job>-master-0` and `kubectl exec <job>-master-0` work, and the pod's
+  hostname is its name.
 - **One headless Service per pod**, named `<job>-<type>-<i>` as v1 did, selecting the pod by its
-  replica type and `batch.kubernetes.io/job-completion-index`. v1 tooling and user code reach the
-  master as the bare name `MASTER_ADDR=<job>-master-0` (v1 never set hostname/subdomain; the
-  per-pod Service is what resolves), so the per-pod Service, not a subdomain, is what must exist.
-  `publishNotReadyAddresses` lets workers resolve the master before it is ready.
-- **Pod names differ**: the Job controller names pods `<job>-worker-<i>-<suffix>`. The v1 SDK
-  (kubeflow-training 1.9) finds pods by the `training.kubeflow.org/*` labels, not by name, so it
-  is unaffected; `kubectl logs <job>-master-0` is not (use `-l training.kubeflow.org/job-role=master`).
-- **Labels**: the template carries operator-name, job-name, replica-type (and job-role=master on
-  the Master); the per-pod ones (replica-index, and job-role=master on worker 0 of a job without a
-  Master, as v1's IsMasterRole) are stamped on each pod by the controller (`pod_stamp`).
-- **RANK of a worker is its index + 1** when there is a Master. No downward-API field holds index+1,
-  so those worker pods are created behind a scheduling gate; the controller stamps the annotation
-  `training.kubeflow.org/rank` (read by RANK / PET_NODE_RANK through the downward API) and lifts the
-  gate in the same write (`pod_stamp`). Without a Master v1 sets no RANK and nothing is gated.
+  job-name, replica-type and replica-index labels (v1's selector). v1 tooling and user code reach the
+  master as the bare name `MASTER_ADDR=<job>-master-0`. `publishNotReadyAddresses` lets workers
+  resolve the master before it is ready.
+- **An elastic Worker group** keeps its current size of live pods: a worker lost with its node is
+  replaced under the lowest free index (its old pod may stay Terminating on the lost node, holding
+  its name), and a shrink deletes unscheduled workers first, then the highest index.
 - **Gang floor** (v1's bug #1571: minMember ignored elasticPolicy.minReplicas): minMember =
   schedulingPolicy.minAvailable when set, else the Master plus elasticPolicy.minReplicas workers
   (elastic), else every replica.
@@ -34,9 +29,9 @@ gangctl.api.pytorchjob):
   kubelet restarts the container in its pod, on its node: no gang wait); gangctl charges each
   episode once (the highest container restart count of the attempt's pods: one failing rank makes
   the others' collectives fail and restart too, which v1 counted as several) and, past the limit,
-  fails the job and stops its restarting pods (suspends their Jobs). Other policies, and a pod that
-  fails anyway, restart the gang (new Jobs) against the same limit; infrastructure faults are never
-  charged.
+  fails the job and deletes its restarting pods. Other policies, and a pod that fails anyway, restart
+  the gang (every pod deleted, then made again under the same names) against the same limit;
+  infrastructure faults are never charged.
 """
 from __future__ import annotations
 
@@ -54,7 +49,6 @@ from gangctl.api.quantity import parse_quantity
 from gangctl.plugins.kueue import QUEUE_LABEL as KUEUE_QUEUE_LABEL
 from gangctl.plugins.registry import BACKENDS
 from gangctl.plugins.torch import RDZV_PORT, STORE_ROLE, STORE_ROLE_VALUE
-from gangctl.plugins.workload import ELASTIC_BACKOFF_LIMIT as UNCOUNTED
 from gangctl.policy.failure import FAIL_JOBSET, RESTART_JOBSET, FailurePolicy, FailureRule
 from gangctl.model.gang import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, Gang
 from gangctl.model.resolve import ResolvedJob, pod_requests
@@ -69,9 +63,6 @@ REPLICA_INDEX = "training.kubeflow.org/replica-index"
 JOB_ROLE = "training.kubeflow.org/job-role"
 CONTROLLER_NAME = "pytorchjob-controller"   # the operator-name value v1's PyTorchJob controller wrote
 # gangctl's per-pod stamp for RANK (see the module docstring), and the gate held until it is written.
-RANK_ANNOTATION = "training.kubeflow.org/rank"
-RANK_GATE = "gangctl.io/pytorchjob-rank"
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 # The rendezvous store pod gangctl runs for elastic jobs (gangctl.plugins.torch builds it).
 RDZV_STORE_PORT = RDZV_PORT
 UNLIMITED_RESTARTS = 2147483647
@@ -95,16 +86,12 @@ class PyTorchJobMappingError(ValueError):
 
 @dataclass(frozen=True)
 class ReplicaGroup:
-    """One replica type as the core's model (one Indexed Job `<job>-<type>`)."""
+    """One replica type as the core's model: its pods `<job>-<type>-<i>`."""
 
     replica_type: str
     job: ResolvedJob
     rank_offset: int             # RANK of index 0: 1 for Workers when there is a Master, else 0
-    gated: bool                  # pods start behind RANK_GATE until the controller stamps them
-
-    @property
-    def child_name(self) -> str:
-        return child_job_name(self.job.name, self.replica_type)
+    ranked: bool = False         # v1 sets RANK (there is a Master): each pod gets index + rank_offset
 
 
 @dataclass(frozen=True)
@@ -142,11 +129,6 @@ def replica_name(job: str, replica_type: str, index: int) -> str:
     return f"{job}-{replica_type.lower()}-{index}"
 
 
-def child_job_name(job: str, replica_type: str) -> str:
-    """The Indexed Job of a replica type: its pod i gets hostname `<this>-<i>` = replica_name."""
-    return f"{job}-{replica_type.lower()}"
-
-
 def template_labels(job: str, replica_type: str, has_master: bool) -> dict[str, str]:
     """The labels every pod of the group carries from creation (worker 0's job-role is stamped)."""
     labels = {OPERATOR_NAME: CONTROLLER_NAME, JOB_NAME: job, REPLICA_TYPE: replica_type.lower()}
@@ -174,41 +156,11 @@ def label_selector(job: str, replica_type: str) -> str:
     return ",".join(f"{k}={labels[k]}" for k in sorted(labels))
 
 
-def pod_stamp(job: PyTorchJob, pod: dict) -> dict | None:
-    """What the controller must write on a pod of `job` so it looks like v1's: the labels and the RANK
-    annotation it lacks, and its scheduling gates without RANK_GATE. None when nothing is missing.
-
-    The result is a merge of metadata.labels / metadata.annotations and the full new
-    spec.schedulingGates list (present only when the gate must go)."""
-    meta = pod.get("metadata") or {}
-    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    rtype = next((t for t in (MASTER, WORKER) if t.lower() == labels.get(REPLICA_TYPE)), None)
-    index = annotations.get(COMPLETION_INDEX, labels.get(COMPLETION_INDEX))
-    if rtype is None or index is None or not str(index).isdigit() or labels.get(JOB_NAME) != job.name:
-        return None
-    i = int(index)
-    want = pod_labels(job.name, rtype, i, job.master is not None)
-    patch: dict = {}
-    missing = {k: v for k, v in want.items() if labels.get(k) != v}
-    if missing:
-        patch.setdefault("metadata", {})["labels"] = missing
-    offset = 1 if rtype == WORKER and job.master is not None else 0
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    if any(g.get("name") == RANK_GATE for g in gates):
-        if annotations.get(RANK_ANNOTATION) != str(i + offset):
-            patch.setdefault("metadata", {})["annotations"] = {RANK_ANNOTATION: str(i + offset)}
-        patch["spec"] = {"schedulingGates": [g for g in gates if g.get("name") != RANK_GATE]}
-    return patch or None
-
-
 # --- env ------------------------------------------------------------------------------------------
 
-def _rank_env(replica_type: str) -> list[dict]:
-    """RANK and PET_NODE_RANK: 0 on the Master; a worker's index + 1, stamped (see pod_stamp)."""
-    if replica_type == MASTER:
-        return [{"name": "RANK", "value": "0"}, {"name": "PET_NODE_RANK", "value": "0"}]
-    ref = {"fieldRef": {"fieldPath": f"metadata.annotations['{RANK_ANNOTATION}']"}}
-    return [{"name": "RANK", "valueFrom": ref}, {"name": "PET_NODE_RANK", "valueFrom": copy.deepcopy(ref)}]
+def rank_env(rank: int) -> list[dict]:
+    """RANK and PET_NODE_RANK of one pod (with a Master: 0 on it, a worker's index + 1)."""
+    return [{"name": "RANK", "value": str(rank)}, {"name": "PET_NODE_RANK", "value": str(rank)}]
 
 
 def nproc_int(job: PyTorchJob) -> int:
@@ -268,7 +220,8 @@ def uses_store(job: PyTorchJob) -> bool:
 
 
 def env(job: PyTorchJob, replica_type: str) -> list[dict]:
-    """The environment v1 gave every container of a pod of this replica type (in v1's order)."""
+    """The environment v1 gave every container of a pod of this replica type (in v1's order), but
+    RANK and PET_NODE_RANK, which differ per pod (`rank_env`)."""
     out = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
     master = job.master
     if master is not None:
@@ -276,7 +229,7 @@ def env(job: PyTorchJob, replica_type: str) -> list[dict]:
         out += [{"name": "MASTER_PORT", "value": port}, {"name": "PET_MASTER_PORT", "value": port},
                 {"name": "MASTER_ADDR", "value": addr}, {"name": "PET_MASTER_ADDR", "value": addr},
                 {"name": "WORLD_SIZE", "value": str(job.total_replicas * nproc_int(job))}]
-        out += _rank_env(replica_type)
+        # RANK and PET_NODE_RANK follow, per pod (`rank_env`)
     if job.nproc_per_node is not None:
         out.append({"name": "PET_NPROC_PER_NODE", "value": job.nproc_per_node})
     e = job.elastic
@@ -299,7 +252,7 @@ def env(job: PyTorchJob, replica_type: str) -> list[dict]:
     return out
 
 
-def _with_env(container: dict, extra: list[dict]) -> None:
+def with_env(container: dict, extra: list[dict]) -> None:
     """v1 appended its variables after the user's; a user variable of the same name lost. Same
     outcome here, without the duplicate entry."""
     names = {e["name"] for e in extra}
@@ -323,8 +276,7 @@ def to_gang(obj: dict | PyTorchJob, *, default_backend: str | None = None,
     groups = []
     for rtype, spec in job.replica_specs.items():
         offset = 1 if rtype == WORKER and has_master else 0
-        gated = offset == 1
-        template = _pod_template(job, spec, gated)
+        template = _pod_template(job, spec)
         pod_spec = template["spec"]
         elastic = None
         num = spec.replicas
@@ -336,21 +288,16 @@ def to_gang(obj: dict | PyTorchJob, *, default_backend: str | None = None,
             elastic = {"minNodes": e.min_replicas, "maxNodes": e.max_replicas}
             if e.max_restarts is not None:
                 elastic["maxRestarts"] = e.max_restarts
-        # A Job counts its pods' container restarts against backoffLimit: gangctl's budget counts them instead
-        job_spec: dict = {"backoffLimit": UNCOUNTED if restarts_in_place(spec) else 0}
-        if spec.restart_policy == "ExitCode":
-            job_spec["podFailurePolicy"] = {"rules": [{"action": "FailJob", "onExitCodes": {
-                "containerName": DEFAULT_CONTAINER, "operator": "In", "values": list(PERMANENT_EXIT_CODES)}}]}
         resolved = ResolvedJob(
             name=job.name, namespace=job.namespace, uid=job.uid, runtime_kind=KIND, runtime_name="",
             num_nodes=num, min_nodes=min_nodes, num_proc_per_node=procs_per_node(job),
             suspend=job.run_policy.suspend, gang_backend=backend, gang_settings=settings,
-            pod_template=template, job_spec=job_spec, requests=pod_requests(pod_spec),
+            pod_template=template, job_spec={}, requests=pod_requests(pod_spec),
             failure_policy=_jobset_failure_policy(failure), success_policy=success_policy(job), elastic=elastic,
             group_name=group_name(job.name), placement=_replica_intent(rtype, template),
             restart_in_place=restarts_in_place(spec),
         )
-        groups.append(ReplicaGroup(rtype, resolved, offset, gated))
+        groups.append(ReplicaGroup(rtype, resolved, offset, ranked=has_master))
     groups = _one_placement(groups)
     min_member, size = gang_floor(job)
     return PyTorchGang(
@@ -401,7 +348,7 @@ def restarts_in_place(spec: ReplicaSpec) -> bool:
     return spec.restart_policy == "OnFailure"
 
 
-def _pod_template(job: PyTorchJob, spec: ReplicaSpec, gated: bool) -> dict:
+def _pod_template(job: PyTorchJob, spec: ReplicaSpec) -> dict:
     template = copy.deepcopy(spec.template)
     meta = template.setdefault("metadata", {})
     meta["labels"] = {**(meta.get("labels") or {}),
@@ -410,11 +357,9 @@ def _pod_template(job: PyTorchJob, spec: ReplicaSpec, gated: bool) -> dict:
     # OnFailure: the kubelet restarts a failed container in its pod, as under v1 (gangctl charges the
     # restarts, `restarts_in_place`); otherwise gangctl restarts the gang and the pod never restarts.
     pod_spec["restartPolicy"] = "OnFailure" if restarts_in_place(spec) else "Never"
-    if gated:
-        pod_spec["schedulingGates"] = list(pod_spec.get("schedulingGates") or []) + [{"name": RANK_GATE}]
     extra = env(job, spec.replica_type)
     for container in pod_spec.get("containers") or []:
-        _with_env(container, extra)
+        with_env(container, extra)
     return template
 
 
@@ -480,8 +425,7 @@ def _settings(backend_name: str, sched: SchedulingPolicy | None) -> dict:
 
 
 def services(job: PyTorchJob) -> list[dict]:
-    """v1's per-replica headless Services, selecting by completion index (the index label exists on
-    Job pods from creation; the stamped replica-index may lag)."""
+    """v1's per-replica headless Services, each selecting its pod by v1's labels."""
     out = []
     for rtype, spec in job.replica_specs.items():
         count = max(spec.replicas, job.elastic.max_replicas) if job.elastic and rtype == WORKER else spec.replicas
@@ -493,7 +437,7 @@ def services(job: PyTorchJob) -> list[dict]:
                 "apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": name, "namespace": job.namespace, "labels": {**base, REPLICA_INDEX: str(i)}},
                 "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
-                         "selector": {**base, COMPLETION_INDEX: str(i)},
+                         "selector": {**base, REPLICA_INDEX: str(i)},
                          "ports": [{"name": n, "port": p} for n, p in ports]},
             })
     return out
@@ -511,8 +455,8 @@ def _named_ports(spec: ReplicaSpec) -> list[tuple[str, int]]:
 def failure_policy(job: PyTorchJob) -> FailurePolicy:
     """v1's restart policies and backoffLimit on gangctl's restart budget.
 
-    Never: a failed pod fails the job. ExitCode: exit codes 1-127 fail the job (the child Job's
-    podFailurePolicy turns them into reason PodFailurePolicy), 128+ (signals) restart the gang.
+    Never: a failed pod fails the job. ExitCode: exit codes 1-127 fail the job (the failure is judged
+    with reason PodFailurePolicy, `exit_code_failure`), 128+ (signals) restart the gang.
     OnFailure: the kubelet restarts the failed containers in their pods (`restarts_in_place`); a pod
     that fails anyway (evicted, its node lost) restarts the gang. Always: restart the gang.
     Restarts charged to the user stop at backoffLimit
@@ -544,8 +488,8 @@ def _jobset_failure_policy(policy: FailurePolicy) -> dict:
 
 
 def success_policy(job: PyTorchJob) -> dict:
-    """v1's success rule as JobSet's: the Master's Job completes; with no Master, the Worker Job
-    (all indexes; an elastic one completes on its first success, see gangctl.plugins.workload)."""
+    """v1's success rule in JobSet's words (`succeeded` decides it from the pods): the Master
+    completes; with no Master, the Workers (an elastic one on its first success)."""
     return {"operator": "All", "targetReplicatedJobs": [MASTER.lower() if job.master else WORKER.lower()]}
 
 
@@ -616,9 +560,9 @@ def ttl_remaining(job: PyTorchJob, status: dict | None, now: datetime) -> float 
 
 
 def cleanup(job: PyTorchJob) -> str:
-    """What cleanPodPolicy asks of a finished job's children: "keep" (None), "suspend" (Running:
-    suspending a Job deletes its active pods and keeps the finished ones), "delete" (All)."""
-    return {"None": "keep", "Running": "suspend", "All": "delete"}[job.run_policy.clean_pod_policy]
+    """What cleanPodPolicy asks of a finished job's pods: "keep" (None), "running" (Running: delete
+    the pods not finished, keep the finished ones), "delete" (All)."""
+    return {"None": "keep", "Running": "running", "All": "delete"}[job.run_policy.clean_pod_policy]
 
 
 # --- v1 status ------------------------------------------------------------------------------------

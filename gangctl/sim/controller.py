@@ -12,11 +12,13 @@ backend, and reads the `Plan` back:
   elasticPolicy when the scenario makes the job elastic, and the scenario's restart budget as
   failurePolicy.maxRestarts), or a PyTorchJob of Worker replicas (`pytorchjob_manifest`) with that
   backend as the controller's gang scheduler; the restarts earlier decisions wrote; and the node Job
-  and pods as the Job controller would show them at that moment;
+  and pods as the Job controller would show them at that moment (a PyTorchJob's pods, which gangctl
+  makes itself, as they would show);
 - apply: the engine takes from the plan the gang (its floor as the backend's own module reads it
   from the gang's object, `GangBackend.gang_floor`; one pod's requests and the Job's parallelism
-  from the node Job), Failed or Restarting (a PyTorchJob's judgement, from its annotation), and the
-  Job's new parallelism; it keeps what the plans wrote (`Written`) for the next snapshots.
+  from the node Job, or the Worker pods a PyTorchJob's plan makes), Failed or Restarting (a
+  PyTorchJob's judgement, from its annotation), and the new size; it keeps what the plans wrote
+  (`Written`) for the next snapshots.
 
 Nothing the controller decides is re-implemented here; the engine models only what Kubernetes and
 the workload do (placement, run time, faults). `decide` is pure, so every answer is memoized on what
@@ -44,6 +46,7 @@ from gangctl.policy import decide_pytorchjob
 from gangctl.policy import status as st
 from gangctl.policy.decide import Apply, Create, Patch, Plan, Snapshot, decide
 from gangctl.policy.decide_pytorchjob import ELASTIC_ANNOTATION, RESTARTS_ANNOTATION
+from gangctl.policy.pytorchjob import REPLICA_TYPE
 from gangctl.policy.failure import Restarts
 from gangctl.sim import objects
 from gangctl.sim.replay import RUNTIME, resource_requests, trainjob_manifest, trainjob_name
@@ -104,7 +107,8 @@ class Observed:
 
     job: dict               # the TrainJob or PyTorchJob, as submitted
     runtime: dict | None    # a TrainJob's runtime (None: a PyTorchJob, which carries its own spec)
-    node_job: dict          # the Job the controller creates for its pods (the gang plan's), before any status
+    node_job: dict          # the Job the controller creates for its pods (the gang plan's), before any status;
+                            # a PyTorchJob's Worker pods as one Job-shaped view (`_pods_as_job`)
     backend: str            # the gang backend the job runs under (the cluster serves it, no group yet)
 
     def snapshot(self, now: float, *, obj: dict | None = None, job: dict | None = None,
@@ -114,9 +118,8 @@ class Observed:
         meta = self.job["metadata"]
         obj = self.job if obj is None else obj
         key = f"{meta['namespace']}/{meta['name']}"
-        if self.runtime is None:   # v1's --gang-scheduler-name names the backend; the pass lists the child Jobs
-            return Snapshot(key, at(now), obj, jobs=() if job is None else (job,), pods=pods,
-                            groups={self.backend: None}, gang_scheduler=self.backend)
+        if self.runtime is None:   # v1's --gang-scheduler-name names the backend; its pods are its own
+            return Snapshot(key, at(now), obj, pods=pods, groups={self.backend: None}, gang_scheduler=self.backend)
         return Snapshot(key, at(now), obj, runtime=self.runtime, node_job=job, pods=pods, groups={self.backend: None})
 
     def decide(self, snapshot: Snapshot) -> Plan:
@@ -142,14 +145,38 @@ class Observed:
             return {**self.job, "status": {"elastic": {"currentNodes": pods, "minNodes": floor, "maxNodes": top, **memo}}}
         return _annotated(self.job, ELASTIC_ANNOTATION, memo)
 
-    def attempt(self, n: int, parallelism: int, failed: bool = False) -> dict:
-        """The node Job of attempt `n` with `parallelism` pods, Failed when `failed`."""
+    def attempt(self, n: int, parallelism: int, failed: bool = False) -> dict | None:
+        """The node Job of attempt `n` with `parallelism` pods, Failed when `failed` (None for a
+        PyTorchJob: gangctl makes its pods, `pod` shows them)."""
+        if self.runtime is None:
+            return None
         job = copy.deepcopy(self.node_job)
         job["metadata"]["uid"] = f"{self.job['metadata']['uid']}-attempt-{n}"
         job["spec"]["parallelism"] = job["spec"]["completions"] = parallelism
         job["status"] = {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]
                          if failed else [], "failed": 1 if failed else 0}
         return job
+
+    def pod(self, attempt: dict | None, index: int, **kw) -> dict:
+        """Pod `index` of the attempt, bound to a node (`worker`'s keywords): a TrainJob's made by its node
+        Job `attempt`, a PyTorchJob's Worker made by gangctl."""
+        if attempt is not None:
+            return worker(attempt, index, **kw)
+        disrupted = kw.pop("disrupted", False)
+        return objects.pytorchjob_pod(self.job, "Worker", index, node=f"node-{index}",
+                                      disrupted="DeletionByPodGC" if disrupted else None, **kw)
+
+
+def _pods_as_job(plan: Plan) -> dict:
+    """The Worker pods a PyTorchJob's first plan makes, in the shape the engine reads a node Job:
+    their number as its parallelism, one of them as its template."""
+    pods = [c.obj for c in plan.of(Create) if c.obj.get("kind") == "Pod"
+            and (c.obj["metadata"].get("labels") or {}).get(REPLICA_TYPE) == "worker"]
+    if not pods:
+        raise AssertionError(f"the controller's plan makes no Worker pod: {plan.steps}")
+    return {"metadata": {"name": pods[0]["metadata"]["name"], "annotations": {}},
+            "spec": {"parallelism": len(pods), "completions": len(pods),
+                     "template": {"metadata": pods[0]["metadata"], "spec": pods[0]["spec"]}}}
 
 
 def _annotated(obj: dict, key: str, value: dict) -> dict:
@@ -160,10 +187,10 @@ def _annotated(obj: dict, key: str, value: dict) -> dict:
     return {**obj, "metadata": {**meta, "annotations": {**meta.get("annotations", {}), key: text}}}
 
 
-def unplaced(job: dict, index: int, since: float) -> dict:
-    """Pod `index` of `job` waiting for a node: unschedulable since `since` (a lost worker's
+def unplaced(obs: Observed, job: dict | None, index: int, since: float) -> dict:
+    """Pod `index` of the attempt waiting for a node: unschedulable since `since` (a lost worker's
     replacement, or a probe, that finds no room)."""
-    pod = worker(job, index, phase="Pending")
+    pod = obs.pod(job, index, phase="Pending")
     del pod["spec"]["nodeName"]
     pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                     "lastTransitionTime": st.timestamp(at(since))}]
@@ -213,7 +240,7 @@ class SimController:
             obj["metadata"].update(uid=f"uid-{spec.id}", creationTimestamp=st.timestamp(EPOCH), generation=1)
             unmade = Observed(obj, runtime, {}, name)
             first = self._decide("create", unmade, unmade.snapshot(0.0))
-            node_job = _written(first, "Job")
+            node_job = _written(first, "Job") if runtime is not None else _pods_as_job(first)
             if runtime is not None:
                 node_job["metadata"]["labels"] = {**node_job["metadata"].get("labels", {}),
                                                   TRAINJOB_NAME: obj["metadata"]["name"]}
@@ -246,7 +273,7 @@ class SimController:
         def answer() -> Gang:
             plan = self._answers.get((self._shape(spec), "create")) if self.memo else None
             plan = plan or self._decide("create", obs, obs.snapshot(0.0))
-            job = _written(plan, "Job")
+            job = _written(plan, "Job") if obs.runtime is not None else _pods_as_job(plan)
             resource = self.backend.group_resource
             group = None if resource is None else _written(plan, resource.kind, resource.api_version)
             return Gang(min_member=self.backend.gang_floor(group, job), size=job["spec"]["parallelism"],
@@ -261,8 +288,8 @@ class SimController:
         def answer() -> tuple[bool, tuple[int, int]]:
             obs = self.observed(spec)
             job = obs.attempt(sum(written.restarts), pods, failed=True)
-            pod = (worker(job, 0, phase="Failed", exit_code=1) if cause == "exit"
-                   else worker(job, 0, phase="Failed", disrupted=True))
+            pod = (obs.pod(job, 0, phase="Failed", exit_code=1) if cause == "exit"
+                   else obs.pod(job, 0, phase="Failed", disrupted=True))
             plan = self._decide(cause, obs, obs.snapshot(0.0, obj=Written(written.restarts).on(obs.job), job=job,
                                                          pods=(pod,)))
             return _judged(plan)
@@ -282,9 +309,9 @@ class SimController:
                 return None, None
             job = obs.attempt(1, pods)
             keep = pods - lost
-            replacements = tuple(unplaced(job, pods + i, -60.0) for i in range(lost))
+            replacements = tuple(unplaced(obs, job, pods + i, -60.0) for i in range(lost))
             snapshot = obs.snapshot(0.0, obj=obs.sized(pods, None), job=job,
-                                    pods=(*(worker(job, i, disrupted=i >= keep) for i in range(pods)), *replacements))
+                                    pods=(*(obs.pod(job, i, disrupted=i >= keep) for i in range(pods)), *replacements))
             plan = self._decide("shrink", obs, snapshot)
             if _sizing(plan).get("size") != keep:
                 return None, None
@@ -302,7 +329,7 @@ class SimController:
         obs = self.observed(spec)
         job = obs.attempt(1, pods)
         plan = self._decide("grow", obs, obs.snapshot(now, obj=obs.sized(pods, written.last_shrink), job=job,
-                                                      pods=tuple(worker(job, i) for i in range(pods))))
+                                                      pods=tuple(obs.pod(job, i) for i in range(pods))))
         return _sizing(plan).get("size") == pods + 1
 
 

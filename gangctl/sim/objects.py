@@ -19,6 +19,7 @@ from gangctl.api import pytorchjob as v1
 from gangctl.api.trainjob import TRAINJOB_KIND
 from gangctl.config import REPO_ROOT
 from gangctl.model.names import COMPLETION_INDEX_ANNOTATION
+from gangctl.policy import pytorchjob as pj
 from gangctl.policy.convert import DEFAULT_RUNTIME, TRAINER_API
 
 
@@ -51,6 +52,22 @@ def job_pod(job: dict, index: int, *, labels: dict | None = None, phase: str = "
     return pod(f"{meta['name']}-{index}", namespace=meta["namespace"], labels=labels, index=index,
                owners=[{"uid": meta["uid"]}], phase=phase, conditions=[disruption(disrupted)] if disrupted else [],
                container_statuses=None if exit_code is None else [terminated(exit_code)], **fields)
+
+
+def pytorchjob_pod(job: dict, replica_type: str, index: int, *, phase: str = "Running", disrupted: str | None = None,
+                   exit_code: int | None = None, **fields) -> dict:
+    """Pod `index` of a PyTorchJob's `replica_type` as gangctl makes it: named `<job>-<type>-<index>`,
+    in the job's namespace, owned by it (its uid), with v1's job-name, replica-type and replica-index
+    labels. `disrupted` and `exit_code` as for `job_pod` (the code of its `pytorch` container)."""
+    meta, rtype = job["metadata"], replica_type.lower()
+    name = f"{meta['name']}-{rtype}-{index}"
+    labels = {pj.JOB_NAME: meta["name"], pj.REPLICA_TYPE: rtype, pj.REPLICA_INDEX: str(index)}
+    return pod(name, namespace=meta["namespace"], uid=f"{meta['uid']}-{rtype}-{index}", labels=labels,
+               owners=[{"apiVersion": job.get("apiVersion", v1.API_VERSION), "kind": v1.KIND, "name": meta["name"],
+                        "uid": meta["uid"], "controller": True}],
+               phase=phase, conditions=[disruption(disrupted)] if disrupted else [],
+               container_statuses=None if exit_code is None else [terminated(exit_code, container="pytorch")],
+               **fields)
 
 
 def disruption(reason: str | None = None, *, message: str | None = None, at: str | None = None) -> dict:

@@ -370,7 +370,7 @@ async def test_a_pytorchjob_with_a_queue_name_waits_in_kueues_words_and_runs_whe
         assert v1_condition(await get_pytorchjob(kube, ns, "pj-b"), "Suspended")["status"] == "False"
 
         # Kueue admits the PyTorchJob itself: a Master and a Worker are one Workload of two pod sets
-        # (8 + 8 GPUs beside pj-b's 8: the team's 24), and neither of gangctl's Jobs is Kueue's
+        # (8 + 8 GPUs beside pj-b's 8: the team's 24), and neither of gangctl's pods is Kueue's
         await kube.create(PYTORCHJOBS.path(ns), queued("pj-whole", workers=1))
         async def both_run() -> bool:   # v1's Running follows the Master; the Worker may bind a moment later
             return await runs("pj-whole") and len(bound(await pj_pods(kube, ns, "pj-whole"))) == 2
@@ -379,8 +379,10 @@ async def test_a_pytorchjob_with_a_queue_name_waits_in_kueues_words_and_runs_whe
         [workload] = [w for w in (await kube.get(WORKLOADS.path(ns)))["items"]
                       if any(r["uid"] == job["metadata"]["uid"] for r in w["metadata"].get("ownerReferences") or [])]
         assert [(p["name"], p["count"]) for p in workload["spec"]["podSets"]] == [("master", 1), ("worker", 1)]
-        children = [j for j in (await kube.get(JOBS.path(ns)))["items"] if j["metadata"]["name"].startswith("pj-whole-")]
-        assert len(children) == 2 and not [j for j in children if QUEUE_LABEL in j["metadata"].get("labels", {})]
+        children = await pj_pods(kube, ns, "pj-whole")
+        assert sorted(p["metadata"]["name"] for p in children) == ["pj-whole-master-0", "pj-whole-worker-0"]
+        assert not [p for p in children if QUEUE_LABEL in p["metadata"].get("labels", {})]
+        assert not [j for j in (await kube.get(JOBS.path(ns)))["items"] if j["metadata"]["name"].startswith("pj-whole")]
 
         # without Kueue's priority label, Kueue takes the priority from schedulingPolicy.priorityClass,
         # a PriorityClass this cluster lacks: Kueue would make no Workload, so the job fails naming it

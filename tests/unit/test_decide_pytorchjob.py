@@ -31,49 +31,79 @@ def snap(obj: dict | None, **kw) -> dp.Snapshot:
     return Snapshot("team-a/ddp", NOW, obj, scheduler_name="sched", gang_scheduler="coscheduling", **kw)
 
 
-def child(name: str, uid: str, failed: tuple[str, str] | None = None, complete: bool = False) -> dict:
-    conds = []
-    if failed:
-        conds.append({"type": "Failed", "status": "True", "reason": failed[0], "message": failed[1]})
-    if complete:
-        conds.append({"type": "Complete", "status": "True"})
+def old_job(name: str, uid: str) -> dict:
+    """A Job an older gangctl made for a replica type (before pods were named as v1's)."""
     return {"kind": "Job", "metadata": {"name": name, "namespace": "team-a", "uid": uid,
                                         "labels": {pj.JOB_NAME: "ddp"}, "ownerReferences": [OWNER]},
-            "spec": {"parallelism": 1}, "status": {"conditions": conds}}
+            "spec": {"parallelism": 1}, "status": {}}
 
 
-def pod(name: str, owner_uid: str, rtype: str, index: int, phase: str = "Running", gated: bool = False,
-        exit_code: int | None = None) -> dict:
-    """Pod `name`, replica `index` of type `rtype`, made by the Job with uid `owner_uid`."""
-    return objects.pod(
-        name, namespace="team-a", labels={pj.JOB_NAME: "ddp", pj.REPLICA_TYPE: rtype, pj.COMPLETION_INDEX: str(index)},
-        index=index, owners=[{"kind": "Job", "uid": owner_uid, "name": f"ddp-{rtype}"}],
-        gates=[pj.RANK_GATE] if gated else (), phase=phase,
-        container_statuses=None if exit_code is None else [
-            objects.terminated(exit_code, container="pytorch", reason="Error", at="2026-11-23T11:59:00Z")])
+def pod(rtype: str, index: int, phase: str = "Running", exit_code: int | None = None, *,
+        uid: str | None = None, created: str | None = None, deleting: bool = False) -> dict:
+    """Replica `index` of type `rtype` as gangctl made it for the PyTorchJob (pj-1): `ddp-<rtype>-<index>`."""
+    p = objects.pytorchjob_pod(pytorchjob(), rtype, index, phase=phase,
+                               deleted_at="2026-11-23T11:59:50Z" if deleting else None)
+    if uid is not None:
+        p["metadata"]["uid"] = uid
+    if created is not None:
+        p["metadata"]["creationTimestamp"] = created
+    if exit_code is not None:
+        p["status"]["containerStatuses"] = [objects.terminated(exit_code, container="pytorch", reason="Error",
+                                                               at="2026-11-23T11:59:00Z")]
+    return p
 
 
-def test_first_pass_applies_services_podgroup_and_one_job_per_replica_type():
+def made(plan, rtype: str | None = None) -> list[dict]:
+    """The replica pods the plan creates (of `rtype`, when given)."""
+    return [c.obj for c in plan.of(Create) if c.resource == PODS and (c.obj["metadata"]["labels"] or {}).get(
+        pj.REPLICA_TYPE) in ((rtype,) if rtype else ("master", "worker"))]
+
+
+def test_first_pass_applies_services_podgroup_and_makes_the_pods_under_v1s_names():
     plan = dp.decide(snap(pytorchjob()))
     applies = plan.of(Apply)
     assert [(a.resource, a.obj["metadata"]["name"]) for a in applies] == [
         (SERVICES, "ddp-master-0"), (SERVICES, "ddp-worker-0"), (SERVICES, "ddp-worker-1"), (SERVICES, "ddp-worker-2"),
-        (POD_GROUPS, "ddp-pytorch"), (JOBS, "ddp-master"), (JOBS, "ddp-worker")]
+        (POD_GROUPS, "ddp-pytorch")]
     group = applies[4].obj
     assert group["spec"]["minMember"] == 4
     assert group["spec"]["minResources"] == {"cpu": "4"}
-    worker = applies[6].obj
-    assert worker["spec"]["completionMode"] == "Indexed" and worker["spec"]["completions"] == 3
-    template = worker["spec"]["template"]
-    assert template["spec"]["schedulerName"] == "sched"
-    assert template["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "ddp-pytorch"
-    assert template["spec"]["schedulingGates"] == [{"name": pj.RANK_GATE}]
-    env = {e["name"]: e for e in template["spec"]["containers"][0]["env"]}
-    assert env["MASTER_ADDR"]["value"] == "ddp-master-0" and env["WORLD_SIZE"]["value"] == "4"
-    assert all(a.obj["metadata"]["ownerReferences"][0]["kind"] == "PyTorchJob" for a in applies)
+    assert applies[1].obj["spec"]["selector"] == {pj.OPERATOR_NAME: pj.CONTROLLER_NAME, pj.JOB_NAME: "ddp",
+                                                  pj.REPLICA_TYPE: "worker", pj.REPLICA_INDEX: "0"}
+    pods = made(plan)
+    assert [p["metadata"]["name"] for p in pods] == ["ddp-master-0", "ddp-worker-0", "ddp-worker-1", "ddp-worker-2"]
+    worker = pods[2]
+    assert worker["spec"]["schedulerName"] == "sched" and "schedulingGates" not in worker["spec"]
+    assert worker["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "ddp-pytorch"
+    assert {k: worker["metadata"]["labels"][k] for k in (pj.REPLICA_TYPE, pj.REPLICA_INDEX)} == {
+        pj.REPLICA_TYPE: "worker", pj.REPLICA_INDEX: "1"}
+    env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0]["env"]}
+    assert env["MASTER_ADDR"] == "ddp-master-0" and env["WORLD_SIZE"] == "4"
+    assert (env["RANK"], env["PET_NODE_RANK"]) == ("2", "2"), "a worker's index + 1, as v1"
+    master = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+    assert master["RANK"] == "0" and pods[0]["metadata"]["labels"][pj.JOB_ROLE] == "master"
+    assert all(o["metadata"]["ownerReferences"][0]["kind"] == "PyTorchJob" for o in [*(a.obj for a in applies), *pods])
     status = plan.status
     assert [c["type"] for c in status["conditions"]] == ["Created"]
     assert status["conditions"][0]["reason"] == "PyTorchJobCreated"
+
+
+def test_only_the_missing_pods_are_made_and_a_name_is_never_taken_twice():
+    plan = dp.decide(snap(pytorchjob(), pods=(pod("master", 0), pod("worker", 0), pod("worker", 2, deleting=True))))
+    assert [p["metadata"]["name"] for p in made(plan)] == ["ddp-worker-1"], "worker-2's name is held until it is gone"
+    plan = dp.decide(snap(pytorchjob(), pods=(pod("master", 0), pod("worker", 0), pod("worker", 1),
+                                              pod("worker", 2, phase="Succeeded"))))
+    assert not made(plan), "a finished pod keeps its index"
+
+
+def test_jobs_an_older_gangctl_made_are_deleted_before_any_pod_is_made():
+    plan = dp.decide(snap(pytorchjob(), jobs=(old_job("ddp-master", "m1"), old_job("ddp-worker", "w1"))))
+    assert {(d.resource, d.name, d.uid, d.propagation) for d in plan.of(Delete)} == {
+        (JOBS, "ddp-master", "m1", "Foreground"), (JOBS, "ddp-worker", "w1", "Foreground")}
+    assert not plan.of(Create) and plan.status is None, "uncharged, nothing else this pass"
+    foreign = old_job("ddp-worker", "w9")
+    foreign["metadata"]["ownerReferences"] = [{**OWNER, "uid": "someone-else"}]
+    assert not dp.decide(snap(pytorchjob(), jobs=(foreign,))).of(Delete), "a Job it did not make is not touched"
 
 
 def test_native_gangs_pods_name_the_gang_scheduler_profile():
@@ -82,9 +112,9 @@ def test_native_gangs_pods_name_the_gang_scheduler_profile():
     base = Snapshot("team-a/ddp", NOW, pytorchjob(), scheduler_name="sched", gang_scheduler="native",
                     groups={"native": None})
     for snapshot, expected in ((base, "sched"), (dataclasses.replace(base, gang_scheduler_name="gangs"), "gangs")):
-        applies = dp.decide(snapshot).of(Apply)
-        assert {a.obj["spec"]["template"]["spec"]["schedulerName"] for a in applies if a.resource == JOBS} == {expected}
-        assert [a.obj["metadata"]["name"] for a in applies if a.resource == NATIVE_POD_GROUPS] == ["ddp-pytorch"]
+        plan = dp.decide(snapshot)
+        assert {p["spec"]["schedulerName"] for p in made(plan)} == {expected}
+        assert [a.obj["metadata"]["name"] for a in plan.of(Apply) if a.resource == NATIVE_POD_GROUPS] == ["ddp-pytorch"]
 
 
 def test_elastic_floor_is_min_replicas():
@@ -96,7 +126,7 @@ def test_elastic_floor_is_min_replicas():
 def test_no_gang_when_the_backend_is_not_served():
     plan = dp.decide(snap(pytorchjob(), groups={}))
     assert POD_GROUPS not in {a.resource for a in plan.of(Apply)}
-    assert "schedulerName" not in next(a.obj for a in plan.of(Apply) if a.resource == JOBS)["spec"]["template"]["spec"]
+    assert made(plan) and all("schedulerName" not in p["spec"] for p in made(plan))
 
 
 def test_other_managers_are_left_alone():
@@ -104,14 +134,12 @@ def test_other_managers_are_left_alone():
     assert dp.decide(snap(pytorchjob(runPolicy={"managedBy": "kubeflow.org/training-operator"}))).steps
 
 
-def test_gated_worker_pods_get_rank_and_labels_in_one_patch():
+def test_without_a_master_v1_sets_no_rank_and_worker_0_has_the_master_role():
     obj = pytorchjob()
-    plan = dp.decide(snap(obj, jobs=(child("ddp-master", "m1"), child("ddp-worker", "w1")),
-                          pods=(pod("ddp-worker-1-abc", "w1", "worker", 1, phase="Pending", gated=True),)))
-    patch = next(p for p in plan.of(Patch) if p.resource == PODS)
-    assert patch.name == "ddp-worker-1-abc"
-    assert patch.patch["metadata"]["annotations"] == {pj.RANK_ANNOTATION: "2"}
-    assert patch.patch["spec"] == {"schedulingGates": []}
+    del obj["spec"]["pytorchReplicaSpecs"]["Master"]
+    pods = made(dp.decide(snap(obj)))
+    assert [p["metadata"]["labels"].get(pj.JOB_ROLE) for p in pods] == ["master", None, None]
+    assert not [e for e in pods[1]["spec"]["containers"][0]["env"] if e["name"] in ("RANK", "PET_NODE_RANK")]
 
 
 def test_master_success_succeeds_the_job_and_releases_the_gang():
@@ -119,8 +147,8 @@ def test_master_success_succeeds_the_job_and_releases_the_gang():
     obj["status"] = {"conditions": [{"type": "Created", "status": "True", "reason": "PyTorchJobCreated",
                                      "lastTransitionTime": "2026-11-23T11:00:00Z"}],
                      "startTime": "2026-11-23T11:00:00Z"}
-    plan = dp.decide(snap(obj, jobs=(child("ddp-master", "m1", complete=True), child("ddp-worker", "w1")),
-                          pods=(pod("ddp-master-0-a", "m1", "master", 0, phase="Succeeded"),),
+    plan = dp.decide(snap(obj, pods=(pod("master", 0, phase="Succeeded"), pod("worker", 0), pod("worker", 1),
+                                     pod("worker", 2)),
                           groups={"coscheduling": {"metadata": {"name": "ddp-pytorch", "namespace": "team-a", "uid": "pg-1", "ownerReferences": [OWNER]}}}))
     status = plan.status
     assert {c["type"]: c["status"] for c in status["conditions"]}["Succeeded"] == "True"
@@ -130,20 +158,21 @@ def test_master_success_succeeds_the_job_and_releases_the_gang():
     release = steps.index(next(s for s in steps if isinstance(s, Delete) and s.resource == POD_GROUPS
                                and s.name == "ddp-pytorch"))
     assert write < release
+    assert not made(plan), "nothing is made for a job that finishes"
 
 
 def test_a_failed_attempt_is_judged_into_the_annotation_alone():
     obj = pytorchjob(runPolicy={"backoffLimit": 2})
-    plan = dp.decide(snap(obj, jobs=(child("ddp-master", "m1"),
-                                     child("ddp-worker", "w1", failed=("BackoffLimitExceeded", "Job has reached the specified backoff limit"))),
-                          pods=(pod("ddp-worker-0-a", "w1", "worker", 0, phase="Failed", exit_code=3),)))
+    plan = dp.decide(snap(obj, pods=(pod("master", 0), pod("worker", 0, phase="Failed", exit_code=3, uid="w1"),
+                                     pod("worker", 1), pod("worker", 2))))
     assert len(plan.steps) == 1
     step = plan.steps[0]
     assert isinstance(step, Patch) and step.resource == PYTORCHJOBS
     assert step.patch["metadata"]["resourceVersion"] == "7"   # judged once: a stale cache gets 409
     counters = json.loads(step.patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])
     assert counters["user"] == 1 and counters["lastFailure"]["jobUID"] == "w1"
-    assert counters["lastFailure"]["action"] == "Restart"
+    assert counters["lastFailure"]["action"] == "Restart" and counters["lastFailure"]["job"] == "ddp-worker-0"
+    assert counters["lastFailure"]["exitCode"] == 3
 
 
 def judged(obj: dict, action: str, uid: str = "w1", user: int = 1) -> dict:
@@ -154,26 +183,37 @@ def judged(obj: dict, action: str, uid: str = "w1", user: int = 1) -> dict:
     return obj
 
 
-def test_a_judged_restart_reports_restarting_and_deletes_the_whole_attempt():
+ATTEMPT = (pod("master", 0, uid="m1"), pod("worker", 0, phase="Failed", exit_code=3, uid="w1"), pod("worker", 1, uid="w2"))
+
+
+def test_a_judged_restart_reports_restarting_and_deletes_the_whole_attempt_the_judged_pod_last():
     obj = judged(pytorchjob(runPolicy={"backoffLimit": 2}), "Restart")
-    plan = dp.decide(snap(obj, jobs=(child("ddp-master", "m1"), child("ddp-worker", "w1", failed=("BackoffLimitExceeded", "")))))
+    plan = dp.decide(snap(obj, pods=ATTEMPT))
     assert {c["type"]: c["reason"] for c in plan.status["conditions"]}["Restarting"] == "PyTorchJobRestarting"
     deletes = plan.of(Delete)
-    assert {(d.name, d.uid, d.propagation) for d in deletes} == {("ddp-master", "m1", "Foreground"),
-                                                                ("ddp-worker", "w1", "Foreground")}
+    assert [(d.resource, d.name, d.uid) for d in deletes] == [
+        (PODS, "ddp-master-0", "m1"), (PODS, "ddp-worker-1", "w2"), (PODS, "ddp-worker-0", "w1")]
+    assert not made(plan)
+    # while the judged pod is going, nothing; once it is gone, the missing pods are made again
+    going = (pod("master", 0, uid="m1", deleting=True), pod("worker", 0, uid="w1", deleting=True))
+    assert dp.decide(snap(obj, pods=going)).steps == ()
+    plan = dp.decide(snap(obj, pods=(pod("master", 0, uid="m1", deleting=True),)))
+    assert [p["metadata"]["name"] for p in made(plan)] == ["ddp-worker-0", "ddp-worker-1", "ddp-worker-2"]
+    assert not plan.of(Delete) and not [p for p in plan.of(Patch) if p.resource == PYTORCHJOBS], \
+        "the old attempt's last pod is not judged again"
 
 
 def test_the_restart_budget_survives_in_the_annotation():
     obj = judged(pytorchjob(runPolicy={"backoffLimit": 1}), "Restart", uid="old", user=1)
-    plan = dp.decide(snap(obj, jobs=(child("ddp-master", "m2"), child("ddp-worker", "w2", failed=("BackoffLimitExceeded", "")))))
+    plan = dp.decide(snap(obj, pods=(pod("master", 0), pod("worker", 1, phase="Failed", exit_code=1))))
     counters = json.loads(plan.steps[0].patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])
     assert counters["lastFailure"]["action"] == "Fail" and counters["user"] == 1
     assert "budget" in counters["lastFailure"]["decisionMessage"]
 
 
 def test_a_judged_failure_fails_with_v1_reason_then_releases():
-    obj = judged(pytorchjob(runPolicy={"backoffLimit": 1}), "Fail", uid="w2")
-    plan = dp.decide(snap(obj, jobs=(child("ddp-master", "m2"), child("ddp-worker", "w2", failed=("BackoffLimitExceeded", ""))),
+    obj = judged(pytorchjob(runPolicy={"backoffLimit": 1}), "Fail", uid="w1")
+    plan = dp.decide(snap(obj, pods=ATTEMPT,
                           groups={"coscheduling": {"metadata": {"name": "ddp-pytorch", "namespace": "team-a", "uid": "pg-1", "ownerReferences": [OWNER]}}}))
     failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "PyTorchJobFailed" and failed["status"] == "True"
@@ -183,20 +223,32 @@ def test_a_judged_failure_fails_with_v1_reason_then_releases():
 
 def test_never_fails_at_once():
     obj = pytorchjob(restart="Never", runPolicy={"backoffLimit": 5})
-    plan = dp.decide(snap(obj, jobs=(child("ddp-master", "m1"), child("ddp-worker", "w1", failed=("BackoffLimitExceeded", "")))))
+    plan = dp.decide(snap(obj, pods=(pod("master", 0), pod("worker", 1, phase="Failed", exit_code=1))))
     counters = json.loads(plan.steps[0].patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])
     assert counters["lastFailure"]["action"] == "Fail" and counters["user"] == 0
+
+
+def test_exit_code_fails_on_a_permanent_code_and_restarts_on_a_signal():
+    obj = pytorchjob(restart="ExitCode", runPolicy={"backoffLimit": 5})
+    for code, action in ((3, "Fail"), (137, "Restart")):
+        plan = dp.decide(snap(obj, pods=(pod("master", 0), pod("worker", 1, phase="Failed", exit_code=code))))
+        counters = json.loads(plan.steps[0].patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])
+        assert counters["lastFailure"]["action"] == action, (code, counters)
 
 
 def test_finished_job_is_deleted_after_its_ttl_and_cleaned_per_policy():
     obj = pytorchjob(runPolicy={"ttlSecondsAfterFinished": 60, "cleanPodPolicy": "All"})
     done = (NOW - timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
     obj["status"] = {"conditions": [{"type": "Succeeded", "status": "True"}], "completionTime": done}
-    plan = dp.decide(snap(obj, jobs=(child("ddp-master", "m1", complete=True),)))
-    assert [(d.resource, d.name) for d in plan.of(Delete)] == [(JOBS, "ddp-master")]
+    plan = dp.decide(snap(obj, pods=(pod("master", 0, phase="Succeeded"), pod("worker", 0))))
+    assert [(d.resource, d.name) for d in plan.of(Delete)] == [(PODS, "ddp-master-0"), (PODS, "ddp-worker-0")]
     assert plan.requeue_after == 30
     later = dp.decide(Snapshot("team-a/ddp", NOW + timedelta(seconds=31), obj))
     assert [(d.resource, d.name, d.uid) for d in later.of(Delete)] == [(PYTORCHJOBS, "ddp", "pj-1")]
+    running = pytorchjob(runPolicy={"cleanPodPolicy": "Running"})
+    running["status"] = obj["status"]
+    plan = dp.decide(snap(running, pods=(pod("master", 0, phase="Succeeded"), pod("worker", 0))))
+    assert [(d.resource, d.name) for d in plan.of(Delete)] == [(PODS, "ddp-worker-0")], "finished pods are kept"
 
 
 def test_a_deleted_pytorchjob_needs_nothing():
@@ -217,7 +269,7 @@ def store(name: str, phase: str = "Running", deleting: bool = False) -> dict:
 
 def test_elastic_c10d_without_rdzv_host_gets_the_store_pod_and_its_service():
     plan = dp.decide(snap(pytorchjob(elasticPolicy=ELASTIC)))
-    [create] = plan.of(Create)
+    [create] = [c for c in plan.of(Create) if c.obj["metadata"]["name"] == "ddp-rdzv-pt"]
     pod_ = create.obj
     assert pod_["metadata"]["name"] == "ddp-rdzv-pt" and pod_["metadata"]["labels"][pj.JOB_NAME] == "ddp"
     assert "trainer.kubeflow.org/trainjob-name" not in pod_["metadata"]["labels"]  # not a TrainJob's store
@@ -226,36 +278,37 @@ def test_elastic_c10d_without_rdzv_host_gets_the_store_pod_and_its_service():
     assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == {pj.JOB_NAME: "ddp", pj.REPLICA_TYPE: "worker"}
     svc = next(a.obj for a in plan.of(Apply) if a.obj["metadata"]["name"] == "ddp-rdzv-pt")
     assert svc["spec"]["selector"] == pj.store_labels("ddp") and svc["spec"]["ports"][0]["port"] == 29400
-    env = {e["name"]: e.get("value") for e in next(a.obj for a in plan.of(Apply) if a.obj["metadata"]["name"] ==
-                                                   "ddp-worker")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in made(plan, "worker")[0]["spec"]["containers"][0]["env"]}
     assert env["PET_RDZV_ENDPOINT"] == "ddp-rdzv-pt:29400"
 
 
 def test_no_store_with_rdzv_host_or_while_suspended():
-    assert not dp.decide(snap(pytorchjob(elasticPolicy={**ELASTIC, "rdzvHost": "etcd", "rdzvPort": 2379}))).of(Create)
+    assert not [c for c in dp.decide(snap(pytorchjob(elasticPolicy={**ELASTIC, "rdzvHost": "etcd", "rdzvPort": 2379})))
+                .of(Create) if "rdzv" in c.obj["metadata"]["name"]]
     assert not dp.decide(snap(pytorchjob(elasticPolicy=ELASTIC, runPolicy={"suspend": True}))).of(Create)
 
 
-def test_suspending_lets_go_of_the_gang_and_suspends_the_jobs():
+def test_suspending_lets_go_of_the_gang_and_deletes_the_pods():
     obj = pytorchjob(elasticPolicy=ELASTIC, runPolicy={"suspend": True})
     group = {"metadata": {"name": "ddp-pytorch", "namespace": "team-a", "uid": "pg-1", "ownerReferences": [OWNER]}}
-    plan = dp.decide(snap(obj, groups={"coscheduling": group}, pods=(store("ddp-rdzv-pt"),)))
-    assert sorted((d.resource.plural, d.name) for d in plan.of(Delete)) == [("podgroups", "ddp-pytorch"),
-                                                                          ("pods", "ddp-rdzv-pt")]
-    jobs = [a.obj for a in plan.of(Apply) if a.resource == JOBS]
-    assert sorted(j["metadata"]["name"] for j in jobs) == ["ddp-master", "ddp-worker"]
-    assert all(j["spec"]["suspend"] for j in jobs)
+    plan = dp.decide(snap(obj, groups={"coscheduling": group}, pods=(store("ddp-rdzv-pt"), pod("master", 0),
+                                                                     pod("worker", 0))))
+    assert sorted((d.resource.plural, d.name) for d in plan.of(Delete)) == [
+        ("podgroups", "ddp-pytorch"), ("pods", "ddp-master-0"), ("pods", "ddp-rdzv-pt"), ("pods", "ddp-worker-0")]
     assert not plan.of(Create)
     resumed = pytorchjob(elasticPolicy=ELASTIC)
     plan = dp.decide(snap(resumed))
-    assert [c.obj["metadata"]["name"] for c in plan.of(Create)] == ["ddp-rdzv-pt"]
+    assert [c.obj["metadata"]["name"] for c in plan.of(Create)] == [
+        "ddp-rdzv-pt", "ddp-master-0", "ddp-worker-0", "ddp-worker-1", "ddp-worker-2"]
     assert any(a.resource == POD_GROUPS for a in plan.of(Apply)) and not plan.of(Delete)
 
 
 def test_a_live_store_is_kept_and_a_lost_one_replaced_under_a_new_name():
     obj = pytorchjob(elasticPolicy=ELASTIC)
-    assert not dp.decide(snap(obj, pods=(store("ddp-rdzv-pt"),))).of(Create)
-    plan = dp.decide(snap(obj, pods=(store("ddp-rdzv-pt", phase="Failed"), store("ddp-rdzv-pt-1", deleting=True))))
+    running = (pod("master", 0), *(pod("worker", i) for i in range(3)))
+    assert not dp.decide(snap(obj, pods=(store("ddp-rdzv-pt"), *running))).of(Create)
+    plan = dp.decide(snap(obj, pods=(store("ddp-rdzv-pt", phase="Failed"), store("ddp-rdzv-pt-1", deleting=True),
+                                     *running)))
     assert [c.obj["metadata"]["name"] for c in plan.of(Create)] == ["ddp-rdzv-pt-2"]
     assert [(d.resource, d.name) for d in plan.of(Delete)] == [(PODS, "ddp-rdzv-pt")]
 
@@ -279,20 +332,13 @@ def test_a_trainjob_of_the_same_name_keeps_its_own_gang_and_store():
         assert "trainer.kubeflow.org/trainjob-name" not in (obj["metadata"].get("labels") or {}), obj["metadata"]
 
 
-# --- elastic sizing of the Worker Job --------------------------------------------------------------
+# --- elastic sizing of the Worker group ----------------------------------------------------------
 WORKERS_4 = {"minReplicas": 2, "maxReplicas": 4, "rdzvHost": "etcd", "rdzvPort": 2379}
 
 
-def worker_job(size: int, uid: str = "w1", failed: int = 0) -> dict:
-    j = child("ddp-worker", uid)
-    j["spec"] = {"parallelism": size, "completions": 1_000, "backoffLimitPerIndex": 0}   # the pool of indexes
-    j["status"]["failed"] = failed
-    return j
-
-
-def worker(index: int, uid: str = "w1", *, node: str | None = "n", phase: str = "Running",
+def worker(index: int, *, node: str | None = "n", phase: str = "Running",
            unschedulable_for: float | None = None, disrupted: bool = False) -> dict:
-    p = pod(f"ddp-worker-{index}-x", uid, "worker", index, phase=phase)
+    p = pod("worker", index, phase=phase)
     p["spec"]["nodeName"] = node
     conds = []
     if unschedulable_for is not None:
@@ -317,65 +363,78 @@ def resizes(plan) -> list[dict]:
             if p.resource == PYTORCHJOBS]
 
 
-def worker_apply(plan) -> dict:
-    return next(a.obj for a in plan.of(Apply) if a.resource == JOBS and a.obj["metadata"]["name"] == "ddp-worker")
+def worker_changes(plan) -> tuple[list[str], list[str]]:
+    """(Worker pods made, Worker pods deleted) by the plan."""
+    return ([p["metadata"]["name"] for p in made(plan, "worker")],
+            [d.name for d in plan.of(Delete) if d.resource == PODS and d.name.startswith("ddp-worker-")])
+
+
+MASTER = pod("master", 0)
 
 
 def test_a_worker_whose_replacement_finds_no_node_is_cut_and_recorded_alone():
     running = [worker(i) for i in range(3)]
     waiting = worker(3, node=None, phase="Pending", unschedulable_for=10)
-    plan = dp.decide(snap(elastic_job(), jobs=(child("ddp-master", "m1"), worker_job(4)), pods=(*running, waiting)))
+    plan = dp.decide(snap(elastic_job(), pods=(MASTER, *running, waiting)))
     [patch] = plan.of(Patch)
     assert patch.resource == PYTORCHJOBS and patch.patch["metadata"]["resourceVersion"] == "7"
     [memo] = resizes(plan)
     assert memo["size"] == 3 and memo["lastResizeReason"] == "Unschedulable" and memo["lastShrinkTime"]
-    assert not plan.of(Apply) and not plan.of(WriteStatus), "the resize is recorded alone"
+    assert not plan.of(Apply) and not plan.of(Create) and not plan.of(WriteStatus), "the resize is recorded alone"
     assert [e.reason for e in plan.of(Event)] == ["Resized"]
-    # the next pass applies the Worker Job at the recorded size
-    after = dp.decide(snap(elastic_job(memo), jobs=(child("ddp-master", "m1"), worker_job(4)), pods=(*running, waiting)))
-    spec = worker_apply(after)["spec"]
-    assert (spec["parallelism"], spec["completions"], spec["backoffLimitPerIndex"]) == (3, 1_000, 0)
+    # the next pass brings the Workers to the recorded size: the unscheduled one goes
+    after = dp.decide(snap(elastic_job(memo), pods=(MASTER, *running, waiting)))
+    assert worker_changes(after) == ([], ["ddp-worker-3"])
     assert after.requeue_after == dp.ELASTIC_RECHECK_SECONDS, "short of its replicas: it looks again soon"
 
 
-def test_a_lost_worker_is_cut_when_its_replacement_finds_no_node_never_below_min_replicas():
+def test_a_lost_worker_is_replaced_under_a_free_index_and_cut_when_its_replacement_finds_no_node():
     lost = worker(3, disrupted=True)
     healthy = [worker(i) for i in range(3)]
-    plan = dp.decide(snap(elastic_job(), jobs=(worker_job(4),), pods=(*healthy, lost)))
-    assert not resizes(plan), "the Job controller replaces it at once, with a fresh index"
+    plan = dp.decide(snap(elastic_job(), pods=(MASTER, *healthy, lost)))
+    assert not resizes(plan)
+    assert worker_changes(plan) == (["ddp-worker-4"], []), "replaced at once; worker-3's pod still holds its name"
     refused = worker(4, node=None, phase="Pending", unschedulable_for=10)
-    plan = dp.decide(snap(elastic_job(), jobs=(worker_job(4),), pods=(*healthy, lost, refused)))
+    plan = dp.decide(snap(elastic_job(), pods=(MASTER, *healthy, lost, refused)))
     [memo] = resizes(plan)
     assert memo["size"] == 3 and memo["lastResizeReason"] == "NodeLost"
     # at the floor: two workers left, the rest lost, nothing more is cut
     memo2 = {"size": 2, "lastShrinkTime": NOW.strftime("%Y-%m-%dT%H:%M:%SZ")}
-    plan = dp.decide(snap(elastic_job(memo2), jobs=(worker_job(2),), pods=(
-        worker(0), worker(1, disrupted=True), worker(5, node=None, phase="Pending", unschedulable_for=10))))
-    assert not resizes(plan) and worker_apply(plan)["spec"]["parallelism"] == 2
+    plan = dp.decide(snap(elastic_job(memo2), pods=(
+        MASTER, worker(0), worker(1, disrupted=True), worker(5, node=None, phase="Pending", unschedulable_for=10))))
+    assert not resizes(plan) and worker_changes(plan) == ([], [])
+
+
+def test_a_worker_deleted_by_hand_is_made_again_under_its_name_once_it_is_gone():
+    going = worker(1)
+    going["metadata"]["deletionTimestamp"] = "2026-11-23T11:59:50Z"
+    rest = (MASTER, worker(0), worker(2), worker(3))
+    assert worker_changes(dp.decide(snap(elastic_job(), pods=(*rest, going)))) == ([], []), "its name frees in seconds"
+    assert worker_changes(dp.decide(snap(elastic_job(), pods=rest))) == (["ddp-worker-1"], [])
 
 
 def test_all_healthy_below_the_replicas_grows_by_one_after_the_backoff():
     shrunk = (NOW - timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    plan = dp.decide(snap(elastic_job({"size": 3, "lastShrinkTime": shrunk}), jobs=(worker_job(3),),
-                          pods=tuple(worker(i) for i in range(3))))
+    three = (MASTER, *(worker(i) for i in range(3)))
+    plan = dp.decide(snap(elastic_job({"size": 3, "lastShrinkTime": shrunk}), pods=three))
     [memo] = resizes(plan)
     assert memo["size"] == 4 and memo["lastResizeReason"] == "CapacityProbe" and memo["resizes"] == 1
+    assert worker_changes(dp.decide(snap(elastic_job(memo), pods=three))) == (["ddp-worker-3"], [])
     recent = (NOW - timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    plan = dp.decide(snap(elastic_job({"size": 3, "lastShrinkTime": recent}), jobs=(worker_job(3),),
-                          pods=tuple(worker(i) for i in range(3))))
+    plan = dp.decide(snap(elastic_job({"size": 3, "lastShrinkTime": recent}), pods=three))
     assert not resizes(plan), "no probe within the backoff after a shrink"
     assert plan.requeue_after == dp.ELASTIC_RECHECK_SECONDS
 
 
 def test_a_full_elastic_job_is_left_alone_and_a_new_one_starts_at_its_replicas():
-    plan = dp.decide(snap(elastic_job(), jobs=(worker_job(4),), pods=tuple(worker(i) for i in range(4))))
-    assert not resizes(plan) and plan.requeue_after is None
+    plan = dp.decide(snap(elastic_job(), pods=(MASTER, *(worker(i) for i in range(4)))))
+    assert not resizes(plan) and plan.requeue_after is None and worker_changes(plan) == ([], [])
     first = dp.decide(snap(elastic_job()))
-    assert worker_apply(first)["spec"]["parallelism"] == 4
+    assert len(made(first, "worker")) == 4
     # a memo bigger than the replicas (scaled down since) is clamped to them
     job = elastic_job({"size": 4})
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 3
-    assert worker_apply(dp.decide(snap(job)))["spec"]["parallelism"] == 3
+    assert len(made(dp.decide(snap(job)), "worker")) == 3
 
 
 def test_an_elastic_worker_that_exits_non_zero_is_judged_against_the_budget():
@@ -384,13 +443,14 @@ def test_an_elastic_worker_that_exits_non_zero_is_judged_against_the_budget():
         "exitCode": 3, "reason": "Error", "finishedAt": "2026-11-23T11:59:00Z"}}}]
     obj = elastic_job()
     obj["spec"]["runPolicy"] = {"backoffLimit": 2}
-    plan = dp.decide(snap(obj, jobs=(worker_job(4, failed=1),), pods=(worker(0), failed, worker(2), worker(3))))
+    plan = dp.decide(snap(obj, pods=(MASTER, worker(0), failed, worker(2), worker(3))))
     [patch] = [p for p in plan.of(Patch) if p.resource == PYTORCHJOBS]
     restarts = json.loads(patch.patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])
     assert restarts["lastFailure"]["action"] == "Restart" and "exit code 3" in restarts["lastFailure"]["message"]
+    assert restarts["lastFailure"]["jobUID"] == failed["metadata"]["uid"]
     # a Worker evicted from a lost node is the sizing's business, not a failure
     evicted = worker(1, phase="Failed", disrupted=True)
-    plan = dp.decide(snap(elastic_job(), jobs=(worker_job(4, failed=1),), pods=(worker(0), evicted, worker(2), worker(3))))
+    plan = dp.decide(snap(elastic_job(), pods=(MASTER, worker(0), evicted, worker(2), worker(3))))
     assert not [p for p in plan.of(Patch) if p.resource == PYTORCHJOBS and dp.RESTARTS_ANNOTATION in
                 p.patch["metadata"]["annotations"]]
 
@@ -402,8 +462,8 @@ def test_a_priority_class_that_does_not_exist_fails_the_pytorchjob_naming_the_re
     failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "PyTorchJobFailed"
     assert "spec.pytorchReplicaSpecs.Worker.template.spec.priorityClassName" in failed["message"] and "'nope'" in failed["message"]
-    assert not [a for a in plan.of(Apply) if a.resource == JOBS]
-    assert [a for a in dp.decide(snap(obj, priority_classes=frozenset({"nope"}))).of(Apply) if a.resource == JOBS]
+    assert not made(plan)
+    assert made(dp.decide(snap(obj, priority_classes=frozenset({"nope"}))))
 
 
 def test_under_kueue_a_scheduling_priority_class_that_does_not_exist_fails_unless_kueues_label_names_one():
@@ -436,8 +496,7 @@ def test_a_job_the_gate_has_not_admitted_asks_for_every_replica_and_waits_suspen
     plan = dp.decide(snap(pytorchjob(), gate=GateView(None, HOLD)))
     [wants] = plan.gate
     assert isinstance(wants, GateWants) and wants.min_resources == {"cpu": 4} and wants.nodes is None
-    jobs = [a.obj for a in plan.of(Apply) if a.resource == JOBS]
-    assert len(jobs) == 2 and all(j["spec"]["suspend"] for j in jobs)
+    assert not made(plan), "no pod while it waits"
     assert POD_GROUPS not in {a.resource for a in plan.of(Apply)}, "no gang holds nodes while it waits"
     suspended = next(c for c in plan.status["conditions"] if c["type"] == "Suspended")
     assert (suspended["status"], suspended["reason"], suspended["message"]) == ("True", *HOLD)
@@ -450,7 +509,7 @@ def test_an_admitted_job_runs_and_reports_resumed():
     plan = dp.decide(snap(obj, gate=admitted()))
     assert plan.gate == ()
     assert any(a.resource == POD_GROUPS for a in plan.of(Apply))
-    assert not any(a.obj["spec"]["suspend"] for a in plan.of(Apply) if a.resource == JOBS)
+    assert len(made(plan)) == 4
     suspended = next(c for c in plan.status["conditions"] if c["type"] == "Suspended")
     assert (suspended["status"], suspended["reason"]) == ("False", "PyTorchJobResumed")
 
@@ -468,8 +527,7 @@ def test_an_elastic_worker_only_job_runs_the_workers_it_was_admitted_with_and_ma
     [wants] = dp.decide(snap(obj, gate=GateView(None, HOLD))).gate
     assert wants.min_resources == {"cpu": 2} and (wants.nodes.min_nodes, wants.nodes.max_nodes) == (2, 4)
     plan = dp.decide(snap(obj, gate=admitted(nodes=3)))
-    spec = worker_apply(plan)["spec"]
-    assert (spec["parallelism"], spec["completions"]) == (3, 1_000)
+    assert len(made(plan, "worker")) == 3
     assert [type(i) for i in plan.gate] == [GateMayGrow]
 
 
@@ -477,8 +535,7 @@ def test_an_elastic_job_with_a_master_is_charged_and_run_at_its_floor():
     obj = pytorchjob(workers=4, elasticPolicy=WORKERS_4)
     [wants] = dp.decide(snap(obj, gate=GateView(None, HOLD))).gate
     assert wants.min_resources == {"cpu": 3} and wants.nodes is None   # Master + 2 workers
-    spec = worker_apply(dp.decide(snap(obj, gate=admitted())))["spec"]
-    assert spec["parallelism"] == 2
+    assert len(made(dp.decide(snap(obj, gate=admitted())), "worker")) == 2
 
 
 def test_the_gate_reads_a_pytorchjobs_admission_and_lifecycle():
@@ -500,15 +557,12 @@ def test_the_gate_reads_a_pytorchjobs_admission_and_lifecycle():
 
 def test_under_kueue_the_pytorchjob_is_admitted_whole_and_waits_in_kueues_words():
     """Kueue's kubeflow.org/pytorchjob integration suspends a queued PyTorchJob when it is made and
-    lets it run once admitted: until then the Master and Worker Jobs are suspended and carry no
-    Kueue label (Kueue would make a Workload of each), and the reason is the Workload's."""
+    lets it run once admitted: until then no pod is made, and the reason is the Workload's; the pods
+    carry no Kueue label (Kueue would make a Workload of each)."""
     obj = pytorchjob(workers=2, runPolicy={"suspend": True})
     obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
     plan = dp.decide(snap(obj, groups={"kueue": None}))
-    jobs = [a.obj for a in plan.of(Apply) if a.resource == JOBS]
-    assert [j["metadata"]["name"] for j in jobs] == ["ddp-master", "ddp-worker"]
-    assert all(j["spec"]["suspend"] and not any(k.startswith("kueue.x-k8s.io/") for k in j["metadata"]["labels"])
-               for j in jobs), [j["metadata"] for j in jobs]
+    assert not made(plan)
     held = next(c for c in plan.status["conditions"] if c["type"] == "Suspended")
     assert (held["status"], held["reason"]) == ("True", "WaitingForQuota") and "Workload" in held["message"]
     workload = {"metadata": {"name": "wl"}, "spec": {"queueName": "team-a"}, "status": {"conditions": [
@@ -519,14 +573,16 @@ def test_under_kueue_the_pytorchjob_is_admitted_whole_and_waits_in_kueues_words(
     admitted = {**obj, "spec": {**obj["spec"], "runPolicy": {"suspend": False}}, "status": plan.status}
     plan = dp.decide(snap(admitted, groups={"kueue": workload}))
     assert next(c for c in plan.status["conditions"] if c["type"] == "Suspended")["status"] == "False"
-    assert [j["spec"]["suspend"] for j in (a.obj for a in plan.of(Apply) if a.resource == JOBS)] == [False, False]
+    pods = made(plan)
+    assert [p["metadata"]["name"] for p in pods] == ["ddp-master-0", "ddp-worker-0", "ddp-worker-1"]
+    assert not [k for p in pods for k in p["metadata"]["labels"] if k.startswith("kueue.x-k8s.io/")]
 
 
 def test_under_kueue_a_pytorchjob_without_a_queue_name_fails_naming_the_label():
     plan = dp.decide(dataclasses.replace(snap(pytorchjob(), groups={"kueue": None}), gang_scheduler="kueue"))
     failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
     assert failed["status"] == "True" and failed["message"].startswith("metadata.labels[kueue.x-k8s.io/queue-name]")
-    assert not [a for a in plan.of(Apply) if a.resource == JOBS]
+    assert not made(plan)
 
 
 def test_a_nudge_touches_a_waiting_gangs_podgroup_only():
@@ -545,17 +601,12 @@ def test_a_nudge_touches_a_waiting_gangs_podgroup_only():
 
 
 # --- OnFailure: the kubelet restarts in place, gangctl charges the episodes ----------------------------------
-def restarted(name: str, owner_uid: str, rtype: str, index: int, count: int, exit_code: int = 3) -> dict:
-    p = pod(name, owner_uid, rtype, index)
+def restarted(rtype: str, index: int, count: int, exit_code: int = 3, uid: str | None = None) -> dict:
+    p = pod(rtype, index, uid=uid)
+    p["spec"]["restartPolicy"] = "OnFailure"
     p["status"]["containerStatuses"] = [{"name": "pytorch", "restartCount": count, "ready": True,
                                          "lastState": {"terminated": {"exitCode": exit_code}}}]
     return p
-
-
-def on_failure_child(name: str, uid: str) -> dict:
-    job = child(name, uid)
-    job["spec"]["template"] = {"spec": {"restartPolicy": "OnFailure"}}
-    return job
 
 
 def in_place_record(obj: dict, action: str, seen: int, user: int) -> dict:
@@ -568,11 +619,10 @@ def in_place_record(obj: dict, action: str, seen: int, user: int) -> dict:
     return obj
 
 
-def test_an_on_failure_restart_in_place_is_charged_once_and_keeps_the_jobs():
-    jobs = (on_failure_child("ddp-master", "m1"), on_failure_child("ddp-worker", "w1"))
-    pods = (restarted("ddp-master-0-a", "m1", "master", 0, 0), restarted("ddp-worker-0-a", "w1", "worker", 0, 1),
-            restarted("ddp-worker-1-a", "w1", "worker", 1, 1, exit_code=1))
-    plan = dp.decide(snap(pytorchjob(runPolicy={"backoffLimit": 2}), jobs=jobs, pods=pods))
+def test_an_on_failure_restart_in_place_is_charged_once_and_keeps_the_pods():
+    pods = (restarted("master", 0, 0, uid="m1"), restarted("worker", 0, 1), restarted("worker", 1, 1, exit_code=1),
+            restarted("worker", 2, 0))
+    plan = dp.decide(snap(pytorchjob(runPolicy={"backoffLimit": 2}), pods=pods))
     record, event = plan.steps
     counters = json.loads(record.patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])
     assert record.patch["metadata"]["resourceVersion"] == "7", "charged once: a stale cache gets 409"
@@ -581,42 +631,42 @@ def test_an_on_failure_restart_in_place_is_charged_once_and_keeps_the_jobs():
     assert counters["lastFailure"]["exitCode"] in (3, 1)
     assert (event.reason, event.type) == ("RestartedInPlace", "Warning") and "1/2" in event.message, event
     charged = dp.decide(snap(in_place_record(pytorchjob(runPolicy={"backoffLimit": 2}), "RestartInPlace", 1, 1),
-                             jobs=jobs, pods=pods))
+                             pods=pods))
     assert not [s for s in charged.of(Patch) if s.resource == PYTORCHJOBS], "the same episode is not charged again"
-    assert not charged.of(Delete), "the attempt's Jobs and pods stay"
+    assert not charged.of(Delete) and not made(charged), "the attempt's pods stay"
 
 
 def test_in_place_restarts_past_the_budget_fail_the_job_and_stop_its_pods():
-    jobs = (on_failure_child("ddp-master", "m1"), on_failure_child("ddp-worker", "w1"))
-    pods = (restarted("ddp-worker-0-a", "w1", "worker", 0, 3),)
+    pods = (restarted("master", 0, 0, uid="m1"), restarted("worker", 0, 3), restarted("worker", 1, 0),
+            restarted("worker", 2, 0))
     obj = pytorchjob(runPolicy={"backoffLimit": 1})   # cleanPodPolicy None: v1 would keep the pods
-    (record, _) = dp.decide(snap(obj, jobs=jobs, pods=pods)).steps
+    (record, _) = dp.decide(snap(obj, pods=pods)).steps
     counters = json.loads(record.patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])
     assert (counters["lastFailure"]["action"], counters["user"]) == ("Fail", 1), counters
-    plan = dp.decide(snap(in_place_record(obj, "Fail", 3, 1), jobs=jobs, pods=pods))
+    plan = dp.decide(snap(in_place_record(obj, "Fail", 3, 1), pods=pods))
     failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "PyTorchJobFailed" and "1/1 restarts used" in failed["message"], failed
-    assert {(p.name, json.dumps(p.patch["spec"])) for p in plan.of(Patch) if p.resource == JOBS} == {
-        ("ddp-master", '{"suspend": true}'), ("ddp-worker", '{"suspend": true}')}, "the kubelet would restart them forever"
+    assert {(d.name, d.uid) for d in plan.of(Delete) if d.resource == PODS} == {
+        (p["metadata"]["name"], p["metadata"]["uid"]) for p in pods}, "the kubelet would restart them forever"
 
 
-def test_a_second_attempt_failing_soon_after_it_started_is_paced_before_its_jobs_are_made_again():
+def test_a_second_attempt_failing_soon_after_it_started_is_paced_before_its_pods_are_made_again():
     obj = pytorchjob(restart="Always")   # unlimited restarts (no backoffLimit), as under v1: paced
     obj["metadata"]["annotations"] = {dp.RESTARTS_ANNOTATION: json.dumps({
         "user": 1, "infrastructure": 0, "ignored": 0,
         "lastFailure": {"jobUID": "w1", "action": "Restart", "streak": 1, "time": "2026-11-23T11:58:00Z"}})}
-    worker = child("ddp-worker", "w2", failed=("BackoffLimitExceeded", ""))
-    worker["metadata"]["creationTimestamp"] = "2026-11-23T11:59:40Z"   # failed 20 s after it was made
-    plan = dp.decide(snap(obj, jobs=(child("ddp-master", "m2"), worker)))
+    failed = pod("worker", 1, phase="Failed", exit_code=1, uid="w2", created="2026-11-23T11:59:40Z")   # 20 s old
+    plan = dp.decide(snap(obj, pods=(pod("master", 0), failed)))
     counters = json.loads(plan.steps[0].patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])
     last = counters["lastFailure"]
     assert (last["action"], last["streak"], last["backoffSeconds"]) == ("Restart", 2, 10)
     assert last["decisionMessage"].endswith("next attempt in 10s (2 attempts in a row failed within 10 min of starting)")
-    # Carried out (both Jobs gone): nothing is made again until the pace allows, then both Jobs are.
+    # Carried out (every pod gone): nothing is made again until the pace allows, then every pod is.
     obj["metadata"]["annotations"] = plan.steps[0].patch["metadata"]["annotations"]
     waiting = dp.decide(Snapshot("team-a/ddp", NOW + timedelta(seconds=3), obj, scheduler_name="sched",
                                  gang_scheduler="coscheduling", groups={"coscheduling": None}))
     assert not waiting.steps and waiting.requeue_after == 7
-    made = dp.decide(Snapshot("team-a/ddp", NOW + timedelta(seconds=10), obj, scheduler_name="sched",
-                              gang_scheduler="coscheduling", groups={"coscheduling": None}))
-    assert {a.obj["metadata"]["name"] for a in made.of(Apply) if a.resource == JOBS} == {"ddp-master", "ddp-worker"}
+    again = dp.decide(Snapshot("team-a/ddp", NOW + timedelta(seconds=10), obj, scheduler_name="sched",
+                               gang_scheduler="coscheduling", groups={"coscheduling": None}))
+    assert [p["metadata"]["name"] for p in made(again)] == ["ddp-master-0", "ddp-worker-0", "ddp-worker-1",
+                                                            "ddp-worker-2"]

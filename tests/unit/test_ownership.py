@@ -93,12 +93,13 @@ def test_a_pytorchjob_waits_naming_a_service_of_a_replica_name_it_does_not_own()
     assert found.status == plan.status, "found by a create: the same wait"
 
 
-def test_a_finished_pytorchjob_deletes_its_own_gang_and_jobs_by_uid_and_nothing_else():
+def test_a_finished_pytorchjob_deletes_its_own_gang_and_pods_by_uid_and_nothing_else():
     job = pytorchjob(runPolicy={"cleanPodPolicy": "All"})
     job["status"] = {"conditions": [{"type": "Succeeded", "status": "True"}]}
-    mine = obj("Job", "ddp-worker", "w1", PYTORCHJOB_OWNER, **{"training.kubeflow.org/job-name": "ddp"})
-    users = obj("Job", "ddp-master", "m-user", **{"training.kubeflow.org/job-name": "ddp"})
+    labels = {"training.kubeflow.org/job-name": "ddp", "training.kubeflow.org/replica-type": "worker"}
+    mine = obj("Pod", "ddp-worker-0", "w1", PYTORCHJOB_OWNER, **labels)
+    users = obj("Pod", "ddp-worker-1", "w-user", **labels)
     group = obj("PodGroup", "ddp-pytorch", "pg-1", PYTORCHJOB_OWNER)
-    plan = dp.decide(pytorchjob_snap(job, jobs=(mine, users), groups={"coscheduling": group}))
+    plan = dp.decide(pytorchjob_snap(job, pods=(mine, users), groups={"coscheduling": group}))
     assert sorted((d.resource.plural, d.name, d.uid) for d in plan.of(Delete)) == [
-        (JOBS.plural, "ddp-worker", "w1"), (POD_GROUPS.plural, "ddp-pytorch", "pg-1")]
+        (POD_GROUPS.plural, "ddp-pytorch", "pg-1"), (PODS.plural, "ddp-worker-0", "w1")]

@@ -14,6 +14,7 @@ from gangctl.api import pytorchjob as api
 from gangctl.api.pytorchjob import PyTorchJobError, parse
 from gangctl.policy import failure
 from gangctl.policy import pytorchjob as pj
+from gangctl.policy.decide_pytorchjob import replica_pod
 from gangctl.policy.pytorchjob import ReplicaCounts
 from gangctl.sim import objects
 from gangctl.sim.objects import pytorchjob, replica
@@ -129,7 +130,7 @@ def test_the_crd_has_a_cel_rule_for_each_python_check(case, obj, where):
 def test_master_only():
     gang = pj.to_gang(MASTER_ONLY)
     (group,) = gang.groups
-    assert (group.replica_type, group.child_name, group.gated, group.rank_offset) == ("Master", "simple-master", False, 0)
+    assert (group.replica_type, group.ranked, group.rank_offset) == ("Master", True, 0)
     template = group.job.pod_template
     assert template["metadata"]["labels"] == {
         "training.kubeflow.org/operator-name": "pytorchjob-controller",
@@ -138,10 +139,9 @@ def test_master_only():
     assert values(env_of(template)) == {
         "PYTHONUNBUFFERED": "1", "MASTER_PORT": "23456", "PET_MASTER_PORT": "23456",
         "MASTER_ADDR": "simple-master-0", "PET_MASTER_ADDR": "simple-master-0", "WORLD_SIZE": "1",
-        "RANK": "0", "PET_NODE_RANK": "0", "PET_NPROC_PER_NODE": "auto", "PET_NNODES": "1"}
-    # v1's OnFailure: the kubelet restarts the container in place; the Job must not count it (gangctl does)
+        "PET_NPROC_PER_NODE": "auto", "PET_NNODES": "1"}   # RANK is the pod's (`replica_pod`)
+    # v1's OnFailure: the kubelet restarts the container in place (gangctl charges the episodes)
     assert template["spec"]["restartPolicy"] == "OnFailure" and group.job.restart_in_place
-    assert group.job.job_spec["backoffLimit"] == 2147483647
     assert (gang.min_member, gang.size) == (1, 1)
     assert [s["metadata"]["name"] for s in gang.services] == ["simple-master-0"]
     assert group.job.runtime_kind == "PyTorchJob" and group.job.num_nodes == 1
@@ -150,15 +150,12 @@ def test_master_only():
 def test_master_and_three_workers_ddp():
     gang = pj.to_gang(DDP)
     master, worker = gang.groups
-    assert (worker.child_name, worker.job.num_nodes, worker.gated, worker.rank_offset) == ("ddp-worker", 3, True, 1)
+    assert (worker.job.num_nodes, worker.ranked, worker.rank_offset) == (3, True, 1)
     wenv = env_of(worker.job.pod_template)
     assert values(wenv) == {
         "PYTHONUNBUFFERED": "1", "MASTER_PORT": "23456", "PET_MASTER_PORT": "23456", "MASTER_ADDR": "ddp-master-0",
         "PET_MASTER_ADDR": "ddp-master-0", "WORLD_SIZE": "4", "PET_NPROC_PER_NODE": "auto", "PET_NNODES": "4"}
-    for name in ("RANK", "PET_NODE_RANK"):
-        assert wenv[name]["valueFrom"]["fieldRef"]["fieldPath"] == f"metadata.annotations['{pj.RANK_ANNOTATION}']"
-    assert {"name": pj.RANK_GATE} in worker.job.pod_template["spec"]["schedulingGates"]
-    assert "schedulingGates" not in master.job.pod_template["spec"]
+    assert "schedulingGates" not in worker.job.pod_template["spec"] and "schedulingGates" not in master.job.pod_template["spec"]
     assert "training.kubeflow.org/job-role" not in worker.job.pod_template["metadata"]["labels"]
     assert (gang.min_member, gang.size) == (4, 4)
     assert gang.min_resources == {"cpu": Fraction(8), "memory": Fraction(4 * 2**30)}
@@ -168,7 +165,7 @@ def test_master_and_three_workers_ddp():
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
     assert svc["spec"]["selector"] == {
         "training.kubeflow.org/operator-name": "pytorchjob-controller", "training.kubeflow.org/job-name": "ddp",
-        "training.kubeflow.org/replica-type": "worker", "batch.kubernetes.io/job-completion-index": "1"}
+        "training.kubeflow.org/replica-type": "worker", "training.kubeflow.org/replica-index": "1"}
     assert svc["spec"]["ports"] == [{"name": "pytorchjob-port", "port": 23456}]
     assert gang.success_policy == {"operator": "All", "targetReplicatedJobs": ["master"]}
 
@@ -183,40 +180,43 @@ def test_the_user_env_is_kept_and_v1_wins_a_clash():
     assert names.count("WORLD_SIZE") == 1 and names[0] == "NCCL_DEBUG"
 
 
-def pod(job: str, rtype: str, index: int, *, gated: bool = False, phase: str = "Running", **fields) -> dict:
-    """Pod `index` of the `rtype` replicas of PyTorchJob `job`, as its Job makes it (behind RANK_GATE and
-    another gate when `gated`)."""
-    labels = {"training.kubeflow.org/operator-name": "pytorchjob-controller",
-              "training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": rtype,
-              "batch.kubernetes.io/job-completion-index": str(index)}
-    return objects.pod(f"{job}-{rtype}-{index}-x7k2p", labels=labels, index=index,
-                       gates=["other", pj.RANK_GATE] if gated else (), phase=phase, **fields)
+OWNER = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "ddp", "uid": "u-1", "controller": True}
 
 
-def test_pod_stamp_gives_workers_rank_index_plus_one_and_lifts_the_gate():
-    job = parse(DDP)
-    patch = pj.pod_stamp(job, pod("ddp", "worker", 2, phase="Pending", gated=True))
-    assert patch == {"metadata": {"labels": {"training.kubeflow.org/replica-index": "2"},
-                                  "annotations": {pj.RANK_ANNOTATION: "3"}},
-                     "spec": {"schedulingGates": [{"name": "other"}]}}
-    stamped = pod("ddp", "worker", 2)
-    stamped["metadata"]["labels"]["training.kubeflow.org/replica-index"] = "2"
-    assert pj.pod_stamp(job, stamped) is None
-    assert pj.pod_stamp(job, pod("other-job", "worker", 0)) is None
+def pod(job: str, rtype: str, index: int, *, phase: str = "Running", **fields) -> dict:
+    """Pod `index` of the `rtype` replicas of PyTorchJob `job`, as gangctl makes it."""
+    return objects.pytorchjob_pod(pytorchjob(job), rtype, index, phase=phase, **fields)
+
+
+def made(obj: dict, rtype: str, index: int) -> dict:
+    """Pod `index` of the `rtype` replicas as gangctl makes it for `obj`."""
+    gang = pj.to_gang(obj)
+    group = next(g for g in gang.groups if g.replica_type.lower() == rtype)
+    return replica_pod(group, index, OWNER, None, "default-scheduler")
+
+
+def test_a_pod_has_v1s_name_labels_and_rank_index_plus_one():
+    pod = made(DDP, "worker", 2)
+    assert pod["metadata"]["name"] == "ddp-worker-2" and pod["metadata"]["ownerReferences"] == [OWNER]
+    assert {k: v for k, v in pod["metadata"]["labels"].items() if k.startswith("training.kubeflow.org/")} == {
+        "training.kubeflow.org/operator-name": "pytorchjob-controller", "training.kubeflow.org/job-name": "ddp",
+        "training.kubeflow.org/replica-type": "worker", "training.kubeflow.org/replica-index": "2"}
+    env = values(env_of(pod))
+    assert (env["RANK"], env["PET_NODE_RANK"]) == ("3", "3") and "schedulingGates" not in pod["spec"]
+    assert values(env_of(made(DDP, "master", 0)))["RANK"] == "0"
+    assert made(DDP, "master", 0)["metadata"]["labels"]["training.kubeflow.org/job-role"] == "master"
 
 
 def test_without_a_master_worker_zero_has_the_master_role():
-    job = parse(ELASTIC)
-    assert pj.pod_stamp(job, pod("elastic", "worker", 0))["metadata"]["labels"] == {
-        "training.kubeflow.org/replica-index": "0", "training.kubeflow.org/job-role": "master"}
-    assert pj.pod_stamp(job, pod("elastic", "worker", 1))["metadata"]["labels"] == {
-        "training.kubeflow.org/replica-index": "1"}
+    assert made(ELASTIC, "worker", 0)["metadata"]["labels"]["training.kubeflow.org/job-role"] == "master"
+    assert "training.kubeflow.org/job-role" not in made(ELASTIC, "worker", 1)["metadata"]["labels"]
+    assert "RANK" not in env_of(made(ELASTIC, "worker", 1)), "v1 sets no RANK without a Master"
 
 
 def test_elastic_two_to_four():
     gang = pj.to_gang(ELASTIC)
     (worker,) = gang.groups
-    assert not worker.gated and worker.rank_offset == 0
+    assert not worker.ranked and worker.rank_offset == 0
     env = values(env_of(worker.job.pod_template))
     assert env == {"PYTHONUNBUFFERED": "1", "PET_NPROC_PER_NODE": "auto", "PET_RDZV_ENDPOINT": "elastic-rdzv-pt:29400",
                    "PET_RDZV_BACKEND": "c10d", "PET_NNODES": "2:4", "PET_MAX_RESTARTS": "10"}
@@ -296,16 +296,13 @@ def test_on_failure_restarts_up_to_backoff_limit():
 def test_never_fails_at_once_and_exit_code_fails_only_below_128():
     m = pytorchjob("x", {"Master": replica(1, restartPolicy="Never"), "Worker": replica(2, restartPolicy="ExitCode")})
     gang = pj.to_gang(m)
-    assert _fail("BackoffLimitExceeded", "master", gang, 0).action == "Fail"
-    # ExitCode: the child Job's podFailurePolicy fails it with reason PodFailurePolicy on codes 1-127...
+    assert _fail("PodFailed", "master", gang, 0).action == "Fail"
+    # ExitCode: a pod failing with 1-127 is judged with reason PodFailurePolicy and fails the job...
     worker = gang.groups[1].job
-    (rule,) = worker.job_spec["podFailurePolicy"]["rules"]
-    assert rule["action"] == "FailJob" and rule["onExitCodes"]["values"] == list(range(1, 128))
-    assert worker.job_spec["backoffLimit"] == 0
+    assert pj.PERMANENT_EXIT_CODES == tuple(range(1, 128))
     assert _fail("PodFailurePolicy", "worker", gang, 0).action == "Fail"
-    # ...and a signal (137, 143: backoffLimit 0 reached) restarts the gang.
-    assert _fail("BackoffLimitExceeded", "worker", gang, 0).action == "Restart"
-    assert "podFailurePolicy" not in gang.groups[0].job.job_spec
+    # ...and a signal (137, 143) restarts the gang.
+    assert _fail("PodFailed", "worker", gang, 0).action == "Restart"
     assert worker.failure_policy["rules"][-1] == {"name": "worker-exit-code", "action": "FailJobSet",
                                                   "onJobFailureReasons": ["PodFailurePolicy"],
                                                   "targetReplicatedJobs": ["worker"]}
@@ -403,8 +400,8 @@ def test_ttl_and_clean_pod_policy():
     assert pj.ttl_remaining(job, done, NOW + timedelta(seconds=400)) == 0
     assert pj.ttl_remaining(job, {}, NOW) is None and pj.ttl_remaining(parse(DDP), done, NOW) is None
     assert [pj.cleanup(parse(pytorchjob(runPolicy={"cleanPodPolicy": p}))) for p in ("None", "Running", "All")] == [
-        "keep", "suspend", "delete"]
-    assert pj.cleanup(job) == "suspend" and pj.cleanup(parse(DDP)) == "keep"
+        "keep", "running", "delete"]
+    assert pj.cleanup(job) == "running" and pj.cleanup(parse(DDP)) == "keep"
 
 
 # --- the CRD --------------------------------------------------------------------------------------

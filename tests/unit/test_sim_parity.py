@@ -4,7 +4,7 @@ The simulator asks the controller's decision of the job's kind through `gangctl.
 simulated observe and apply), with the scenario's backend. Each scenario job goes through it and
 through the reconciler's own calls one by one (`resolve(trainjob, runtime)` → `size_gang(...)` → the
 backend's group and node Job, on the TrainJob made by `gangctl.sim.replay` against the shipped
-runtime; for a PyTorchJob `to_gang` → the backend's group and Worker Job), and
+runtime; for a PyTorchJob `to_gang` → the backend's group and the Worker pods), and
 
 1. the gangs agree under every backend: the floor as the backend's own object says it, one pod's
    requests and the Job's size equal the simulator's gang, to the unit (and for coscheduling the
@@ -38,8 +38,8 @@ from gangctl.model.gang import size_gang
 from gangctl.model.quota import QUANTITY_UNITS, QuotaPolicy, podgroup_workload
 from gangctl.policy import pytorchjob
 from gangctl.policy.decide import Patch, Snapshot, decide
-from gangctl.policy.decide_pytorchjob import ELASTIC_ANNOTATION, child_job, gang_group
-from gangctl.model.resolve import resolve
+from gangctl.policy.decide_pytorchjob import ELASTIC_ANNOTATION, gang_group, replica_pod
+from gangctl.model.resolve import pod_requests, resolve
 from gangctl.sim import engine
 from gangctl.sim.controller import SimController, elastic_floor, pytorchjob_manifest, runtime_for
 from gangctl.sim.engine import Simulation
@@ -339,7 +339,7 @@ def _with_pytorchjobs(jobs: list[TraceJob], share: float = 0.5) -> list[TraceJob
 @pytest.mark.parametrize("name,max_jobs,elastic", [("pai-generated.yaml", 300, False), ("helios-elastic.yaml", None, True)])
 def test_same_gang_for_every_pytorchjob(name, max_jobs, elastic, backend):
     """A PyTorchJob's gang in the simulator is the one the reconciler's PyTorchJob calls make
-    (`to_gang` → the backend's group and the Worker Job): floor, size and one pod's requests."""
+    (`to_gang` → the backend's group and the Worker pods): floor, size and one pod's requests."""
     sc, policy, jobs = load(name, max_jobs)
     jobs = [replace(j, kind=PYTORCHJOB_KIND) for j in jobs]
     spec = ElasticSpec(enabled=elastic, min_fraction=0.5)
@@ -353,12 +353,15 @@ def test_same_gang_for_every_pytorchjob(name, max_jobs, elastic, backend):
         ours = pytorchjob.to_gang(manifest, default_backend=backend)
         owner = owner_reference(manifest)
         group = gang_group(ours, declared, owner) if wants_group(declared) else None
-        workers = child_job(ours.groups[0], owner, declared, "default-scheduler")
-        assert (ours.gang_backend, ours.size) == (backend, gang.size), job
-        assert declared.gang_floor(group, workers) == gang.min_member, job
+        pods = [replica_pod(ours.groups[0], i, owner, declared, "default-scheduler")
+                for i in range(ours.groups[0].job.num_nodes)]
+        assert (ours.gang_backend, ours.size, len(pods)) == (backend, gang.size, gang.size), job
+        # Kueue's Workload of the PyTorchJob holds its replicas whole: its floor is their number
+        assert declared.gang_floor(group, {"metadata": {}, "spec": {"parallelism": len(pods)}}) == gang.min_member, job
         # the gang object carries gangctl's floor; Kueue admits the PyTorchJob's replicas whole
         assert gang.min_member == (ours.min_member if group is not None else ours.size), job
         assert {r: a * TO_SIM[r] for r, a in ours.groups[0].job.requests.items()} == gang.per_pod, job
+        assert pod_requests(pods[0]["spec"]) == ours.groups[0].job.requests, job
         assert gang.size == job.num_nodes
         elastic_jobs += ours.min_member < ours.size
     assert (elastic_jobs > 0) == elastic, "the elastic case exercises elastic gangs"
@@ -367,7 +370,7 @@ def test_same_gang_for_every_pytorchjob(name, max_jobs, elastic, backend):
 @pytest.mark.parametrize("backend", list(Backend))
 def test_elastic_pytorchjobs_shrink_and_grow_as_their_decision_plans(backend):
     """Node failures on elastic PyTorchJobs: every job completes uncharged; a resize is the
-    annotation the PyTorchJob decision writes alone (the next pass applies the Worker Job at it)."""
+    annotation the PyTorchJob decision writes alone (the next pass brings the Workers to it)."""
     sc, policy, jobs = load("helios-elastic.yaml")
     jobs = [replace(j, kind=PYTORCHJOB_KIND) for j in jobs]
     sc = _on(sc, backend)

@@ -9,11 +9,11 @@ from datetime import datetime, timezone
 
 import pytest
 
-from gangctl.api.resources import JOBS
+from gangctl.api.resources import JOBS, PODS
 from gangctl.plugins.registry import BACKENDS
 from gangctl.model.topology import KUEUE_REQUIRED, KUEUE_PREFERRED, Topology
 from gangctl.policy import status as st
-from gangctl.policy.decide import Apply, ClusterView, Snapshot, WriteStatus, decide
+from gangctl.policy.decide import Apply, ClusterView, Create, Snapshot, WriteStatus, decide
 from gangctl.model.room import NodeRoom
 from gangctl.policy import placement
 from gangctl.policy.placement import PLACEMENT_ANNOTATION, UNSATISFIABLE, WAITING
@@ -282,9 +282,9 @@ def pytorchjob(master: dict | None = None, worker: dict | None = None, workers: 
                               replicas={"Master": replica(1, master), "Worker": replica(workers, worker)})
 
 
-def pj_snap(obj: dict, view: ClusterView | None = None, jobs: tuple[dict, ...] = ()) -> Snapshot:
+def pj_snap(obj: dict, view: ClusterView | None = None, jobs: tuple[dict, ...] = (), pods: tuple[dict, ...] = ()) -> Snapshot:
     return Snapshot("team-a/ddp", NOW, obj, scheduler_name="sched", gang_scheduler="coscheduling",
-                    groups={"coscheduling": None}, topology=TOPOLOGY, cluster=view, jobs=jobs)
+                    groups={"coscheduling": None}, topology=TOPOLOGY, cluster=view, jobs=jobs, pods=pods)
 
 
 def test_a_pytorchjob_with_a_required_rack_is_placed_as_one_gang():
@@ -293,11 +293,20 @@ def test_a_pytorchjob_with_a_required_rack_is_placed_as_one_gang():
     obj = pytorchjob(worker={KUEUE_REQUIRED: RACK})
     assert dp.decide(pj_snap(obj)).wants_nodes
     plan = dp.decide(pj_snap(obj, cluster(busy=("r0-h0",))))   # r0 has 3 free hosts: the gang needs 4
-    jobs = {s.obj["metadata"]["name"]: s.obj for s in plan.steps if isinstance(s, Apply) and s.resource == JOBS}
-    assert set(jobs) == {"ddp-master", "ddp-worker"}
-    for job in jobs.values():
-        assert node_terms(job) == [{"matchExpressions": [{"key": RACK, "operator": "In", "values": ["r1"]}]}]
-        assert job["spec"]["template"]["metadata"]["annotations"][PLACEMENT_ANNOTATION] == f"{RACK}=r1"
+    pods = {s.obj["metadata"]["name"]: s.obj for s in plan.steps if isinstance(s, Create) and s.resource == PODS}
+    assert set(pods) == {"ddp-master-0", "ddp-worker-0", "ddp-worker-1", "ddp-worker-2"}
+    for pod in pods.values():
+        assert node_terms({"spec": {"template": pod}}) == [
+            {"matchExpressions": [{"key": RACK, "operator": "In", "values": ["r1"]}]}]
+        assert pod["metadata"]["annotations"][PLACEMENT_ANNOTATION] == f"{RACK}=r1"
+    # the pods made later (a restart, a replacement) keep the rack the running ones were placed in
+    running = tuple(dict(pod, status={"phase": "Running"}) for name, pod in pods.items() if name != "ddp-worker-2")
+    for pod in running:
+        pod["metadata"] = {**pod["metadata"], "uid": pod["metadata"]["name"]}
+    later = dp.decide(pj_snap(obj, cluster(busy=("r1-h0",)), pods=running))
+    [again] = [s.obj for s in later.steps if isinstance(s, Create) and s.resource == PODS]
+    assert again["metadata"]["name"] == "ddp-worker-2" and node_terms({"spec": {"template": again}}) == [
+        {"matchExpressions": [{"key": RACK, "operator": "In", "values": ["r1"]}]}]
 
 
 def test_a_pytorchjob_no_rack_can_hold_fails_with_the_numbers():
@@ -313,8 +322,7 @@ def test_a_pytorchjob_waiting_for_a_rack_is_held_suspended_and_says_why():
 
     busy = ("r0-h0", "r0-h1", "r1-h0", "r1-h1")
     plan = dp.decide(pj_snap(pytorchjob(worker={KUEUE_REQUIRED: RACK}), cluster(busy=busy)))
-    jobs = [s.obj for s in plan.steps if isinstance(s, Apply) and s.resource == JOBS]
-    assert jobs and all(j["spec"]["suspend"] for j in jobs), "made suspended: no pod until a rack has room"
+    assert not [s for s in plan.steps if isinstance(s, Create) and s.resource == PODS], "no pod until a rack has room"
     suspended = next(c for c in plan.status["conditions"] if c["type"] == "Suspended")
     assert "best rack" in suspended["message"], suspended
     assert plan.requeue_after is not None
