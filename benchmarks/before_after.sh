@@ -8,7 +8,7 @@
 # Issue 35's figures (benchmarks/results/comparisons/issue35-refactor.json) were measured this way.
 set -u
 BEFORE=$(realpath "$BEFORE"); AFTER=$(realpath "$AFTER"); mkdir -p "$OUT"; OUT=$(realpath "$OUT")
-PY=$(realpath "$(dirname "$0")/../.venv/bin/python")
+PY="$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python"   # not realpath: the venv's python is a symlink to the base interpreter
 for round in 1 2 3; do
   if [ $((round % 2)) = 1 ]; then order="before after"; else order="after before"; fi
   for side in $order; do
