@@ -303,6 +303,7 @@ def decide(
     gate: Callable[[Workload], str | None] | None = None,
     *,
     waits: bool = True,
+    first: bool = False,
 ) -> list[Decision]:
     """Decide, in queue order, which pending workloads to admit now.
 
@@ -310,7 +311,9 @@ def decide(
     only read when the policy allows preemption. `gate`, if given, is asked after quota fits and may
     veto with a reason (e.g. the simulator's Volcano model admits only gangs the nodes can hold); it
     is not asked for preemptors, whose room only appears once the victims are gone.
-    With `waits=False` only ADMIT and PREEMPT decisions are returned (the simulator's fast path).
+    With `waits=False` only ADMIT and PREEMPT decisions are returned (the simulator's fast path); with
+    `first`, the call ends at the first of them (a scheduler that admits one gang at a time: the later
+    decisions of the call would be dropped anyway, and cost most of it).
 
     Cost: StrictFIFO teams stop at their first blocked gang. BestEffortFIFO teams go on, but a gang
     that requests at least as much of everything as a gang of its team already blocked in this call
@@ -349,6 +352,8 @@ def decide(
                     decisions.append(Decision(w, Verdict.WAIT, shortfall=ledger.shortfall(team, w.requests)))
             elif waits or decision.verdict is not Verdict.WAIT:
                 decisions.append(decision)
+                if first and decision.verdict is not Verdict.WAIT:
+                    return decisions
             if (decision is None or decision.verdict is Verdict.WAIT) and not team.best_effort:
                 break
             index += 1

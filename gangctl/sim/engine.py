@@ -324,7 +324,8 @@ class Simulation:
         if self.pending_count and not self._admission_blocked():
             gate = self._volcano_gate if self._allocates_whole else None
             views = self._admitted_views if self._preemption else None
-            decisions = decide(self.quotas, self.usage, self.pending, views, gate, waits=False)
+            decisions = decide(self.quotas, self.usage, self.pending, views, gate, waits=False,
+                               first=self._one_until_ready)
             for i, d in enumerate(decisions):
                 if d.verdict is Verdict.WAIT:   # vetoed by the Volcano gate
                     continue

@@ -208,7 +208,10 @@ def test_decide_agrees_with_a_naive_reference(seed):
     pending = queues(*(Workload(f"w{i}", rng.choice(list(teams)), rng.choice([0, 0, 5]), float(i),
                                 {GPU: rng.choice([1, 2, 4, 8, 16]), "cpu": rng.choice([1, 4, 32])})
                        for i in range(30)))
-    assert admitted_ids(decide(q, usage, pending, waits=False)) == _naive_admit(q, usage, pending)
+    full = admitted_ids(decide(q, usage, pending, waits=False))
+    assert full == _naive_admit(q, usage, pending)
+    # a scheduler that admits one gang at a time asks for the first only: the same one
+    assert admitted_ids(decide(q, usage, pending, waits=False, first=True)) == full[:1]
 
 
 # --- the policy file -----------------------------------------------------------------------------

@@ -191,16 +191,16 @@ def test_same_admission_decisions_at_every_event(monkeypatch, name, max_jobs, ba
         usage_c = usage_of(w for ws in admitted_c.values() for w in ws)
         return pending_c, (admitted_c if admitted is not None else None), usage_c
 
-    def spy(quotas, usage, pending, admitted=None, gate=None, *, waits=True):
+    def spy(quotas, usage, pending, admitted=None, gate=None, *, waits=True, first=False):
         assert gate is None
-        result = real_decide(quotas, usage, pending, admitted, gate, waits=waits)
+        result = real_decide(quotas, usage, pending, admitted, gate, waits=waits, first=first)
         pending_c, admitted_c, usage_c = controller_inputs(pending, admitted)
         # The engine's own books agree with the admitted workloads it holds.
         # Compared over both sides' teams: keyed by `usage` alone, a team missing from it went unchecked.
         nonzero = lambda u: {t: n for t, amounts in u.items() if (n := {r: a for r, a in amounts.items() if a})}  # noqa: E731
         held = usage_of(w for ws in sim.admitted.values() for w in ws.values())
         assert nonzero(usage) == nonzero(held)
-        ours = real_decide(controller_quotas, usage_c, pending_c, admitted_c, None, waits=waits)
+        ours = real_decide(controller_quotas, usage_c, pending_c, admitted_c, None, waits=waits, first=first)
         assert _decisions(ours, controller.id_of.__getitem__) == _decisions(result)
         # And with every WAIT and its reason (what `kubectl describe` would show).
         full_sim = real_decide(quotas, usage, pending, admitted, None, waits=True)
