@@ -53,7 +53,7 @@ from gangctl.policy import status as st
 from gangctl.plugins.torch import rendezvous_store
 from gangctl.policy.decide import (Create, Delete, Event, GateIntent, Metric, Patch, Plan, Snapshot, Step, WriteStatus,
                                    ask_gate, cache_grace_left, delete_child, ensure, ensure_store, let_go_of_store,
-                                   missing_priority_class, nudge, patch_child, place, PLACEMENT_RECHECK_SECONDS, ran_seconds, store_pods, with_annotations,
+                                   missing_priority_class, nudge, place, PLACEMENT_RECHECK_SECONDS, ran_seconds, store_pods, with_annotations,
                                    with_placement)
 from gangctl.policy.failure import (RESTART_IN_PLACE, Decision, PodFailure, Restarts, charge_in_place, classify,
                                     most_restarted, paced, recreate_wait)
@@ -309,9 +309,8 @@ def _failure(s: Snapshot, job: PyTorchJob, group: pj.ReplicaGroup, pods: list[di
     An elastic group's failure is a worker that failed without a disruption (`elastic.failed_worker`);
     a lost worker is the sizing's."""
     if group.job.elastic:
-        worker = elastic.failed_worker_pod(pods, DEFAULT_CONTAINER)
-        found = elastic.failed_worker(s.obj, [worker], DEFAULT_CONTAINER) if worker is not None else None
-        return None if worker is None or found is None else (worker, found)
+        found = elastic.failed_worker_pod(pods, DEFAULT_CONTAINER)
+        return None if found is None else (found[0], elastic.worker_failure(job.namespace, found[1]))
     failed = [(f, p) for p in pods if (p.get("status") or {}).get("phase") == "Failed"
               and not p["metadata"].get("deletionTimestamp")
               and (f := PodFailure.from_pod(p, DEFAULT_CONTAINER)) is not None]

@@ -142,25 +142,26 @@ def noted(memo: Mapping, resize: Resize, stamp: str, gone: int) -> dict:
     return out
 
 
-def failed_worker_pod(pods: Iterable[dict], container: str) -> dict | None:
+def failed_worker_pod(pods: Iterable[dict], container: str) -> tuple[dict, PodFailure] | None:
     """The first of `pods` that exited non-zero without a disruption and was not deleted (a shrink's
-    or a deletion's victim)."""
+    or a deletion's victim), with its failure."""
     for pod in pods:
         failed = PodFailure.from_pod(pod, container=container)
         if (failed is not None and failed.disruption is None and failed.index is not None
                 and not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") == "Failed"):
-            return pod
+            return pod, failed
     return None
+
+
+def worker_failure(namespace: str, failed: PodFailure) -> tuple[str, str]:
+    """The attempt's failure (reason, message) for a worker that failed on its own."""
+    code = f" with exit code {failed.exit_code}" if failed.exit_code is not None else ""
+    return "PodFailed", f"worker {namespace}/{failed.name} failed{code}"
 
 
 def failed_worker(job: dict, pods: Iterable[dict], container: str) -> tuple[str, str] | None:
     """An elastic Job never fails on its own (huge backoffLimit): a worker (`pods`: the Job's) that
     exited non-zero without a disruption, and was not deleted (a shrink's or a deletion's victim), is
     the attempt's failure, judged by the failure policy."""
-    pod = failed_worker_pod(pods, container)
-    if pod is None:
-        return None
-    failed = PodFailure.from_pod(pod, container=container)
-    assert failed is not None
-    code = f" with exit code {failed.exit_code}" if failed.exit_code is not None else ""
-    return "PodFailed", f"worker {job['metadata']['namespace']}/{failed.name} failed{code}"
+    found = failed_worker_pod(pods, container)
+    return None if found is None else worker_failure(job["metadata"]["namespace"], found[1])

@@ -49,7 +49,7 @@ from gangctl.api.quantity import parse_quantity
 from gangctl.plugins.kueue import QUEUE_LABEL as KUEUE_QUEUE_LABEL
 from gangctl.plugins.registry import BACKENDS
 from gangctl.plugins.torch import RDZV_PORT, STORE_ROLE, STORE_ROLE_VALUE
-from gangctl.policy.failure import FAIL_JOBSET, RESTART_JOBSET, FailurePolicy, FailureRule
+from gangctl.policy.failure import FAIL_JOBSET, FailurePolicy, FailureRule
 from gangctl.model.gang import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, Gang
 from gangctl.model.resolve import ResolvedJob, pod_requests
 from gangctl.model.topology import PlacementIntent, TopologyError, template_intent

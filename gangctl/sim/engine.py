@@ -324,18 +324,15 @@ class Simulation:
         if self.pending_count and not self._admission_blocked():
             gate = self._volcano_gate if self._allocates_whole else None
             views = self._admitted_views if self._preemption else None
-            decisions = decide(self.quotas, self.usage, self.pending, views, gate, waits=False,
-                               first=self._one_until_ready)
-            for i, d in enumerate(decisions):
+            # one gang at a time (`first`): the call stops at its first admission, so no later gang of
+            # the round is decided, nor placed by the gate
+            for d in decide(self.quotas, self.usage, self.pending, views, gate, waits=False,
+                            first=self._one_until_ready):
                 if d.verdict is Verdict.WAIT:   # vetoed by the Volcano gate
                     continue
                 for victim in d.victims:
                     self._preempt(self.by_id[victim.id])
                 self._admit(self.by_id[d.workload.id])
-                if self._one_until_ready:   # the rest wait: the nodes the gate placed them on are free again
-                    for rest in decisions[i + 1:]:
-                        self._unreserve(self.by_id[rest.workload.id])
-                    break
         if self.waiting and (self.cluster.free_gpus or self.retry_seconds is not None):
             # With retries modelled, gangs that do not fit are set aside; a gang bound (its pods'
             # add events) makes the scheduler retry the ones Coscheduling rejected.
@@ -343,12 +340,6 @@ class Simulation:
                 self._parked.clear()
         if self.growable and not self.waiting and self.cluster.free_gpus:
             self._grow()
-
-    def _unreserve(self, job: SimJob) -> None:
-        """Give back the nodes the gate placed a pending gang on (`_volcano_gate`) when it is not admitted."""
-        if job.state == PENDING and job.placement is not None:
-            self.cluster.release(job.placement, job.spec.gpus_per_node)
-            job.placement = None
 
     def _admission_blocked(self) -> bool:
         """A backend that admits one gang at a time: an admitted gang waits for nodes, or its pods are
