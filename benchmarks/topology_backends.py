@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -69,7 +70,8 @@ def one_backend(backend: str, args) -> dict:
     with cluster_with_controller(f"gangctl-bench-topo-{backend}", options, say) as (settings, cluster, _):
         env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), GANGCTL_CLUSTER_NAME=settings.cluster_name)
         with tempfile.TemporaryDirectory() as tmp:
-            dump = Path(tmp) / "jobs.jsonl"
+            dump = Path(args.keep or tmp) / f"{backend}-{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
+            dump.parent.mkdir(parents=True, exist_ok=True)
             cmd = [sys.executable, "-m", "gangctl.cli", "sim-check", str(SCENARIO), "--backend", backend, "--quota",
                    "--jobs", str(args.jobs), "--compression", str(args.compression), "--timeout", str(args.timeout),
                    "-o", "json", "--dump", str(dump)]
@@ -103,6 +105,7 @@ def main() -> int:
     p.add_argument("--topology", default="2x2x8", metavar="BLOCKSxRACKSxHOSTS")
     p.add_argument("--compression", type=float, default=180.0, help="divide durations and gaps by this")
     p.add_argument("--timeout", type=float, default=3600)
+    p.add_argument("--keep", metavar="DIR", help="keep each replay's per-job rows (sim-check --dump) in DIR")
     args = rounds.parse_args(p, "topology_backends")
     runs = rounds.run_sides(args.backends.split(","), args.rounds, lambda backend: one_backend(backend, args), say)
     every = published.report_sides(

@@ -171,7 +171,7 @@ def controller(
                                                 "host Service if any, else off)"),
     trainer_status_bind_address: str = typer.Option("127.0.0.1:8443", envvar="GANGCTL_TRAINER_STATUS_BIND_ADDRESS",
                                                     help="HOST:PORT the progress endpoint (HTTPS) listens on"),
-    log_level: str = typer.Option("INFO"),
+    log_level: str = typer.Option("INFO", envvar="GANGCTL_LOG_LEVEL", help="DEBUG also logs every write a pass makes"),
 ) -> None:
     """Run the TrainJob controller until SIGTERM (exit 0) or a lost leader Lease (exit 1)."""
     import asyncio
@@ -234,7 +234,7 @@ def node_agent(
     client_ca_file: str = typer.Option(None, help="CA of the kubelet API's callers (default: the kubeconfig's "
                                        "cluster CA)"),
     hide: list[str] = typer.Option([], help="a path pods must not see (the kubeconfig and its keys always are)"),
-    log_level: str = typer.Option("INFO"),
+    log_level: str = typer.Option("INFO", envvar="GANGCTL_LOG_LEVEL", help="DEBUG also logs every write a pass makes"),
 ) -> None:
     """Run a process node: pods bound to it run as local processes (real torchrun)."""
     import asyncio

@@ -13,6 +13,7 @@ from pathlib import Path
 from gangctl.api.resources import (CLUSTER_TRAINING_RUNTIMES, CONFIGMAPS, NODES, PODS, PYTORCHJOBS, TRAINING_RUNTIMES,
                                    TRAINJOBS, Resource)
 from gangctl.kube.client import ApiError, Kube
+from gangctl.model import progress
 from gangctl.model.names import TRAINJOB_NAME
 from gangctl.policy import pytorchjob as pj
 from gangctl.policy.explain import CAPACITY_AVAILABLE, Diagnosis, diagnose, diagnose_pytorchjob, screen_nodes, with_progress
@@ -55,7 +56,7 @@ async def explain(kubeconfig: Path | str | None, namespace: str, name: str,
         gang = size_gang(job.num_nodes, job.requests, min_nodes=job.min_nodes)
         bound, (rooms, excluded), says = await _room(kube, namespace, TRAINJOB_NAME, name, job.pod_template)
         d = diagnose(trainjob.get("status"), gang, bound, rooms, says, retry_seconds, excluded)
-        d = with_progress(d, trainjob.get("status"), job.stall_timeout_seconds, datetime.now(timezone.utc))
+        d = with_progress(d, progress.reported(trainjob), job.stall_timeout_seconds, datetime.now(timezone.utc))
         status = trainjob.get("status")
         finished = is_true(status, "Complete") or is_true(status, "Failed")
         return trainjob, with_domains(d, job.placement, await _topology(kube), rooms, gang, finished)
@@ -84,6 +85,11 @@ async def explain_pytorchjob(kubeconfig: Path | str | None, namespace: str, name
         bound, (rooms, excluded), says = await _room(kube, namespace, pj.JOB_NAME, name, workers.pod_template)
         gang = mapped.gang()
         d = diagnose_pytorchjob(obj.get("status"), gang, bound, rooms, says, retry_seconds, excluded)
+        try:
+            stall_timeout = progress.stall_timeout(obj["metadata"].get("annotations"))
+        except ValueError as err:   # the controller fails such a job; say why here too
+            return obj, Diagnosis("InvalidSpec", str(err))
+        d = with_progress(d, progress.reported(obj), stall_timeout, datetime.now(timezone.utc))
         finished = is_true(obj.get("status"), pj.SUCCEEDED) or is_true(obj.get("status"), pj.FAILED)
         return obj, with_domains(d, workers.placement, await _topology(kube), rooms, gang, finished)
     finally:

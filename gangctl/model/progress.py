@@ -10,16 +10,22 @@ The contract a script sees, in every container of every trainer pod:
 and a POST of `{"trainerStatus": {...}}` with `Authorization: Bearer <token>` sets the TrainJob's
 `status.trainerStatus`. The token is the pod's own (bound to the pod), so a pod can report only for
 the TrainJob whose child Job made it (`refusal`).
+
+A PyTorchJob's pods (gangctl's extension: Training Operator v1 had no progress) get the same three
+variables, with the URL `.../apis/kubeflow.org/v1/namespaces/<ns>/pytorchjobs/<name>/status`; v1's
+status schema prunes unknown fields, so the report is kept in the PyTorchJob's annotation
+`gangctl.io/trainer-status` (`reported` reads either).
 """
 from __future__ import annotations
 
 import copy
+import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable
 
-from gangctl.api.resources import TRAINER_GROUP
+from gangctl.api.resources import PYTORCHJOBS, TRAINJOBS, Resource
 from gangctl.model.names import TRAINJOB_NAME
 
 AUDIENCE = "trainer.kubeflow.org"
@@ -55,35 +61,43 @@ class Endpoint:
     ca_pem: str
 
 
-def config_map_name(trainjob: str) -> str:
-    return f"{trainjob}-tls-config"
+# The job kinds whose pods report, by kind: the resource whose `.../status` URL they POST to.
+REPORTING_KINDS: dict[str, Resource] = {"TrainJob": TRAINJOBS, "PyTorchJob": PYTORCHJOBS}
+# Where a PyTorchJob keeps its last report (v1's status schema has no field for it).
+REPORT_ANNOTATION = "gangctl.io/trainer-status"
 
 
-def status_path(namespace: str, trainjob: str) -> str:
-    return f"/apis/{TRAINER_GROUP}/v1alpha1/namespaces/{namespace}/trainjobs/{trainjob}/status"
+def config_map_name(trainjob: str, kind: str = "TrainJob") -> str:
+    """Trainer's name for a TrainJob's; a PyTorchJob's differs, so one of each may share a name."""
+    return f"{trainjob}-tls-config" if kind == "TrainJob" else f"{trainjob}-{kind.lower()}-tls-config"
 
 
-def status_url(base_url: str, namespace: str, trainjob: str) -> str:
-    return base_url.rstrip("/") + status_path(namespace, trainjob)
+def status_path(namespace: str, trainjob: str, kind: str = "TrainJob") -> str:
+    return REPORTING_KINDS[kind].path(namespace, trainjob, "status")
 
 
-def config_map(namespace: str, trainjob: str, ca_pem: str, owner: dict) -> dict:
-    """The CA a trainer pod verifies the controller's certificate with, owned by the TrainJob."""
+def status_url(base_url: str, namespace: str, trainjob: str, kind: str = "TrainJob") -> str:
+    return base_url.rstrip("/") + status_path(namespace, trainjob, kind)
+
+
+def config_map(namespace: str, trainjob: str, ca_pem: str, owner: dict, labels: dict | None = None,
+               kind: str = "TrainJob") -> dict:
+    """The CA a trainer pod verifies the controller's certificate with, owned by its job."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": config_map_name(trainjob), "namespace": namespace,
-                         "labels": {TRAINJOB_NAME: trainjob}, "ownerReferences": [owner]},
+            "metadata": {"name": config_map_name(trainjob, kind), "namespace": namespace,
+                         "labels": labels or {TRAINJOB_NAME: trainjob}, "ownerReferences": [owner]},
             "data": {CA_KEY: ca_pem}}
 
 
-def inject(spec: dict, base_url: str, namespace: str, trainjob: str) -> None:
+def inject(spec: dict, base_url: str, namespace: str, trainjob: str, kind: str = "TrainJob") -> None:
     """Give every container of a trainer pod spec the three variables and the projected volume (token
     with the trainer audience, and the CA). A container's own value of a variable wins."""
     volumes = [v for v in spec.get("volumes") or [] if v.get("name") != VOLUME]
     volumes.append({"name": VOLUME, "projected": {"sources": [
         {"serviceAccountToken": {"audience": AUDIENCE, "expirationSeconds": TOKEN_SECONDS, "path": "token"}},
-        {"configMap": {"name": config_map_name(trainjob), "items": [{"key": CA_KEY, "path": CA_KEY}]}}]}})
+        {"configMap": {"name": config_map_name(trainjob, kind), "items": [{"key": CA_KEY, "path": CA_KEY}]}}]}})
     spec["volumes"] = volumes
-    env = [{"name": ENV_URL, "value": status_url(base_url, namespace, trainjob)},
+    env = [{"name": ENV_URL, "value": status_url(base_url, namespace, trainjob, kind)},
            {"name": ENV_CA_CERT, "value": f"{MOUNT_PATH}/{CA_KEY}"},
            {"name": ENV_TOKEN, "value": f"{MOUNT_PATH}/token"}]
     for container in spec.get("containers") or []:
@@ -95,8 +109,10 @@ def inject(spec: dict, base_url: str, namespace: str, trainjob: str) -> None:
 
 def injected_url(job: dict | None) -> str | None:
     """The status URL an existing Job's pods were given (None: made without progress reporting). A
-    Job's pod template is immutable: what its pods got is kept, whatever this controller serves now."""
-    spec = (((job or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+    Job's pod template is immutable: what its pods got is kept, whatever this controller serves now.
+    A pod (a PyTorchJob's) is read the same way."""
+    spec = (job or {}).get("spec") or {}
+    spec = (spec.get("template") or {}).get("spec") or {} if "template" in spec else spec
     if not any(v.get("name") == VOLUME for v in spec.get("volumes") or []):
         return None
     for container in spec.get("containers") or []:
@@ -106,9 +122,9 @@ def injected_url(job: dict | None) -> str | None:
     return None
 
 
-def base_of(url: str, namespace: str, trainjob: str) -> str:
+def base_of(url: str, namespace: str, trainjob: str, kind: str = "TrainJob") -> str:
     """The endpoint's base URL out of a status URL made by `status_url`."""
-    path = status_path(namespace, trainjob)
+    path = status_path(namespace, trainjob, kind)
     return url[: -len(path)] if url.endswith(path) else url
 
 
@@ -198,20 +214,23 @@ def controller_of(obj: dict) -> dict | None:
 
 
 def refusal(who: Sender, pod: dict | None, trainjob: dict | None,
-            owner: Callable[[str, str, str], dict | None], namespace: str, name: str) -> str | None:
-    """Why the pod `who` names may not report for TrainJob `namespace/name`; None when it may.
+            owner: Callable[[str, str, str], dict | None], namespace: str, name: str,
+            kind: str = "TrainJob") -> str | None:
+    """Why the pod `who` names may not report for the `kind` (TrainJob or PyTorchJob) `namespace/name`;
+    None when it may.
 
     Only from a live pod (not Succeeded or Failed, not being deleted), the very pod the token was bound
-    to (same uid), whose chain of controller ownerReferences (pod -> Job -> TrainJob), each matched by
-    uid, leads to this TrainJob's uid: labels prove nothing, anyone allowed to create pods can set them.
-    `pod` and `trainjob` come from the controller's caches; `owner(namespace, kind, name)` looks an
-    intermediate owner (a Job) up there too."""
+    to (same uid), whose chain of controller ownerReferences (pod -> Job -> TrainJob; a PyTorchJob's
+    pod -> PyTorchJob), each matched by uid, leads to this job's uid: labels prove nothing, anyone
+    allowed to create pods can set them. `pod` and `trainjob` come from the controller's caches;
+    `owner(namespace, kind, name)` looks an intermediate owner (a Job) up there too."""
     where = f"pod {who.namespace}/{who.pod}"
     meta = (pod or {}).get("metadata") or {}
+    group = REPORTING_KINDS[kind].group
     if who.namespace != namespace:
-        return f"{where} is not in the TrainJob's namespace {namespace}"
+        return f"{where} is not in the {kind}'s namespace {namespace}"
     if pod is None or meta.get("uid") != who.pod_uid:
-        return f"{where} is not a pod gangctl knows (gone, or not made for a TrainJob)"
+        return f"{where} is not a pod gangctl knows (gone, or not made for a {kind})"
     if meta.get("deletionTimestamp"):
         return f"{where} is being deleted"
     if (phase := (pod.get("status") or {}).get("phase")) in TERMINAL_PHASES:
@@ -222,14 +241,14 @@ def refusal(who: Sender, pod: dict | None, trainjob: dict | None,
         ref = controller_of(obj) if obj is not None else None
         if ref is None:
             break
-        if ref.get("kind") == "TrainJob" and str(ref.get("apiVersion", "")).startswith(TRAINER_GROUP + "/"):
+        if ref.get("kind") == kind and str(ref.get("apiVersion", "")).startswith(group + "/"):
             if uid and ref.get("uid") == uid and ref.get("name") == name:
                 return None
             break
         obj = owner(namespace, ref.get("kind", ""), ref.get("name", ""))
         if obj is not None and (obj.get("metadata") or {}).get("uid") != ref.get("uid"):
             obj = None  # an object of that name, but not the one that made this pod
-    return f"{where} was not made for TrainJob {namespace}/{name} (its owner references do not lead to it)"
+    return f"{where} was not made for {kind} {namespace}/{name} (its owner references do not lead to it)"
 
 
 # --- stalls -----------------------------------------------------------------------------------------
@@ -256,12 +275,28 @@ def stall_timeout(annotations: dict | None) -> int | None:
     return seconds
 
 
+def reported(obj: dict | None) -> dict | None:
+    """A job's last progress report: a TrainJob's `status.trainerStatus`, a PyTorchJob's annotation
+    (None: none, or an annotation that is not a JSON object)."""
+    if (status := ((obj or {}).get("status") or {}).get("trainerStatus")) is not None:
+        return status
+    text = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(REPORT_ANNOTATION)
+    try:
+        found = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def silent_for(trainer_status: dict | None, attempt_started: datetime, now: datetime) -> float | None:
     """Seconds since the job's last progress report, counted from no earlier than the current attempt's
     start (a restarted attempt gets the whole timeout); None when the job never reported (a job that
     does not report is never judged stalled)."""
     when = (trainer_status or {}).get("lastUpdatedTime")
-    if not when:
+    try:   # a PyTorchJob's annotation can be edited by hand: a time that does not parse is no report
+        last = datetime.fromisoformat(str(when).replace("Z", "+00:00")) if when else None
+    except ValueError:
         return None
-    last = datetime.fromisoformat(str(when).replace("Z", "+00:00"))
+    if last is None or last.tzinfo is None:
+        return None
     return (now - max(last, attempt_started)).total_seconds()

@@ -34,6 +34,10 @@ class Metrics:
             "When a running TrainJob whose runtime sets a stall timeout last reported progress (unix seconds; "
             "time() minus it is the silence the stall timeout is compared with)", ["namespace", "name"],
             registry=registry)
+        self.pytorchjob_last_progress = Gauge(
+            "gangctl_pytorchjob_last_progress_timestamp_seconds",
+            "When a running PyTorchJob with a stall timeout (annotation gangctl.io/stall-timeout) last reported "
+            "progress (unix seconds)", ["namespace", "name"], registry=registry)
         self.world_size = Gauge("gangctl_elastic_world_size", "Current node count of an elastic TrainJob",
                                 ["namespace", "trainjob"], registry=registry)
         self.resizes = Counter("gangctl_elastic_resizes_total", "Elastic resizes by direction and cause",

@@ -99,7 +99,7 @@ class Snapshot:
     disruptions: Mapping[str, PodFailure] = field(default_factory=dict)
     nudge: bool = False                    # capacity was freed since this gang last tried
     priority_classes: frozenset[str] | None = None  # the PriorityClasses that exist (None: not checked)
-    progress: progress.Endpoint | None = None   # (TrainJob) where trainer pods report status.trainerStatus
+    progress: progress.Endpoint | None = None   # where trainer pods report progress (status.trainerStatus)
     claims: tuple[dict, ...] = ()          # (TrainJob) PVCs labelled with its name (volumeClaimPolicies)
     topology: Topology | None = None       # the cluster's topology (policy apply's ConfigMap; None: none)
     # Every Node and every pod bound to one, listed only when a plan asked (`wants_nodes`):

@@ -29,6 +29,11 @@ What one pass does, in order (docs/pytorchjob.md):
   PodGroup, `Suspended=True` with the gate's reason) until admitted. An admitted elastic Worker-only
   job runs at most the workers it was admitted with and may be granted more; one with a Master runs
   at its floor.
+- **Stalls** (gangctl's extension, as for TrainJobs): with the annotation `gangctl.io/stall-timeout`
+  on the PyTorchJob, a running job whose progress reports (`gangctl.model.progress`: its pods get the
+  endpoint's variables, the report is kept in the annotation `gangctl.io/trainer-status`) stop for
+  longer is judged as a failure with reason Stalled on its first pod: charged as infrastructure, at
+  most `runPolicy.backoffLimit` times, then Failed. A job that never reported is never stalled.
 - **Otherwise**: apply the per-pod Services and the backend's group (PodGroup minMember = the
   PyTorchJob's gang floor), create the missing pods, and report v1's status.
 """
@@ -41,7 +46,7 @@ from dataclasses import dataclass
 
 from gangctl.api.pytorchjob import DEFAULT_CONTAINER, PyTorchJob, PyTorchJobError, parse
 from gangctl.api.quantity import format_quantity
-from gangctl.api.resources import JOBS, PODS, PYTORCHJOBS, SERVICES
+from gangctl.api.resources import CONFIGMAPS, JOBS, PODS, PYTORCHJOBS, SERVICES
 from gangctl.plugins import base
 from gangctl.model.names import MANAGED_BY, MANAGER
 from gangctl.plugins.kueue import PRIORITY_LABEL as KUEUE_PRIORITY_LABEL
@@ -58,6 +63,7 @@ from gangctl.policy.decide import (Create, Delete, Event, GateIntent, Metric, Pa
 from gangctl.policy.failure import (RESTART_IN_PLACE, Decision, PodFailure, Restarts, charge_in_place, classify,
                                     most_restarted, paced, recreate_wait)
 from gangctl.policy.failure import decide as judge
+from gangctl.model import progress
 from gangctl.model.topology import Topology
 from gangctl.model.quota_plan import NodeRange
 
@@ -119,6 +125,12 @@ def _decide(s: Snapshot) -> Plan:
         found = _failure(s, job, group, _of_group(pods, group))
         if found is not None:
             return _judge(s, gang, group, *found, restarts)
+    try:
+        stall = _stall(s, gang, pods, restarts)
+    except ValueError as err:   # the stall timeout annotation is not a duration
+        return _fail(s, job, str(err))
+    if isinstance(stall, Plan):
+        return stall
     attempt = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     if not attempt and (wait := recreate_wait(last, s.now)) > 0:
         return Plan(requeue_after=wait)   # a gang failing soon after it starts: paced
@@ -127,7 +139,39 @@ def _decide(s: Snapshot) -> Plan:
             return Plan(requeue_after=wait)   # the PriorityClass may be newer than the cache
         return _fail(s, job, missing)
     quota = _quota(s, job, gang, backend)
-    return dataclasses.replace(_run(s, job, gang, backend, pods, quota), gate=quota.intents)
+    plan = _run(s, job, gang, backend, pods, quota)
+    if stall is not None:   # come back when the stall timeout would pass
+        wait, reported = stall
+        plan = dataclasses.replace(plan, requeue_after=min(plan.requeue_after or wait, wait), metrics=(
+            *plan.metrics, Metric("pytorchjob_last_progress", "set", (job.namespace, job.name), reported)))
+    return dataclasses.replace(plan, gate=quota.intents)
+
+
+def _stall(s: Snapshot, gang: pj.PyTorchGang, pods: list[dict], restarts: Restarts) -> Plan | tuple[float, float] | None:
+    """A running PyTorchJob whose progress reports stopped for longer than its stall timeout: the stall
+    judged on the attempt's first pod (`_judge`; the next pass carries it out: every pod deleted and
+    made again, or Failed past the budget). Else, while it reports, the seconds until it would be
+    stalled and when it last reported; None: no timeout, not running, or it never reported.
+    ValueError naming the annotation when the timeout is not a duration."""
+    timeout = progress.stall_timeout(s.obj["metadata"].get("annotations"))
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    first = next((p for p in _of_group(live, gang.groups[0]) if replica_pods.index_of(p) == 0), None)
+    if timeout is None or first is None or not _running(s.obj.get("status") or {}):
+        return None
+    report = progress.reported(s.obj)
+    # the attempt starts when its newest pod was made or its last in-place restart was charged: a
+    # restarted attempt gets the whole timeout
+    times = [s.obj["metadata"].get("creationTimestamp"), restarts.last_failure.get("time"),
+             *(p["metadata"].get("creationTimestamp") for p in live)]
+    started = max(st.parse_time(t) for t in times if t)
+    silent = progress.silent_for(report, started, s.now)
+    if silent is None:
+        return None
+    if silent <= timeout:
+        return max(1.0, timeout - silent + 1.0), st.parse_time(report["lastUpdatedTime"]).timestamp()
+    return _judge(s, gang, gang.groups[0], first, (progress.STALLED, (
+        f"no progress report for {silent:.0f}s (stall timeout {timeout}s, {progress.STALL_TIMEOUT_ANNOTATION} "
+        "of the PyTorchJob)")), restarts)
 
 
 def _missing_priority_class(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend) -> str | None:
@@ -389,10 +433,12 @@ def _carry_out(s: Snapshot, job: PyTorchJob, restarts: Restarts, pods: list[dict
 
 
 # --- the running job ----------------------------------------------------------------------------
-def replica_pod(group: pj.ReplicaGroup, index: int, owner: dict, backend, scheduler_name: str) -> dict:
+def replica_pod(group: pj.ReplicaGroup, index: int, owner: dict, backend, scheduler_name: str,
+                progress_url: str | None = None) -> dict:
     """Pod `index` of a replica type as v1 made it: named (and so its hostname) `<job>-<type>-<index>`,
     owned by the PyTorchJob, with v1's labels and its RANK; the backend's labels, annotations and
-    scheduler as on every gang pod."""
+    scheduler as on every gang pod; where the controller serves progress reports (`progress_url`, its
+    base URL), the variables to report with."""
     job = group.job
     template = copy.deepcopy(job.pod_template)
     meta = template.setdefault("metadata", {})
@@ -404,6 +450,8 @@ def replica_pod(group: pj.ReplicaGroup, index: int, owner: dict, backend, schedu
     if group.ranked:
         for container in spec.get("containers") or []:
             pj.with_env(container, pj.rank_env(index + group.rank_offset))
+    if progress_url:
+        progress.inject(spec, progress_url, job.namespace, job.name, kind="PyTorchJob")
     meta.update(name=pj.replica_name(job.name, group.replica_type, index), namespace=job.namespace,
                 ownerReferences=[owner])
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
@@ -496,6 +544,7 @@ def _pods_to(s: Snapshot, gang: pj.PyTorchGang, backend, pods: list[dict], worke
     """Create each group's missing pods; an elastic Worker group's live pods brought to its size
     (`workers_size`; None: its replicas, where the backend owns the size)."""
     owner = owner_reference(s.obj)
+    url = s.progress.base_url if s.progress is not None else None
     steps: list[Step] = []
     for group in gang.groups:
         mine = _of_group(pods, group)
@@ -503,8 +552,13 @@ def _pods_to(s: Snapshot, gang: pj.PyTorchGang, backend, pods: list[dict], worke
             create, delete = replica_pods.elastic_changes(workers_size or group.job.num_nodes, mine)
         else:
             create, delete = replica_pods.missing(group.job.num_nodes, mine), []
-        steps += [Create(PODS, replica_pod(group, i, owner, backend, s.scheduler_name)) for i in create]
+        steps += [Create(PODS, replica_pod(group, i, owner, backend, s.scheduler_name, url)) for i in create]
         steps += [delete_child(PODS, p) for p in delete]
+    if s.progress is not None and any(isinstance(step, Create) for step in steps):
+        # the CA the pods verify the endpoint with, before them (a second Create of it is fine: it is ours)
+        ca = progress.config_map(s.obj["metadata"]["namespace"], gang.name, s.progress.ca_pem, owner,
+                                 {pj.JOB_NAME: gang.name}, kind="PyTorchJob")
+        steps.insert(0, Create(CONFIGMAPS, ca, cached=False))
     return steps
 
 

@@ -271,11 +271,12 @@ def _left_out(groups: Sequence[Exclusion]) -> str:
         f"{g.nodes} node(s) with room for {g.slots} pod(s) are excluded by {g.what} ({g.fix})" for g in useful)
 
 
-def with_progress(d: Diagnosis, status: Mapping | None, stall_timeout: int | None, now: datetime) -> Diagnosis:
-    """A running job whose runtime sets a stall timeout: how long it has been silent, against the timeout."""
+def with_progress(d: Diagnosis, report: Mapping | None, stall_timeout: int | None, now: datetime) -> Diagnosis:
+    """A running job with a stall timeout: how long it has been silent (since its last progress `report`,
+    `gangctl.model.progress.reported`), against the timeout."""
     if stall_timeout is None or d.reason != "GangScheduled":
         return d
-    when = ((status or {}).get("trainerStatus") or {}).get("lastUpdatedTime")
+    when = (report or {}).get("lastUpdatedTime")
     if not when:
         return replace(d, message=f"{d.message}; it has not reported progress yet (never judged stalled until it does)")
     silent = (now - datetime.fromisoformat(str(when).replace("Z", "+00:00"))).total_seconds()

@@ -216,7 +216,7 @@ class PyTorchJobKind(JobKind):
             gang_scheduler_name=self.scheduler_name, jobs=jobs, pods=tuple(caches.pods.list(ns, selector)),
             services=tuple(caches.services.list(ns, selector)),
             groups=groups, priority_classes=caches.priority_class_names(), gate=_gate_view(rec, key, obj),
-            nudge=key in rec.nudge, topology=rec.topology())
+            nudge=key in rec.nudge, topology=rec.topology(), progress=rec.progress)
 
     def decide(self, snapshot: d.Snapshot) -> d.Plan:
         return dp.decide(snapshot)

@@ -6,6 +6,8 @@ KEP-2779 contract; the pure rules are in gangctl.model.progress).
     {"trainerStatus": {"progressPercentage": 45, "estimatedRemainingSeconds": 600,
                        "metrics": [{"name": "loss", "value": "0.23"}], "lastUpdatedTime": "..."}}
 
+    POST /apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{name}/status   (gangctl's extension)
+
 HTTPS only. A request is accepted when the API server's TokenReview (sent with the trainer audience)
 says the token is bound to a pod, and that pod (looked up in the controller's caches, matched by uid)
 is live and was made by a Job that this TrainJob (matched by uid) made (`progress.refusal`). Answers:
@@ -16,7 +18,9 @@ review gate does not admit now, gangctl.policy.review_gate), 503 when the API se
 asked. Verdicts are cached per token for `ttl` seconds, so a pod reporting every few seconds costs one
 TokenReview a minute. Every replica serves it (a report is not a controller decision); the write is a
 server-side apply of `status.trainerStatus` alone, under a field manager of its own that the
-reconciler never sends back.
+reconciler never sends back. A PyTorchJob's pods are checked the same way (pod -> PyTorchJob) and
+their report goes to the PyTorchJob's annotation `gangctl.io/trainer-status` (a merge patch of it
+alone): v1's status schema has no field for it.
 
 `ProgressEndpoint` serves it with the certificate of gangctl.kube.serving_cert and checks the Secret
 again every `check_seconds`: a certificate re-issued before expiry (here or by another replica) is
@@ -38,7 +42,7 @@ from typing import Callable
 
 from aiohttp import web
 
-from gangctl.api.resources import TRAINJOBS
+from gangctl.api.resources import PYTORCHJOBS, TRAINJOBS
 from gangctl.kube import serving_cert
 from gangctl.kube.access_review import Reviews
 from gangctl.kube.client import UNREACHABLE, ApiError, Kube
@@ -52,6 +56,7 @@ from gangctl.runtime.reconciler import Caches
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "gangctl-trainer-status"
 ROUTE = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
+PYTORCHJOB_ROUTE = "/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{name}/status"
 MAX_BODY = 256 * 1024
 
 
@@ -70,14 +75,20 @@ class ProgressServer:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post(ROUTE, self.handle)
+        app.router.add_post(PYTORCHJOB_ROUTE, self.handle_pytorchjob)
         return app
 
     async def handle(self, request: web.Request) -> web.Response:
-        response = await self._answer(request)
+        response = await self._answer(request, "TrainJob")
         self.on_answer(response.status)
         return response
 
-    async def _answer(self, request: web.Request) -> web.Response:
+    async def handle_pytorchjob(self, request: web.Request) -> web.Response:
+        response = await self._answer(request, "PyTorchJob")
+        self.on_answer(response.status)
+        return response
+
+    async def _answer(self, request: web.Request, kind: str) -> web.Response:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         token = bearer_token(request.headers.get("Authorization"))
         if not token:
@@ -92,10 +103,12 @@ class ProgressServer:
         if who is None:
             return _error(401, f"token not accepted: it must be a pod's token for audience {progress.AUDIENCE} "
                                f"(the file ${progress.ENV_TOKEN} names)")
+        jobs = self.caches.trainjobs if kind == "TrainJob" else self.caches.pytorchjobs
         why = progress.refusal(who, self.caches.pods.get(f"{who.namespace}/{who.pod}"),
-                               self.caches.trainjobs.get(f"{namespace}/{name}"), self._owner, namespace, name)
+                               jobs.get(f"{namespace}/{name}") if jobs is not None else None, self._owner,
+                               namespace, name, kind)
         if why is not None:
-            return _error(403, f"{why}: it may not report for TrainJob {namespace}/{name}")
+            return _error(403, f"{why}: it may not report for {kind} {namespace}/{name}")
         if (wait := self.limits.take(who.subject, self.clock())) > 0:
             return _error(429, f"more than {self.limits.rate:g} reports a second from {who.subject}",
                           retry_after=wait)
@@ -108,25 +121,30 @@ class ProgressServer:
         except (ValueError, UnicodeDecodeError) as err:
             return _error(400, str(err) if isinstance(err, progress.ReportError) else f"the body is not JSON: {err}")
         try:
-            written = await self.kube.apply(TRAINJOBS.path(namespace, name, "status"), {
-                "apiVersion": TRAINJOBS.api_version, "kind": TRAINJOBS.kind,
-                "metadata": {"name": name, "namespace": namespace}, "status": {"trainerStatus": status}},
-                FIELD_MANAGER)
+            if kind == "TrainJob":
+                written = await self.kube.apply(TRAINJOBS.path(namespace, name, "status"), {
+                    "apiVersion": TRAINJOBS.api_version, "kind": TRAINJOBS.kind,
+                    "metadata": {"name": name, "namespace": namespace}, "status": {"trainerStatus": status}},
+                    FIELD_MANAGER)
+            else:
+                written = await self.kube.merge_patch(PYTORCHJOBS.path(namespace, name), {"metadata": {"annotations": {
+                    progress.REPORT_ANNOTATION: json.dumps(status, sort_keys=True, separators=(",", ":"))}}})
         except (ApiError, *UNREACHABLE) as err:
             if isinstance(err, ApiError) and err.not_found:
-                return _error(404, f"TrainJob {namespace}/{name} not found")
+                return _error(404, f"{kind} {namespace}/{name} not found")
             if isinstance(err, ApiError) and err.status in (400, 422):
                 return _error(400, err.message)
             log.warning("progress: writing %s/%s failed: %r", namespace, name, err)
             return _error(503, "the API server did not take the status; retry later", retry_after=5)
-        return web.json_response({"trainerStatus": (written.get("status") or {}).get("trainerStatus")})
+        return web.json_response({"trainerStatus": progress.reported(written)})
 
     async def _review(self, token: str) -> tuple[progress.Sender | None, bool]:
         status = await self.reviews.token_review(token, [progress.AUDIENCE])
         return progress.sender(status), bool(status.get("authenticated"))
 
     def _owner(self, namespace: str, kind: str, name: str) -> dict | None:
-        """An owner of a trainer pod, from the caches (gangctl makes pods through Jobs only)."""
+        """An owner of a trainer pod, from the caches (a TrainJob's pods come from Jobs; a PyTorchJob's
+        pods are its own, so no lookup)."""
         return self.caches.jobs.get(f"{namespace}/{name}") if kind == "Job" else None
 
 

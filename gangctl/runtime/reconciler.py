@@ -110,14 +110,11 @@ class Reconciler:
     def forget(self, key: JobKey) -> None:
         """A job is gone: drop what this process kept about it, and its metric series."""
         self.nudge.discard(key)
-        try:
-            self.metrics.world_size.remove(key.namespace, key.name)
-        except KeyError:
-            pass  # never elastic
-        try:
-            self.metrics.last_progress.remove(key.namespace, key.name)
-        except KeyError:
-            pass  # never watched for stalls
+        for series in (self.metrics.world_size, self.metrics.last_progress, self.metrics.pytorchjob_last_progress):
+            try:
+                series.remove(key.namespace, key.name)
+            except KeyError:
+                pass  # never elastic, or never watched for stalls
 
     def forget_job(self, uid: str) -> None:
         """A child Job is gone: its disruption hints go with it."""
@@ -130,6 +127,8 @@ class Reconciler:
     async def reconcile(self, key: JobKey) -> None:
         kind = self.kinds[key.kind]
         plan = kind.decide(kind.observe(self, key))
+        log.debug("pass of %s: %d writes, requeue after %s, places itself %s", key, len(plan.steps),
+                  plan.requeue_after, plan.wants_nodes)
         if not plan.wants_nodes:
             await self._carry_out(kind, key, plan)
             return
@@ -190,6 +189,7 @@ class Reconciler:
 
     async def _step(self, kind: JobKind, plan: d.Plan, step: d.Step) -> None:
         if isinstance(step, d.WriteStatus):
+            log.debug("status of %s: gang %s", plan.key, (step.status or {}).get("gang"))
             await self.write_status(kind, plan.job, step.status)
         elif isinstance(step, d.Event):
             record = self.events.normal if step.type == "Normal" else self.events.warning

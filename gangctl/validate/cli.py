@@ -144,7 +144,8 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
         await kube.close()
 
     by_key = {f"{s.trainjob['metadata']['namespace']}/{s.trainjob['metadata']['name']}": s.job_id for s in subs}
-    outcomes = [outcome_of(by_key[k], record.objects[k], record.submitted[k], record.finished.get(k)) for k in by_key]
+    outcomes = [outcome_of(by_key[k], record.objects[k], record.submitted[k], record.finished.get(k), record.bound.get(k))
+                for k in by_key]
     real = summarize(outcomes)
     latency = measured_latency(outcomes, ideal.outcomes, {j.id: j.duration for j in p.sim_jobs}, serial=serial)
     if serial:   # the mean: the conditions' times are whole seconds, a median would snap to one

@@ -1,7 +1,8 @@
 """Pure: what a replay measured, from TrainJob objects, and how it compares with the simulator.
 
-A job's real queueing delay is `status.gang.boundAt` (set by the controller when every pod of the
-gang has a node) minus the moment the replay created the TrainJob; its completion time is when the
+A job's real queueing delay is the first `status.gang.boundAt` the replay saw (set by the controller
+when every pod of the gang has a node; a gang restarted after a preemption is stamped again, and the
+simulator's start is the first one too) minus the moment the replay created the TrainJob; its completion time is when the
 replay first saw the TrainJob `Complete` (the condition's lastTransitionTime, whole seconds, is the
 fallback). These are the simulator's definitions: start = the gang placed, end = the job done.
 """
@@ -44,10 +45,13 @@ def finished_condition(trainjob: Mapping) -> dict | None:
     return None
 
 
-def outcome_of(job_id: str, trainjob: Mapping, submitted: float, seen_finished: float | None) -> RealOutcome:
+def outcome_of(job_id: str, trainjob: Mapping, submitted: float, seen_finished: float | None,
+               first_bound: float | None = None) -> RealOutcome:
+    """`first_bound`: the first gang.boundAt seen while it ran (else the one `trainjob` shows)."""
     status = trainjob.get("status") or {}
     gang = status.get("gang") or {}
-    bound = parse_time(gang["boundAt"]).timestamp() if gang.get("boundAt") else None
+    bound = first_bound if first_bound is not None else (
+        parse_time(gang["boundAt"]).timestamp() if gang.get("boundAt") else None)
     cond = finished_condition(trainjob)
     if cond is None:
         return RealOutcome(job_id, submitted, bound, None, "unfinished")

@@ -16,6 +16,7 @@ from gangctl.commands.policy_apply import apply_policy
 from gangctl.kube.client import ApiError, Kube
 from gangctl.model.quota import QuotaPolicy
 from gangctl.model.quota_plan import timestamp
+from gangctl.policy.status import parse_time
 from gangctl.model.names import TRAINJOB_NAME, child_job_name
 from gangctl.plugins.kueue import WORKLOADS
 from gangctl.model.topology import Topology
@@ -33,6 +34,9 @@ class ReplayRecord:
     submitted: dict[str, float] = field(default_factory=dict)        # TrainJob key -> epoch seconds
     finished: dict[str, float] = field(default_factory=dict)         # TrainJob key -> first seen finished
     objects: dict[str, dict] = field(default_factory=dict)           # TrainJob key -> last seen object
+    # TrainJob key -> the first gang.boundAt seen (epoch seconds): a gang restarted later (a scheduler's
+    # preemption or consolidation) is stamped again, and its queueing delay ends at its first start
+    bound: dict[str, float] = field(default_factory=dict)
 
 
 def key_of(trainjob: dict) -> str:
@@ -74,6 +78,8 @@ async def replay(kube: Kube, submissions: list[Submission], run_id: str, *, time
     def see(obj: dict) -> None:
         k = key_of(obj)
         record.objects[k] = obj
+        if k not in record.bound and (at := ((obj.get("status") or {}).get("gang") or {}).get("boundAt")):
+            record.bound[k] = parse_time(at).timestamp()
         if k not in record.finished and finished_condition(obj) is not None:
             record.finished[k] = time.time()
             progress(len(record.finished), total)

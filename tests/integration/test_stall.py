@@ -1,24 +1,35 @@
 """Hang detection on the real cluster (issue 38 item 2): a runtime with a stall timeout restarts a
 running TrainJob whose progress reports stop, charged as infrastructure, and fails it with reason
 Stalled once failurePolicy.maxRestarts stall restarts are used; a job that never reported is left
-alone. In the first test KWOK plays the pods and the test writes status.trainerStatus itself, as the
+alone. The last test does the same for a PyTorchJob (annotation on the job, reports sent to the
+endpoint with its KWOK master pod's own token). In the first test KWOK plays the pods and the test writes status.trainerStatus itself, as the
 progress endpoint does for a reporting pod; in the second, real torchrun on process nodes hangs in
 an all-reduce and reports through the endpoint."""
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
+import aiohttp
 import pytest
 import yaml
 
-from gangctl.api.resources import TRAINING_RUNTIMES, TRAINJOBS
+from gangctl.api.resources import CONFIGMAPS, PODS, PYTORCHJOBS, TRAINING_RUNTIMES, TRAINJOBS
 from gangctl.config import REPO_ROOT
+from gangctl.model import progress
 from gangctl.model.progress import STALL_TIMEOUT_ANNOTATION
 from gangctl.model.resolve import RESTART_ANNOTATION
-from tests.integration.helpers import eventually, get_trainjob, is_running, is_true, jobs_in, pods_of, submit, trainjob
+from gangctl.policy.decide_pytorchjob import RESTARTS_ANNOTATION
+from gangctl.policy.pytorchjob import JOB_NAME as PYTORCHJOB_NAME
+from gangctl.processes import free_port
+from tests.integration.conftest import wait_ready
+from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, condition, eventually, gangctl_cli,
+                                       get_trainjob, is_running, is_true, jobs_in, on_kwok_nodes, pods_of, submit,
+                                       trainjob)
+from tests.integration.test_abusive_callers import alone, ca_of, pod_token, post, progress_controller, verified  # noqa: F401
 from tests.integration.test_in_place import completes, ddp_job, resumed_at_step_51
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
@@ -141,3 +152,79 @@ async def test_a_hung_gang_that_restarts_in_place_keeps_its_pods_and_resumes(kub
         resumed_at_step_51(kubeconfig, namespace, pods)
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)
+
+
+def kwok_pytorchjob(name: str, namespace: str) -> dict:
+    """A Master and a Worker of 1 GPU each on KWOK's GPU nodes (Running for an hour), with the stall
+    timeout and a budget of one restart."""
+    template = {"metadata": {"annotations": {KWOK_COMPLETE_DELAY: "3600s", KWOK_COMPLETE_JITTER: "3600s"}},
+                "spec": on_kwok_nodes({"containers": [{"name": "pytorch", "image": "pytorch/pytorch:2.7.1",
+                                                       "command": ["torchrun", "t.py"],
+                                                       "resources": {"limits": {"nvidia.com/gpu": "1"}}}]})}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": namespace, "annotations": {STALL_TIMEOUT_ANNOTATION: f"{TIMEOUT}s"}},
+            "spec": {"runPolicy": {"backoffLimit": 1}, "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": copy.deepcopy(template)},
+                "Worker": {"replicas": 1, "restartPolicy": "OnFailure", "template": copy.deepcopy(template)}}}}
+
+
+async def test_a_pytorchjob_reports_through_the_endpoint_and_is_restarted_then_failed_when_its_reports_stop(
+        kube, kubeconfig, namespace, tmp_path, alone):
+    """gangctl's extension for PyTorchJobs: its pods get the progress variables (the URL ends in
+    pytorchjobs/<name>/status), a report sent with the master pod's own token is kept on the
+    PyTorchJob and `gangctl explain` says how long ago it came; once reports stop for the stall
+    timeout the gang is made anew (charged as infrastructure), and the second stall fails the job."""
+    port = free_port()
+    ctl = progress_controller(kubeconfig, tmp_path / "controller.log", namespace, port)
+    try:
+        ctl.start()
+        await wait_ready(ctl)
+        await kube.create(PYTORCHJOBS.path(namespace), kwok_pytorchjob("hangs", namespace))
+        url = progress.status_url(f"https://127.0.0.1:{port}", namespace, "hangs", "PyTorchJob")
+        ca = await ca_of(kube, namespace)
+
+        async def master() -> dict | None:
+            listing = await kube.get(PODS.path(namespace), labelSelector=f"{PYTORCHJOB_NAME}=hangs")
+            return next((p for p in listing["items"] if p["metadata"]["name"] == "hangs-master-0" and p["status"].get("phase") == "Running"
+                         and not p["metadata"].get("deletionTimestamp")), None)
+
+        async def report_once(pod: dict) -> None:
+            env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+            assert env["KUBEFLOW_TRAINER_STATUS_URL"] == url, env
+            async with aiohttp.ClientSession(connector=verified(ca)) as session:
+                code, text = await post(session, url, await pod_token(kube, pod))
+                assert code == 200 and '"progressPercentage": 42' in text, (code, text)
+                trainjob_url = progress.status_url(f"https://127.0.0.1:{port}", namespace, "hangs")
+                code, text = await post(session, trainjob_url, await pod_token(kube, pod))
+                assert code == 403 and "not made for TrainJob" in text, (code, text)
+
+        async def running_master() -> bool:
+            return await master() is not None
+        await eventually(running_master, 60, "the PyTorchJob's master Running")
+        cm = await kube.get(CONFIGMAPS.path(namespace, progress.config_map_name("hangs", "PyTorchJob")))
+        assert cm["data"]["ca.crt"] == ca, "the pods verify the endpoint with the CA it serves"
+        first = await master()
+        await report_once(first)
+        job = await kube.get(PYTORCHJOBS.path(namespace, "hangs"))
+        assert json.loads(job["metadata"]["annotations"][progress.REPORT_ANNOTATION])["progressPercentage"] == 42
+        said = gangctl_cli("explain", f"pytorchjob/{namespace}/hangs", kubeconfig=kubeconfig, timeout=60)
+        assert "last progress report" in said.stdout and f"stalled after {TIMEOUT}s" in said.stdout, said.stdout
+
+        async def remade() -> bool:
+            pod = await master()
+            return pod is not None and pod["metadata"]["uid"] != first["metadata"]["uid"]
+        await eventually(remade, TIMEOUT + 60, "the stalled gang made anew")
+        job = await kube.get(PYTORCHJOBS.path(namespace, "hangs"))
+        restarts = json.loads(job["metadata"]["annotations"][RESTARTS_ANNOTATION])
+        assert (restarts["user"], restarts["infrastructure"], restarts.get("stalled")) == (0, 1, 1), restarts
+        assert restarts["lastFailure"]["reason"] == "Stalled", restarts
+
+        await report_once(await master())   # the new attempt reports once, then falls silent too
+
+        async def failed() -> bool:
+            return is_true(await kube.get(PYTORCHJOBS.path(namespace, "hangs")), "Failed")
+        await eventually(failed, TIMEOUT + 60, "the PyTorchJob failed on its second stall (backoffLimit 1)")
+        cond = condition(await kube.get(PYTORCHJOBS.path(namespace, "hangs")), "Failed")
+        assert "Stalled" in cond["message"] and "stall" in cond["message"], cond
+    finally:
+        ctl.stop()

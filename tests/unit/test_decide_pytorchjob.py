@@ -670,3 +670,94 @@ def test_a_second_attempt_failing_soon_after_it_started_is_paced_before_its_pods
                                gang_scheduler="coscheduling", groups={"coscheduling": None}))
     assert [p["metadata"]["name"] for p in made(again)] == ["ddp-master-0", "ddp-worker-0", "ddp-worker-1",
                                                             "ddp-worker-2"]
+
+
+# --- stalls (gangctl's extension: annotation gangctl.io/stall-timeout, reports in gangctl.io/trainer-status)
+def stalling(reported_ago: float | None, timeout: str = "300s", backoff_limit: int = 2, **counters) -> dict:
+    """A running PyTorchJob made 2 hours ago with a stall timeout, last reporting `reported_ago` seconds ago."""
+    from gangctl.model import progress
+    obj = pytorchjob(runPolicy={"backoffLimit": backoff_limit})
+    obj["metadata"]["creationTimestamp"] = "2026-11-23T10:00:00Z"
+    obj["metadata"]["annotations"] = {progress.STALL_TIMEOUT_ANNOTATION: timeout}
+    if reported_ago is not None:
+        when = (NOW - timedelta(seconds=reported_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        obj["metadata"]["annotations"][progress.REPORT_ANNOTATION] = json.dumps(
+            {"progressPercentage": 40, "lastUpdatedTime": when})
+    if counters:
+        obj["metadata"]["annotations"][dp.RESTARTS_ANNOTATION] = json.dumps(
+            {"user": 0, "infrastructure": counters.get("stalled", 0), "ignored": 0, **counters})
+    obj["status"] = {"conditions": [{"type": "Running", "status": "True", "reason": "PyTorchJobRunning"}]}
+    return obj
+
+
+RUNNING = tuple(pod(rtype, i, uid=f"{rtype[0]}{i}", created="2026-11-23T10:01:00Z")
+                for rtype, i in (("master", 0), ("worker", 0), ("worker", 1), ("worker", 2)))
+
+
+def test_a_pytorchjob_whose_reports_stop_is_judged_stalled_as_infrastructure_on_its_first_pod():
+    plan = dp.decide(snap(stalling(reported_ago=400), pods=RUNNING))
+    [step] = plan.steps
+    counters = json.loads(step.patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])
+    assert (counters["user"], counters["infrastructure"], counters["stalled"]) == (0, 1, 1), counters
+    last = counters["lastFailure"]
+    assert (last["reason"], last["action"], last["jobUID"], last["job"]) == ("Stalled", "Restart", "m0", "ddp-master-0")
+    assert "no progress report for 400s (stall timeout 300s" in last["message"]
+    # the next pass carries it out as any judged restart: every pod deleted, the judged one last
+    obj = stalling(reported_ago=400)
+    obj["metadata"]["annotations"][dp.RESTARTS_ANNOTATION] = step.patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION]
+    deletes = dp.decide(snap(obj, pods=RUNNING)).of(Delete)
+    assert [d.name for d in deletes][-1] == "ddp-master-0" and len(deletes) == 4
+
+
+def test_a_reporting_pytorchjob_is_looked_at_again_when_its_timeout_would_pass():
+    plan = dp.decide(snap(stalling(reported_ago=100), pods=RUNNING))
+    assert not plan.of(Delete) and not [p for p in plan.of(Patch) if p.resource == PYTORCHJOBS]
+    assert plan.requeue_after is not None and 200 <= plan.requeue_after <= 202
+    [metric] = [m for m in plan.metrics if m.name == "pytorchjob_last_progress"]
+    assert metric.value == (NOW - timedelta(seconds=100)).timestamp()
+
+
+def test_a_pytorchjob_that_never_reported_or_sets_no_timeout_is_never_stalled():
+    for obj in (stalling(reported_ago=None), stalling(reported_ago=5000, timeout="")):
+        if obj["metadata"]["annotations"].get("gangctl.io/stall-timeout") == "":
+            del obj["metadata"]["annotations"]["gangctl.io/stall-timeout"]
+        plan = dp.decide(snap(obj, pods=RUNNING))
+        assert not [p for p in plan.of(Patch) if p.resource == PYTORCHJOBS] and not plan.of(Delete)
+        assert not [m for m in plan.metrics if m.name == "pytorchjob_last_progress"]
+
+
+def test_a_restarted_attempt_gets_the_whole_timeout():
+    fresh = tuple(pod(rtype, i, created=(NOW - timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                  for rtype, i in (("master", 0), ("worker", 0), ("worker", 1), ("worker", 2)))
+    plan = dp.decide(snap(stalling(reported_ago=4000), pods=fresh))
+    assert not [p for p in plan.of(Patch) if p.resource == PYTORCHJOBS]
+    assert plan.requeue_after is not None and 240 <= plan.requeue_after <= 242
+
+
+def test_stalls_past_the_backoff_limit_fail_the_pytorchjob_with_reason_stalled():
+    obj = stalling(reported_ago=400, backoff_limit=1, stalled=1)
+    [step] = dp.decide(snap(obj, pods=RUNNING)).steps
+    last = json.loads(step.patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])["lastFailure"]
+    assert (last["action"], last["decision"]) == ("Fail", "Stalled")
+
+
+def test_a_bad_stall_timeout_fails_the_pytorchjob_naming_the_annotation():
+    plan = dp.decide(snap(stalling(reported_ago=400, timeout="soon"), pods=RUNNING))
+    failed = next(c for c in plan.status["conditions"] if c["type"] == "Failed")
+    assert "metadata.annotations[gangctl.io/stall-timeout]: 'soon'" in failed["message"]
+
+
+def test_where_progress_is_served_the_pods_get_the_endpoint_and_its_ca():
+    from gangctl.api.resources import CONFIGMAPS
+    from gangctl.model import progress
+    endpoint = progress.Endpoint("https://gangctl.gangctl-system.svc:8443", "-----CA-----")
+    plan = dp.decide(snap(pytorchjob(), progress=endpoint))
+    [ca] = [c.obj for c in plan.of(Create) if c.resource == CONFIGMAPS]
+    assert ca["metadata"]["name"] == "ddp-pytorchjob-tls-config" and ca["data"] == {"ca.crt": "-----CA-----"}
+    assert ca["metadata"]["ownerReferences"][0]["uid"] == "pj-1"
+    for p in made(plan):
+        env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0]["env"]}
+        assert env["KUBEFLOW_TRAINER_STATUS_URL"] == (
+            "https://gangctl.gangctl-system.svc:8443/apis/kubeflow.org/v1/namespaces/team-a/pytorchjobs/ddp/status")
+        assert progress.injected_url(p) == env["KUBEFLOW_TRAINER_STATUS_URL"]
+    assert not [c for c in dp.decide(snap(pytorchjob())).of(Create) if c.resource == CONFIGMAPS]

@@ -314,3 +314,28 @@ async def test_a_certificate_loaded_into_the_serving_context_is_shown_from_the_n
     finally:
         server.close()
         await server.wait_closed()
+
+
+def test_a_pytorchjobs_own_pod_may_report_for_it_and_no_other():
+    job = objects.pytorchjob("ddp", uid="pj-1")
+    pod = owned_by(objects.pod("ddp-worker-0", namespace="team-a", uid="pod-1", phase="Running"), "pj-1",
+                   kind="PyTorchJob", name="ddp", api_version="kubeflow.org/v1")
+    who = progress.sender(review(pod="ddp-worker-0"))
+    assert progress.refusal(who, pod, job, jobs(), "team-a", "ddp", "PyTorchJob") is None
+    other = objects.pytorchjob("ddp", uid="pj-2")   # a PyTorchJob of the same name made again
+    assert "was not made for PyTorchJob team-a/ddp" in progress.refusal(who, pod, other, jobs(), "team-a", "ddp",
+                                                                         "PyTorchJob")
+    # a TrainJob's pod may not report for a PyTorchJob, nor a PyTorchJob's pod for a TrainJob named alike
+    assert "was not made for PyTorchJob" in progress.refusal(progress.sender(review()), a_pod(), job, jobs(JOB),
+                                                             "team-a", "ddp", "PyTorchJob")
+    assert "was not made for TrainJob" in progress.refusal(who, pod, objects.trainjob("ddp", uid="pj-1"), jobs(),
+                                                           "team-a", "ddp")
+
+
+def test_a_pytorchjobs_report_is_read_from_its_annotation():
+    job = objects.pytorchjob("ddp", uid="pj-1", metadata={"annotations": {
+        progress.REPORT_ANNOTATION: '{"lastUpdatedTime":"2026-11-23T11:00:00Z","progressPercentage":5}'}})
+    assert progress.reported(job) == {"lastUpdatedTime": "2026-11-23T11:00:00Z", "progressPercentage": 5}
+    for bad in ("not json", "[1]", '{"lastUpdatedTime": "yesterday"}'):
+        job["metadata"]["annotations"][progress.REPORT_ANNOTATION] = bad
+        assert progress.silent_for(progress.reported(job), NOW, NOW) is None, bad

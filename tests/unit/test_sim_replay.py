@@ -168,6 +168,10 @@ def test_outcomes_from_trainjob_status():
     assert failed.state == "failed" and failed.jct is None and failed.queue_delay == pytest.approx(3)
     waiting = outcome_of("j", trainjob(None, None), submitted=t0, seen_finished=None)
     assert waiting.state == "unfinished" and waiting.queue_delay is None
+    # a gang a scheduler preempted after it started is stamped again when it runs again: its queueing
+    # delay ends at the first boundAt the replay saw, as the simulator's start is its first
+    restarted = outcome_of("j", trainjob(t0 + 50, t0 + 60), submitted=t0 + 2, seen_finished=t0 + 60, first_bound=t0 + 3)
+    assert restarted.queue_delay == pytest.approx(1.0) and restarted.jct == pytest.approx(58.0)
 
 
 def test_summary_and_verdict():

@@ -89,14 +89,15 @@ def test_a_restarted_attempt_gets_the_whole_timeout_from_its_start():
 
 
 def test_explain_says_how_long_a_watched_job_has_been_silent():
+    from gangctl.model.progress import reported
     from gangctl.policy.explain import Diagnosis, with_progress
 
     d = with_progress(Diagnosis("GangScheduled", "running: all 2 pods of the gang are bound"),
-                      running(100)["status"], 300, NOW)
+                      reported(running(100)), 300, NOW)
     assert d.message.endswith("; last progress report 100s ago (stalled after 300s without one)"), d.message
-    assert with_progress(Diagnosis("GangScheduled", "running"), running(None)["status"], 300, NOW).message == (
+    assert with_progress(Diagnosis("GangScheduled", "running"), reported(running(None)), 300, NOW).message == (
         "running; it has not reported progress yet (never judged stalled until it does)")
-    assert with_progress(Diagnosis("GangScheduled", "running"), running(100)["status"], None, NOW).message == "running"
+    assert with_progress(Diagnosis("GangScheduled", "running"), reported(running(100)), None, NOW).message == "running"
 
 
 # --- restarted in place (a runtime with gangctl.io/restart: InPlace) --------------------------------
