@@ -48,7 +48,8 @@ class GangBackend(Protocol):
     # allocates whole as above (Kueue's Topology-Aware Scheduling admits a workload on a flavor with a
     # topology only where its pods fit on the nodes now); admits_one_until_ready, it admits no gang
     # while an admitted one's pods are not all ready (Kueue's waitForPodsReady.blockAdmission, as
-    # gangctl's Kueue configuration sets it).
+    # gangctl's Kueue configuration sets it); consolidates, it evicts running preemptible gangs to
+    # make room for a pending one when all can be placed at once (KAI's consolidation action).
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]: ...
 
@@ -173,6 +174,12 @@ def gated_by_gangctl(backend: GangBackend | None) -> bool:
     """True when the backend has no quota system of its own, so gangctl's quota gate admits its jobs
     in the namespaces a quota policy names (Volcano and Kueue enforce quota themselves)."""
     return bool(getattr(backend, "gated_by_gangctl", False))
+
+
+def consolidates(backend: GangBackend | None) -> bool:
+    """True when the scheduler evicts running preemptible gangs that can all be placed again at once,
+    to make room for a pending one that fits the free GPUs in sum but no nodes (KAI's consolidation)."""
+    return bool(getattr(backend, "consolidates", False))
 
 
 def needs_nudge(backend: GangBackend | None) -> bool:

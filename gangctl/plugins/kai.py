@@ -67,6 +67,7 @@ class Kai:
     allocates_whole = True     # allocates a PodGroup only when its queue and the nodes both hold it
     requeues_unready = False
     rejects_short_gangs = False  # allocates a gang only with room on the nodes: it never waits for them
+    consolidates = True        # its consolidation action moves running preemptible gangs to make room
     setup_hint = "start the cluster with `gangctl cluster up --scheduler kai`"
 
     def pod_labels(self, job: ResolvedJob) -> dict[str, str]:

@@ -52,13 +52,16 @@ from gangctl.sim.traces import TraceJob
 from gangctl.sim.units import SIM_UNITS
 
 (_ARRIVE, _FINISH, _USER_FAIL, _NODE_DOWN, _NODE_UP, _READY_TIMEOUT, _SAMPLE, _RETRY, _RELEASE, _RECHECK,
- _READY) = range(11)
+ _READY, _REQUEUE) = range(12)
 PENDING, ADMITTED, RUNNING, DONE, FAILED = "pending", "admitted", "running", "done", "failed"
 Held = tuple[Placement, int]   # pods reserved at Coscheduling's Permit for a gang being rejected, their GPUs each
 
 
 # kube-scheduler's per-pod backoff after a failed attempt (podInitialBackoffSeconds, podMaxBackoffSeconds).
 BACKOFF_INITIAL_SECONDS, BACKOFF_MAX_SECONDS = 1.0, 10.0
+# KAI Scheduler: a gang of priority below this is preemptible (pkg/common/podgroup/preemptible.go), and
+# its consolidation evicts at most this many gangs for one (--max-consolidation-preemptees).
+KAI_NON_PREEMPTIBLE, CONSOLIDATION_PREEMPTEES = 100, 16
 
 
 def backoff_expiry(fails: int, failed_at: float) -> float:
@@ -187,6 +190,8 @@ class Simulation:
         self._release_on_report = declared.gated_by_gangctl
         self._requeues_unready = declared.requeues_unready
         self._rejects_short = declared.rejects_short_gangs
+        self._consolidates = base.consolidates(declared)
+        self._no_consolidation: dict[tuple, int] = {}   # this round: the fewest pods no consolidation made room for
         self.failures = failures
         self.elastic = elastic
         self.sample_seconds = sample_seconds
@@ -224,6 +229,7 @@ class Simulation:
         self.bind_seconds = cp.bind_seconds
         self.ready_seconds = max(cp.bind_seconds, cp.ready_seconds)
         self.finish_seconds = cp.finish_seconds
+        self.evict_seconds = cp.evict_seconds
         self.retry_seconds = cp.retry_seconds
         self.retry_on_arrival = cp.retry_on_arrival
         self.nudge_delay = cp.finish_seconds + cp.nudge_delay_seconds
@@ -281,6 +287,8 @@ class Simulation:
                 self._hold(job, 0)
             elif kind == _READY:   # an admitted gang's pods are ready: the next may be admitted
                 pass
+            elif kind == _REQUEUE:   # an evicted gang made anew: it queues again
+                self._requeue(job, job.workload)
             elif kind == _RECHECK:   # gangctl looks at a gang waiting for its topology again
                 self._parked.discard(job.spec.id)
                 self._unfit.discard(job.spec.id)
@@ -321,6 +329,7 @@ class Simulation:
             self._push(spec.submit, _ARRIVE, spec, 0)
 
     def _schedule(self) -> None:
+        self._no_consolidation.clear()
         if self.pending_count and not self._admission_blocked():
             gate = self._volcano_gate if self._allocates_whole else None
             views = self._admitted_views if self._preemption else None
@@ -465,10 +474,93 @@ class Simulation:
     def _volcano_gate(self, w: Workload) -> str | None:
         job = self.by_id[w.id]
         placement = self._place(job, job.gang.min_member)
+        if placement is None and self._consolidates:
+            placement = self._consolidate(job)
         if placement is None:
             return f"no room on the nodes for {job.gang.min_member} pods of {job.spec.gpus_per_node} GPUs"
         job.placement = placement
         return None
+
+    def _consolidate(self, job: SimJob) -> Placement | None:
+        """KAI's consolidation: room for a pending preemptible gang that fits the free GPUs in sum but no
+        nodes, made by evicting running preemptible gangs (the lowest priority, then the latest started,
+        first; at most `CONSOLIDATION_PREEMPTEES`) when the gang and every evicted one can be placed at
+        once. KAI's solver tries sets of victims; this tries the growing prefixes of that order, and of
+        the first that works evicts only the gangs on the nodes it gives this one. This one binds at
+        once (KAI's binder binds the pods it pipelined onto the evicted pods' nodes without waiting for
+        them, and KWOK admits them); the evicted gangs queue again once their pods are gone
+        (`evict_seconds`) and run from their last checkpoint wherever they fit. Its placement, or
+        None (nothing changed)."""
+        gpus = job.spec.gpus_per_node
+        if (job.workload.priority >= KAI_NON_PREEMPTIBLE or self.cluster.free_gpus < job.gang.min_member * gpus):
+            return None
+        # as KAI skips a job no easier to make room for than one that failed this round
+        shape = (job.gpu_type, gpus, job.asked.ask if job.asked is not None else None)
+        if job.gang.min_member >= self._no_consolidation.get(shape, math.inf):
+            return None
+        # gangs whose pods run: not one still waiting for evicted pods to go, or for its own to bind
+        now = self.clock.now
+        running = {jid for on_node in self.node_jobs for jid in on_node}
+        candidates = sorted((v for jid in running if (v := self.by_id[jid]).workload.priority < KAI_NON_PREEMPTIBLE
+                             and v.gpu_type == job.gpu_type and v.state == RUNNING and v.run_start <= now),
+                            key=lambda v: (v.workload.priority, -v.segment_begin, v.spec.id))[:CONSOLIDATION_PREEMPTEES]
+        for k in range(1, len(candidates) + 1):
+            where = self._room_after_evicting(job, candidates[:k])
+            if where is None:
+                continue
+            self.cluster.reserve(where, gpus)
+            on = {node for node, _ in where}
+            needed = [v for v in candidates[:k] if any(node in on for node, _ in v.placement)]
+            spared = [v for v in candidates[:k] if v not in needed]
+            for v in spared:   # back where they run: are the others still placed again at once?
+                self.cluster.reserve(v.placement, v.spec.gpus_per_node)
+            if not self._all_placed(needed):
+                for v in spared:
+                    self.cluster.release(v.placement, v.spec.gpus_per_node)
+                needed = candidates[:k]
+            evicted = sum(v.pods for v in needed)
+            wait = self.evict_seconds * evicted / (evicted + 1)
+            for v in needed:
+                self._evict(v, wait)
+            return where
+        self._no_consolidation[shape] = job.gang.min_member
+        return None
+
+    def _room_after_evicting(self, job: SimJob, victims: list[SimJob]) -> Placement | None:
+        """Where the gang would go with `victims` evicted, if they could all be placed again at once too;
+        the cluster is left as it was, but for the victims' nodes, which stay free when it works."""
+        for v in victims:
+            self.cluster.release(v.placement, v.spec.gpus_per_node)
+        where = self._place(job, job.gang.min_member)
+        if where is not None:
+            placed = self._all_placed(victims)
+            self.cluster.release(where, job.spec.gpus_per_node)
+            if placed:
+                return where
+        for v in victims:
+            self.cluster.reserve(v.placement, v.spec.gpus_per_node)
+        return None
+
+    def _all_placed(self, gangs: list[SimJob]) -> bool:
+        """Whether the free nodes hold all `gangs` at once, the largest first (the cluster left as it was)."""
+        moved: list[tuple[SimJob, Placement]] = []
+        for v in sorted(gangs, key=lambda v: -v.pods * v.spec.gpus_per_node):
+            if (to := self._place(v, v.pods)) is None:
+                break
+            moved.append((v, to))
+        for v, to in moved:
+            self.cluster.release(to, v.spec.gpus_per_node)
+        return len(moved) == len(gangs)
+
+    def _evict(self, job: SimJob, wait: float) -> None:
+        """A running gang evicted to make room (its nodes already given to the gang it made room for):
+        its progress since the last checkpoint is lost, as in any unplanned stop, and its gang, made
+        anew once the evicted pods are gone (`wait`), queues again in its old place (its PodGroup stays)."""
+        self._interrupt(job, planned=False)
+        self._stop(job, given_away=True)
+        job.preemptions += 1
+        job.state = ADMITTED
+        self._push(self.clock.now + wait, _REQUEUE, job, job.version)
 
     def _admit(self, job: SimJob) -> None:
         now = self.clock.now
@@ -661,9 +753,10 @@ class Simulation:
         job.lost_gpu_seconds += (now - job.segment_begin - saved) * job.pods * job.spec.gpus_per_node
         job.version += 1
 
-    def _stop(self, job: SimJob) -> None:
-        """Take all the job's pods off the nodes."""
-        self.cluster.release(job.placement, job.spec.gpus_per_node)
+    def _stop(self, job: SimJob, given_away: bool = False) -> None:
+        """Take all the job's pods off the nodes (`given_away`: their GPUs already went to another gang)."""
+        if not given_away:
+            self.cluster.release(job.placement, job.spec.gpus_per_node)
         self._unfit.clear()   # pods left nodes: the scheduler retries pods no node fitted
         for node, _ in job.placement:
             del self.node_jobs[node][job.spec.id]

@@ -14,6 +14,11 @@ Backend semantics, i.e. what differs between the scheduler backends in the model
   quota or limit and free nodes both hold it, in one cycle, so waiting gangs hold no quota; its
   preempt and reclaim actions evict victims and place the preemptor in the same cycle. (KAI's
   fair share of idle quota by overQuotaWeight is not modelled: the policy's borrowing is.)
+  Its consolidation action is modelled too: a preemptible gang (priority below 100, KAI's
+  threshold) that fits the free GPUs in sum but no nodes evicts running preemptible gangs, the
+  lowest priority and latest started first, up to 16 (KAI's default), when it and every one of
+  them can be placed at once; it binds at once, and the evicted gangs queue again once their pods
+  are gone (`controlPlane.evictSeconds`) and run from their last checkpoint.
 - `native` (Kubernetes 1.36 gang scheduling): admitted by gangctl's quota gate as `coscheduling`;
   with the control plane's retries modelled, a gang that does not fit is tried again as soon as pods
   leave a node (kube-scheduler's own requeueing), not only on a nudge or the periodic retry, since
@@ -136,6 +141,10 @@ class ControlPlane(_Model):
     topology_recheck_seconds: float = Field(0.0, ge=0, description="gangctl's own topology placement: a gang that no "
                                             "domain holds when it is decided is looked at again only this often "
                                             "(the controller's WaitingForTopology recheck); 0: at every event")
+    evict_seconds: float = Field(0.0, ge=0, description="a scheduler that moves running gangs (KAI's consolidation): the "
+                                 "evicted pods' grace period, over which they are gone spread evenly (n pods after "
+                                 "evictSeconds·n/(n+1) on average, as KWOK's pod-delete stage does); the evicted gangs "
+                                 "queue again then")
     permit_hold_race: float = Field(0.0, ge=0, le=1, description="coscheduling, with retrySeconds: how often the pods of a "
                                     "rejected gang, waiting at Permit, still hold their node when the next gang that needs it "
                                     "is tried (a race inside kube-scheduler; that gang then waits behind the rest)")

@@ -51,6 +51,11 @@ PERMIT_HOLD_RACE = 0.48
 # consecutive attempts less than 50 ms apart in the 22:29 run's -v=2 log (19,578 of them; median 0.4 ms,
 # a tail of Filter rejections and binds).
 ATTEMPT_SECONDS = 0.0043
+# A pod a scheduler evicts (KAI's consolidation) is deleted with its grace period, 30 s by default
+# (terminationGracePeriodSeconds; the replay's pods set none), and KWOK's pod-delete stage removes it
+# at a random moment within it (kwok v0.8.0 kustomize/stage/pod/general/pod-delete.yaml: 1 s plus a
+# jitter up to the deletionTimestamp). A stage definition, not a fitted figure.
+EVICT_SECONDS = 30.0
 # The local cluster's Kueue waitForPodsReady timeout (integrations/kueue/controller-manager-config.yaml;
 # a unit test keeps the two equal): a replay runs in the real cluster's seconds.
 LOCAL_PODS_READY_TIMEOUT_SECONDS = 120.0
@@ -157,9 +162,10 @@ def namespaces_of(policy: QuotaPolicy) -> dict[str, str]:
 def local_control_plane(bind_seconds: float, finish_seconds: float, retry_seconds: float | None,
                         ready_seconds: float = 0.0) -> ControlPlane:
     """The local cluster's control plane as the model of a replay sees it: the bind, finish and (Kueue)
-    admission-to-ready latencies measured in the run, gangctl's retry period, and its scheduler's pace
-    and Permit race, measured in its logs (`ATTEMPT_SECONDS`, `PERMIT_HOLD_RACE`)."""
+    admission-to-ready latencies measured in the run, gangctl's retry period, its scheduler's pace
+    and Permit race, measured in its logs (`ATTEMPT_SECONDS`, `PERMIT_HOLD_RACE`), and how long an
+    evicted pod takes to go (`EVICT_SECONDS`, KWOK's stage)."""
     return ControlPlane(bind_seconds=bind_seconds, finish_seconds=finish_seconds, retry_seconds=retry_seconds,
-                        ready_seconds=ready_seconds,
+                        ready_seconds=ready_seconds, evict_seconds=EVICT_SECONDS,
                         attempt_seconds=ATTEMPT_SECONDS, permit_hold_race=PERMIT_HOLD_RACE,
                         topology_recheck_seconds=PLACEMENT_RECHECK_SECONDS)

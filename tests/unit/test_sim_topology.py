@@ -200,11 +200,13 @@ def test_a_required_gang_larger_than_any_rack_is_rejected_with_the_numbers():
     assert by["ok"].state == "done"
 
 
-def test_required_gangs_wait_while_free_gpus_are_stranded_across_racks():
+@pytest.mark.parametrize("backend", ["coscheduling", "kai"])
+def test_required_gangs_wait_while_free_gpus_are_stranded_across_racks(backend):
     # Two 3-pod gangs fill 3 of 4 hosts in each rack of an 8-node block; a third waits: 16 GPUs free,
-    # 8 in each rack, none usable by it: stranded until a gang ends.
-    sc = Scenario.model_validate(_scenario_doc(nodes=8, placement=[{"level": "rack", "mode": "required", "share": 1}],
-                                               ) | {"sampleSeconds": 60})
+    # 8 in each rack, none usable by it: stranded until a gang ends. KAI's consolidation finds no gang
+    # to move (an evicted one would find no rack either), so it waits there too.
+    sc = Scenario.model_validate(_scenario_doc(backend, nodes=8, placement=[{"level": "rack", "mode": "required",
+                                                                             "share": 1}]) | {"sampleSeconds": 60})
     jobs = [TraceJob(f"g{i}", 0, 600, 3, 8, group="t") for i in range(3)]
     result = simulate(sc, POLICY, jobs)
     by = {o.id: o for o in result.outcomes}
@@ -262,3 +264,32 @@ def test_gangctls_recheck_lets_gangs_that_ask_nothing_take_freed_nodes_first():
     eager, paced = starts(0), starts(5)
     assert (eager[required], eager[plain[2]]) == (100, 160)   # the rack freed at 100 goes to the required gang
     assert (paced[plain[2]], paced[required]) == (100, 161)   # it goes to the plain gang; gangctl looks at 161
+
+
+def test_kais_consolidation_moves_a_running_gang_to_free_a_rack_and_others_wait():
+    """Two 2-pod gangs run in rack 1 and rack 2 of an 8-node block after a third one ends: 4 hosts free,
+    2 in each rack, so a gang that requires a whole rack fits in sum but in no rack. KAI's consolidation
+    evicts the latest started gang that can be placed again at once (b, which rack 2's free hosts
+    hold), and the waiting gang takes its rack at once; b queues again once its pods are gone (30 s
+    grace: 2 pods gone after 20 s on average) and runs again from the start. Kueue (no consolidation)
+    waits until b ends."""
+    shares = [{"level": "rack", "mode": "required", "share": 0.5}]
+    placer = Placer(LEVELS, Scenario.model_validate(_scenario_doc(placement=shares)).workload.placement,
+                    BACKENDS["kai"])
+    required = next(f"r{i}" for i in range(100) if placer.ask_of(f"r{i}") is not None)
+    a, b, d = [f"n{i}" for i in range(100) if placer.ask_of(f"n{i}") is None][:3]
+    jobs = [TraceJob(a, 0, 5, 2, 8, group="t"), TraceJob(b, 0, 300, 2, 8, group="t"),
+            TraceJob(d, 0, 400, 2, 8, group="t"), TraceJob(required, 10, 60, 4, 8, group="t")]
+
+    def run(backend: str) -> dict:
+        doc = _scenario_doc(backend, nodes=8, placement=shares) | {"controlPlane": {"evictSeconds": 30},
+                                                                   "failures": {"restartOverheadSeconds": 0}}
+        return {o.id: o for o in simulate(Scenario.model_validate(doc), POLICY, jobs).outcomes}
+
+    kai = run("kai")
+    assert kai[required].start == pytest.approx(10.0) and kai[required].end == pytest.approx(70.0)
+    assert kai[b].preemptions == 1 and kai[b].end == pytest.approx(330.0), "b ran again from its start at 30"
+    assert kai[b].start == 0, "its queueing delay ends at its first start"
+    assert kai[d].preemptions == 0 and kai[d].end == pytest.approx(400.0)
+    kueue = run("kueue")
+    assert kueue[required].start == pytest.approx(300.0) and kueue[b].preemptions == 0
