@@ -149,13 +149,14 @@ def _decide(s: Snapshot) -> Plan:
 
 def _stall(s: Snapshot, gang: pj.PyTorchGang, pods: list[dict], restarts: Restarts) -> Plan | tuple[float, float] | None:
     """A running PyTorchJob whose progress reports stopped for longer than its stall timeout: the stall
-    judged on the attempt's first pod (`_judge`; the next pass carries it out: every pod deleted and
+    judged on the attempt's first live pod (`_judge`; the next pass carries it out: every pod deleted and
     made again, or Failed past the budget). Else, while it reports, the seconds until it would be
     stalled and when it last reported; None: no timeout, not running, or it never reported.
     ValueError naming the annotation when the timeout is not a duration."""
     timeout = progress.stall_timeout(s.obj["metadata"].get("annotations"))
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    first = next((p for p in _of_group(live, gang.groups[0]) if replica_pods.index_of(p) == 0), None)
+    # judged on the lowest index live (an elastic group's worker 0 may be gone with its node)
+    first = min(_of_group(live, gang.groups[0]), key=replica_pods.index_of, default=None)
     if timeout is None or first is None or not _running(s.obj.get("status") or {}):
         return None
     report = progress.reported(s.obj)

@@ -761,3 +761,12 @@ def test_where_progress_is_served_the_pods_get_the_endpoint_and_its_ca():
             "https://gangctl.gangctl-system.svc:8443/apis/kubeflow.org/v1/namespaces/team-a/pytorchjobs/ddp/status")
         assert progress.injected_url(p) == env["KUBEFLOW_TRAINER_STATUS_URL"]
     assert not [c for c in dp.decide(snap(pytorchjob())).of(Create) if c.resource == CONFIGMAPS]
+
+
+def test_a_stall_is_judged_on_the_lowest_live_pod_when_worker_0_is_gone():
+    obj = stalling(reported_ago=400)
+    del obj["spec"]["pytorchReplicaSpecs"]["Master"]
+    pods = tuple(pod("worker", i, uid=f"w{i}", created="2026-11-23T10:01:00Z") for i in (1, 2))
+    [step] = dp.decide(snap(obj, pods=pods)).steps
+    last = json.loads(step.patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])["lastFailure"]
+    assert (last["reason"], last["jobUID"], last["job"]) == ("Stalled", "w1", "ddp-worker-1")
