@@ -157,13 +157,13 @@ def _stall(s: Snapshot, gang: pj.PyTorchGang, pods: list[dict], restarts: Restar
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     # judged on the lowest index live (an elastic group's worker 0 may be gone with its node)
     first = min(_of_group(live, gang.groups[0]), key=replica_pods.index_of, default=None)
-    if timeout is None or first is None or not _running(s.obj.get("status") or {}):
-        return None
+    if (timeout is None or first is None or not _running(s.obj.get("status") or {})
+            or any((p.get("status") or {}).get("phase") != "Running" for p in live)):
+        return None   # v1's Running counts pods not yet scheduled: a stall is judged once every pod runs
     report = progress.reported(s.obj)
-    # the attempt starts when its newest pod was made or its last in-place restart was charged: a
-    # restarted attempt gets the whole timeout
-    times = [s.obj["metadata"].get("creationTimestamp"), restarts.last_failure.get("time"),
-             *(p["metadata"].get("creationTimestamp") for p in live)]
+    # the attempt starts when its last pod started or its last in-place restart was charged: a
+    # restarted attempt gets the whole timeout, however long its pods waited for their nodes
+    times = [s.obj["metadata"].get("creationTimestamp"), restarts.last_failure.get("time"), *map(_started, live)]
     started = max(st.parse_time(t) for t in times if t)
     silent = progress.silent_for(report, started, s.now)
     if silent is None:
@@ -173,6 +173,13 @@ def _stall(s: Snapshot, gang: pj.PyTorchGang, pods: list[dict], restarts: Restar
     return _judge(s, gang, gang.groups[0], first, (progress.STALLED, (
         f"no progress report for {silent:.0f}s (stall timeout {timeout}s, {progress.STALL_TIMEOUT_ANNOTATION} "
         "of the PyTorchJob)")), restarts)
+
+
+def _started(pod: dict) -> str | None:
+    """When a running pod's containers started (the latest), else when it was made."""
+    started = [c["state"]["running"].get("startedAt") for c in (pod.get("status") or {}).get("containerStatuses") or []
+               if (c.get("state") or {}).get("running")]
+    return max((t for t in started if t), default=None) or pod["metadata"].get("creationTimestamp")
 
 
 def _missing_priority_class(s: Snapshot, job: PyTorchJob, gang: pj.PyTorchGang, backend) -> str | None:

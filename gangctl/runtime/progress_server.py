@@ -31,6 +31,7 @@ controller runs on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -55,8 +56,9 @@ from gangctl.runtime.reconciler import Caches
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "gangctl-trainer-status"
-ROUTE = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
-PYTORCHJOB_ROUTE = "/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{name}/status"
+# One route per job kind whose pods report: the kind's own /status path.
+ROUTES = {kind: f"/apis/{r.group}/{r.version}/namespaces/{{namespace}}/{r.plural}/{{name}}/status"
+          for kind, r in progress.REPORTING_KINDS.items()}
 MAX_BODY = 256 * 1024
 
 
@@ -74,17 +76,12 @@ class ProgressServer:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY)
-        app.router.add_post(ROUTE, self.handle)
-        app.router.add_post(PYTORCHJOB_ROUTE, self.handle_pytorchjob)
+        for kind, route in ROUTES.items():
+            app.router.add_post(route, functools.partial(self.handle, kind))
         return app
 
-    async def handle(self, request: web.Request) -> web.Response:
-        response = await self._answer(request, "TrainJob")
-        self.on_answer(response.status)
-        return response
-
-    async def handle_pytorchjob(self, request: web.Request) -> web.Response:
-        response = await self._answer(request, "PyTorchJob")
+    async def handle(self, kind: str, request: web.Request) -> web.Response:
+        response = await self._answer(request, kind)
         self.on_answer(response.status)
         return response
 

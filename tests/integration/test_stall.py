@@ -213,7 +213,9 @@ async def test_a_pytorchjob_reports_through_the_endpoint_and_is_restarted_then_f
         async def remade() -> bool:
             pod = await master()
             return pod is not None and pod["metadata"]["uid"] != first["metadata"]["uid"]
-        await eventually(remade, TIMEOUT + 60, "the stalled gang made anew")
+        # KWOK deletes each old pod at a random moment within its 30 s grace period, and a pod made
+        # again may wait for gangctl's 20 s gang retry before Coscheduling binds the pair
+        await eventually(remade, TIMEOUT + 120, "the stalled gang made anew")
         job = await kube.get(PYTORCHJOBS.path(namespace, "hangs"))
         restarts = json.loads(job["metadata"]["annotations"][RESTARTS_ANNOTATION])
         assert (restarts["user"], restarts["infrastructure"], restarts.get("stalled")) == (0, 1, 1), restarts

@@ -770,3 +770,17 @@ def test_a_stall_is_judged_on_the_lowest_live_pod_when_worker_0_is_gone():
     [step] = dp.decide(snap(obj, pods=pods)).steps
     last = json.loads(step.patch["metadata"]["annotations"][dp.RESTARTS_ANNOTATION])["lastFailure"]
     assert (last["reason"], last["jobUID"], last["job"]) == ("Stalled", "w1", "ddp-worker-1")
+
+
+def test_a_restarted_gang_waiting_for_nodes_is_not_stalled_and_its_silence_counts_from_its_pods_start():
+    """v1's Running counts pods that are only created: the silence starts when the last pod started."""
+    waiting = [copy.deepcopy(p) for p in RUNNING]
+    waiting[1]["status"]["phase"] = "Pending"
+    plan = dp.decide(snap(stalling(reported_ago=4000), pods=tuple(waiting)))
+    assert not [p for p in plan.of(Patch) if p.resource == PYTORCHJOBS], "judged while a pod waits for a node"
+    started = [copy.deepcopy(p) for p in RUNNING]
+    started[2]["status"]["containerStatuses"] = [{"name": "pytorch", "state": {"running": {
+        "startedAt": (NOW - timedelta(seconds=100)).strftime("%Y-%m-%dT%H:%M:%SZ")}}}]
+    plan = dp.decide(snap(stalling(reported_ago=4000), pods=tuple(started)))
+    assert not [p for p in plan.of(Patch) if p.resource == PYTORCHJOBS]
+    assert plan.requeue_after is not None and 200 <= plan.requeue_after <= 202
