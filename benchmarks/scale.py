@@ -79,12 +79,14 @@ from gangctl.kube.client import ApiError, Kube  # noqa: E402
 from gangctl.plugins.coscheduling import POD_GROUP_LABEL  # noqa: E402
 from gangctl.model.names import MANAGED_BY, MANAGER, REPLICATED_JOB, RESULT_FINALIZER, TRAINJOB_NAME  # noqa: E402
 from gangctl.plugins.registry import backend_for  # noqa: E402
-from gangctl.plugins.workload import headless_service, node_job, owner_reference  # noqa: E402
+from gangctl.plugins.workload import IN_PLACE_FEATURE, headless_service, node_job, owner_reference  # noqa: E402
 from gangctl.model.gang import size_gang  # noqa: E402
-from gangctl.model.resolve import resolve  # noqa: E402
+from gangctl.model.resolve import RESTART_ANNOTATION, resolve  # noqa: E402
 from gangctl.processes import ControllerProcess  # noqa: E402
 
 RUNTIME = "torch-kwok-gpu"
+# P4's in-place side on gangctl's cluster: the same runtime, restarting its gang in place.
+RUNTIME_IN_PLACE = "torch-kwok-gpu-in-place"
 BENCH_AGENT = "gangctl-scale-bench"
 SCHEDULER = "scheduler-plugins-scheduler"
 TERMINATION_GRACE = 2   # P4's pods: see `restarting`
@@ -156,7 +158,10 @@ def make_cluster(args: argparse.Namespace, side: str) -> Callable[[ClusterSettin
         cluster.create()
         if side == "gangctl":
             asyncio.run(install_gangctl(settings))
-        asyncio.run(make_nodes(cluster.kubeconfig, args.gpu_nodes, args.gpus_per_node))
+        # P4 restarts in place: the nodes declare what a 1.36 kubelet carrying RestartAllContainers out does
+        # (both sides alike; it only matters to pods with such a rule, which only gangctl's in-place side makes).
+        declared = [IN_PLACE_FEATURE] if "p4" in args.scenarios.split(",") else []
+        asyncio.run(make_nodes(cluster.kubeconfig, args.gpu_nodes, args.gpus_per_node, declared))
         if side == "peer":
             peer.start(settings, cluster.kubeconfig, say, progress=cp.build_progress)
             asyncio.run(cp.apply_runtime(cluster.kubeconfig, restarting(cp.with_kwok_delay(
@@ -166,13 +171,16 @@ def make_cluster(args: argparse.Namespace, side: str) -> Callable[[ClusterSettin
     return make
 
 
-def restarting(runtime: dict) -> dict:
+def restarting(runtime: dict, mode: str | None = None) -> dict:
     """The runtime whose gang is recreated when a pod fails (P4): node Jobs with backoffLimit 0 (a failed
     pod fails the attempt, not replaced by the Job controller), failurePolicy.maxRestarts 3, and pods
     with a 2 s termination grace (a trainer that exits on SIGTERM; KWOK removes a deleted pod at a
     random moment within its grace, 30 s by default, which would otherwise be most of what P4 measures).
+    `mode` is gangctl's `gangctl.io/restart` (Recreate, InPlace; the peer's runtime has none).
     Inert for P1-P3, where no pod fails."""
     runtime = copy.deepcopy(runtime)
+    if mode:
+        runtime["metadata"].setdefault("annotations", {})[RESTART_ANNOTATION] = mode
     spec = runtime["spec"]["template"]["spec"]
     spec["failurePolicy"] = {"maxRestarts": 3}
     for job in spec["replicatedJobs"]:
@@ -187,16 +195,20 @@ async def install_gangctl(settings: ClusterSettings) -> None:
         crds = setup.load_manifests(settings.deploy_dir / "crds") + [coscheduling_crd(settings.integrations_dir)]
         await setup.install_crds(kube, crds)
         rt = next(d for d in setup.load_manifests(settings.deploy_dir / "runtimes") if d["metadata"]["name"] == RUNTIME)
-        await kube.apply(CLUSTER_TRAINING_RUNTIMES.path(name=RUNTIME), restarting(cp.with_kwok_delay(rt)), setup.FIELD_MANAGER)
+        await kube.apply(CLUSTER_TRAINING_RUNTIMES.path(name=RUNTIME), restarting(cp.with_kwok_delay(rt), "Recreate"),
+                         setup.FIELD_MANAGER)
+        in_place = restarting(cp.with_kwok_delay(copy.deepcopy(rt)), "InPlace")
+        in_place["metadata"]["name"] = RUNTIME_IN_PLACE
+        await kube.apply(CLUSTER_TRAINING_RUNTIMES.path(name=RUNTIME_IN_PLACE), in_place, setup.FIELD_MANAGER)
     finally:
         await kube.close()
 
 
-async def make_nodes(kubeconfig: Path, count: int, gpus: int) -> None:
+async def make_nodes(kubeconfig: Path, count: int, gpus: int, declared_features: list[str]) -> None:
     kube = await BenchKube.connect(kubeconfig)
     try:
         started = time.monotonic()
-        await setup.create_gpu_nodes(kube, count, gpus, concurrency=32)
+        await setup.create_gpu_nodes(kube, count, gpus, concurrency=32, declared_features=declared_features)
         say(f"{count} GPU nodes created in {time.monotonic() - started:.0f} s; waiting for Ready")
         deadline = time.monotonic() + 300 + count / 10
         while True:
@@ -368,9 +380,10 @@ async def wait_until(check: Callable[[], bool], timeout: float, progress: Callab
     return True
 
 
-def trainjob(namespace: str, name: str, nodes: int, gpus: int) -> dict:
+def trainjob(namespace: str, name: str, nodes: int, gpus: int, runtime: str = RUNTIME) -> dict:
     tj = cp.trainjob(name, nodes, gpus)
     tj["metadata"]["namespace"] = namespace
+    tj["spec"]["runtimeRef"]["name"] = runtime
     return tj
 
 
@@ -434,24 +447,41 @@ async def p1(kubeconfig: Path, side: str, ns: str, pods: int, gpus: int, procs: 
 
 # ---------- P4: recovery of a big gang from one failed pod -------------------------------------
 
+# P4's ways to recover: gangctl's cluster runs both, alternating which goes first; the peer recreates.
+RECREATE, IN_PLACE = "recreate", "in place"
+
+
 async def p4(kubeconfig: Path, side: str, ns: str, pods: int, gpus: int, repeats: int, timeout: float) -> dict:
     kube = await BenchKube.connect(kubeconfig)
     try:
         await ensure_namespace(kube, ns)
-        runs = []
+        modes = [RECREATE, IN_PLACE] if side == "gangctl" else [RECREATE]
+        runs: dict[str, list[dict]] = {m: [] for m in modes}
         for r in range(repeats):
-            runs.append(await _recover_once(kube, ns, f"rec-{r}", pods, gpus, timeout))
-            say(f"P4 {side} round {r + 1}/{repeats}: {runs[-1]}")
-        done = [x for x in runs if x.get("all_running_s") is not None]
+            for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
+                name = f"{'inp' if mode == IN_PLACE else 'rec'}-{r}"
+                runs[mode].append(await _recover_once(kube, ns, name, pods, gpus, timeout, mode == IN_PLACE,
+                                                      side == "gangctl"))
+                say(f"P4 {side} {mode} round {r + 1}/{repeats}: {runs[mode][-1]}")
         return {"scenario": "P4", "side": side, "pods": pods, "runs": runs,
-                "all_running_s": rounds.summary([x["all_running_s"] for x in done]) if done else None}
+                "all_running_s": {m: rounds.summary([x["all_running_s"] for x in rs if x.get("all_running_s") is not None])
+                                  for m, rs in runs.items()}}
     finally:
         await kube.close()
 
 
-async def _recover_once(kube: Kube, ns: str, name: str, pods: int, gpus: int, timeout: float) -> dict:
-    """One TrainJob up, one pod failed, the time until every pod of the next attempt runs; the job gone."""
+async def _recover_once(kube: Kube, ns: str, name: str, pods: int, gpus: int, timeout: float, in_place: bool,
+                        gangctl: bool) -> dict:
+    """One TrainJob up, one pod failed, the time until every pod runs again; the job gone. Recreate: the
+    pod fails (KWOK's chaos stage) and the failure counts from when it is seen Failed; every pod of the
+    next attempt Running ends it. In place: every pod's containers restart (gangctl's KWOK stage plays
+    the kubelet's RestartAllContainers: the failed rank's pod, exit code 3, and every other rank's, whose
+    worker loses its peer, exit code 1, as torchrun's do); the failure counts from the first of those
+    patches, so the time to annotate every pod is in the figure, and every pod of the attempt Running
+    with one restart more ends it. On gangctl's side the charge (status.restarts.user 1) is timed too
+    (the peer's TrainJob keeps no restart count)."""
     running: dict[str, bool] = {}
+    restarted: dict[str, int] = {}
     made: dict[str, float] = {}
     failed_at: list[float] = []
     victim: list[str] = []
@@ -465,32 +495,56 @@ async def _recover_once(kube: Kube, ns: str, name: str, pods: int, gpus: int, ti
             running.pop(uid, None)
             return
         running[uid] = phase == "Running" and not obj["metadata"].get("deletionTimestamp")
+        restarted[uid] = min((c.get("restartCount") or 0 for c in (obj.get("status") or {}).get("containerStatuses") or []),
+                             default=0)
         if victim and obj["metadata"]["name"] == victim[0] and phase == "Failed" and not failed_at:
             failed_at.append(now)
 
     watcher = asyncio.create_task(watch_loop(kube, PODS.path(namespace=ns), on_pod, stop))
+    result: dict = {}
     try:
         await asyncio.sleep(0.5)
-        await kube.create(TRAINJOBS.path(namespace=ns), trainjob(ns, name, pods, gpus))
+        await kube.create(TRAINJOBS.path(namespace=ns), trainjob(ns, name, pods, gpus, RUNTIME_IN_PLACE if in_place else RUNTIME))
         if not await wait_until(lambda: sum(running.values()) >= pods, timeout,
                                 lambda: f"{sum(running.values())}/{pods} pods Running", [watcher]):
             return {"error": "the first attempt never ran"}
         first = set(made)   # every pod of the first attempt (and any replaced before it ran whole)
-        listed = (await kube.get(PODS.path(namespace=ns), limit=1))["items"]   # the round's job is the only one
+        listed = (await kube.get(PODS.path(namespace=ns)))["items"]   # the round's job is the only one
         victim.append(listed[0]["metadata"]["name"])
-        await kube.merge_patch(PODS.path(ns, victim[0]), {"metadata": {
-            "labels": {chaos.FAIL_LABEL: "true"},
-            "annotations": {chaos.FAIL_DELAY: "0s", chaos.FAIL_JITTER: "1s", chaos.FAIL_EXIT_CODE: "1"}}})
+        charged = asyncio.create_task(_charged(kube, ns, name, "RestartInPlace" if in_place else "Restart", timeout)
+                                      if gangctl else asyncio.sleep(0, None))
+        if in_place:
+            failed_at.append(time.monotonic())
+            sem = asyncio.Semaphore(32)
 
-        def recovered() -> bool:
-            return bool(failed_at) and sum(v for u, v in running.items() if u not in first) >= pods
-        ok = await wait_until(recovered, timeout, lambda: f"failed: {bool(failed_at)}, "
-                              f"{sum(v for u, v in running.items() if u not in first)}/{pods} new pods Running", [watcher])
+            async def restart(pod: dict) -> None:
+                code = "3" if pod["metadata"]["name"] == victim[0] else "1"
+                async with sem:
+                    await kube.merge_patch(PODS.path(ns, pod["metadata"]["name"]), {"metadata": {"annotations": {
+                        chaos.RESTART_ALL: "1", chaos.RESTART_ALL_EXIT_CODE: code}}})
+            await asyncio.gather(*(restart(p) for p in listed))
+            result["annotated_s"] = round(time.monotonic() - failed_at[0], 2)
+
+            def recovered() -> bool:
+                return sum(running.get(u, False) and restarted.get(u, 0) >= 1 for u in first) >= pods
+            progress = lambda: f"{sum(running.get(u, False) and restarted.get(u, 0) >= 1 for u in first)}/{pods} pods restarted"
+        else:
+            await kube.merge_patch(PODS.path(ns, victim[0]), {"metadata": {
+                "labels": {chaos.FAIL_LABEL: "true"},
+                "annotations": {chaos.FAIL_DELAY: "0s", chaos.FAIL_JITTER: "1s", chaos.FAIL_EXIT_CODE: "1"}}})
+
+            def recovered() -> bool:
+                return bool(failed_at) and sum(v for u, v in running.items() if u not in first) >= pods
+            progress = lambda: (f"failed: {bool(failed_at)}, "
+                                f"{sum(v for u, v in running.items() if u not in first)}/{pods} new pods Running")
+        ok = await wait_until(recovered, timeout, progress, [watcher])
         end = time.monotonic()
         new = [t for u, t in made.items() if u not in first]
-        result = {"timed_out": not ok,
-                  "all_running_s": round(end - failed_at[0], 2) if ok else None,
-                  "first_new_pod_s": round(min(new) - failed_at[0], 2) if new and failed_at else None}
+        result.update({"timed_out": not ok, "all_running_s": round(end - failed_at[0], 2) if ok else None,
+                       "first_new_pod_s": round(min(new) - failed_at[0], 2) if new and failed_at else None,
+                       "new_pods": len(new)})
+        at = await charged
+        result["charged_s"] = round(at - failed_at[0], 2) if at is not None and failed_at else None
     finally:
         stop.set()
         watcher.cancel()
@@ -502,6 +556,19 @@ async def _recover_once(kube: Kube, ns: str, name: str, pods: int, gpus: int, ti
     while not await gone() and time.monotonic() < deadline:
         await asyncio.sleep(1)
     return result
+
+
+async def _charged(kube: Kube, ns: str, name: str, action: str, timeout: float) -> float | None:
+    """When (monotonic) the TrainJob's status first shows one restart charged (gangctl's
+    status.restarts, lastFailure.action `action`; the peer's JobSet status.restarts); polled every 0.2 s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = (await kube.get(TRAINJOBS.path(ns, name))).get("status") or {}
+        restarts = status.get("restarts") or {}
+        if isinstance(restarts, dict) and restarts.get("user") == 1 and (restarts.get("lastFailure") or {}).get("action") == action:
+            return time.monotonic()
+        await asyncio.sleep(0.2)
+    return None
 
 
 def floor_objects(trainjob: dict, runtime: dict) -> list[tuple]:
@@ -1235,7 +1302,9 @@ def main() -> int:
         data = json.loads(Path(args.report).read_text())
         print(report(data) + "\n\n" + medians_text(data))
         return 0
-    if args.rounds < 1 or (problem := rounds.check_rounds(args.rounds, args.record)) or (args.record and args.only):
+    only_p4 = set(args.scenarios.split(",")) == {"p4"}   # P4's medians are over its --p4-rounds recoveries
+    if args.rounds < 1 or (problem := rounds.check_rounds(args.p4_rounds if only_p4 else args.rounds, args.record)) \
+            or (args.record and args.only):
         ap.error("--rounds must be at least 1" if args.rounds < 1 else
                  problem or "--record publishes both sides: drop --only")
     if not args.cluster_prefix.startswith("gangctl-bench"):
@@ -1276,13 +1345,52 @@ def main() -> int:
             say(f"{side} side failed: {type(err).__name__}: {err}")
             save("error", {"error": f"{type(err).__name__}: {err}"})
     print(report(data) + "\n\n" + medians_text(data))
-    if args.record:
+    if "p4" in args.scenarios.split(","):
+        columns, rows = p4_rows(data)
+        print("\n" + " | ".join(columns) + "\n" + "\n".join(" | ".join(published.cell(c) for c in row) for row in rows))
+        if args.record:
+            out = published.record("scale", columns, rows, f"{args.p4_rounds} recoveries per way and side, each of a fresh "
+                                   "TrainJob; gangctl's two ways alternate which goes first; each side on a cluster of its "
+                                   "own", peer=f"Kubeflow Trainer {conditions['kubeflow-trainer']} + JobSet "
+                                   f"{conditions['jobset']}", part="P4 recovery from one failed pod")
+            say(f"recorded {out}; run benchmarks/results_page.py to regenerate the page")
+    if args.record and not only_p4:
         columns, rows = median_rows(data["rounds"])
         out = published.record("scale", columns, rows, f"{args.rounds} rounds per side, alternating which side goes "
                                "first; each cell the median (range)", peer="Kubeflow Trainer "
                                f"{conditions['kubeflow-trainer']} + JobSet {conditions['jobset']}")
         say(f"recorded {out}; run benchmarks/results_page.py to regenerate the page")
     return 1 if failed else 0
+
+
+P4_FIGURES = (("the failure → every pod of the gang Running again (s)", "all_running_s"),
+              ("the failure → the restart charged in status (s)", "charged_s"),
+              ("the failure → every pod annotated (in place: the benchmark's own patches) (s)", "annotated_s"),
+              ("the failure → the first new pod created (s)", "first_new_pod_s"),
+              ("new pods", "new_pods"))
+
+
+def p4_rows(data: dict) -> tuple[list[str], list[list]]:
+    """P4's figures per way of recovering, each the median and range of every recovery of every round,
+    with in place over recreate and over the peer."""
+    round_data = data.get("rounds") or [{k: data[k] for k in ("gangctl", "peer") if k in data}]
+    runs: dict[tuple[str, str], list[dict]] = {}
+    pods = None
+    for r in round_data:
+        for side in ("gangctl", "peer"):
+            got = _get(r.get(side), "p4") or {}
+            pods = pods or got.get("pods")
+            for mode, rs in (got.get("runs") or {}).items():
+                runs.setdefault((side, mode), []).extend(rs)
+    nodes = _get(round_data[-1].get("gangctl") or round_data[-1].get("peer"), "conditions", "gpu_nodes")
+    columns = [f"P4, {pods} pods x 8 GPUs on {nodes} KWOK nodes", "gangctl in place", "gangctl recreate",
+               "Trainer + JobSet (recreate)", "in place / recreate", "in place / peer"]
+    rows = []
+    for label, key in P4_FIGURES:
+        cells = [rounds.summary(x.get(key) for x in runs.get(which, [])) for which in
+                 (("gangctl", IN_PLACE), ("gangctl", RECREATE), ("peer", RECREATE))]
+        rows.append([label, *cells, rounds.ratio(cells[0], cells[1]), rounds.ratio(cells[0], cells[2])])
+    return columns, rows
 
 
 def medians_text(data: dict) -> str:

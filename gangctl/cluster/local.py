@@ -71,6 +71,10 @@ KWOK_STAGES = (
     # A pod labelled pod-container-running-failed.stage.kwok.x-k8s.io=true fails (exit code by annotation).
     "stage/pod/chaos/pod-container-running-failed.yaml",
 )
+# gangctl's own stages (integrations/kwok/stages/): a pod annotated
+# pod-restart-all-containers.stage.gangctl.io/restarts=N has its containers restarted in place until
+# they have N restarts, as a kubelet carrying out a RestartAllContainers rule does.
+OWN_KWOK_STAGES = ("pod-restart-all-containers.yaml",)
 
 
 # The local apiserver's audit policy: metadata (who, what, when, the answer's code; no bodies) of every
@@ -247,6 +251,8 @@ class LocalCluster:
         }]
         for rel in KWOK_STAGES:
             docs.append(yaml.safe_load((kwok_dir / "kustomize" / rel).read_text()))
+        for name in OWN_KWOK_STAGES:
+            docs.append(yaml.safe_load((self.settings.integrations_dir / "kwok" / "stages" / name).read_text()))
         path = self.settings.cache_dir / f"{self.settings.cluster_name}-kwokctl.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         self.audit_policy_path.write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))

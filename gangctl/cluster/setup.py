@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import yaml
 
@@ -117,10 +117,12 @@ def parse_shape(text: str) -> Shape:
 
 
 def gpu_node(index: int, gpus: int, *, cpu: int = 96, memory_gi: int = 1024, prefix: str = "gpu-node",
-             shape: Shape | None = None) -> dict:
+             shape: Shape | None = None, declared_features: Sequence[str] = ()) -> dict:
     """A KWOK-managed Node with `gpus` nvidia.com/gpu, labelled like a real GPU node and tainted as KWOK's
     fake nodes are (`kwok.x-k8s.io/node=fake:NoSchedule`): only pods that tolerate it land here. With a
-    `shape`, it also carries its block and rack labels."""
+    `shape`, it also carries its block and rack labels; with `declared_features`, it declares them in
+    status.declaredFeatures as a 1.36 kubelet does (KWOK carries out RestartAllContainers with gangctl's
+    own stage, integrations/kwok/stages/)."""
     allocatable = {"cpu": str(cpu), "memory": f"{memory_gi}Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
     name = f"{prefix}-{index:03d}"
     return {
@@ -142,18 +144,20 @@ def gpu_node(index: int, gpus: int, *, cpu: int = 96, memory_gi: int = 1024, pre
             },
         },
         "spec": {"taints": [dict(KWOK_NODE_TAINT)]},
-        "status": {"capacity": allocatable, "allocatable": allocatable},
+        "status": {"capacity": allocatable, "allocatable": allocatable,
+                   **({"declaredFeatures": list(declared_features)} if declared_features else {})},
     }
 
 
 async def create_gpu_nodes(kube: Kube, count: int, gpus: int, on_progress: Callable[[int], None] | None = None,
-                           concurrency: int = 16, shape: Shape | None = None) -> list[str]:
+                           concurrency: int = 16, shape: Shape | None = None,
+                           declared_features: Sequence[str] = ()) -> list[str]:
     sem = asyncio.Semaphore(concurrency)
     done = 0
 
     async def one(i: int) -> str:
         nonlocal done
-        node = gpu_node(i, gpus, shape=shape)
+        node = gpu_node(i, gpus, shape=shape, declared_features=declared_features)
         async with sem:
             try:
                 await kube.create(NODES.path(), node)

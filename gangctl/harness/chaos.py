@@ -30,6 +30,10 @@ FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 FAIL_DELAY = "pod-container-running-failed.stage.kwok.x-k8s.io/delay"
 FAIL_JITTER = "pod-container-running-failed.stage.kwok.x-k8s.io/jitter-delay"
 FAIL_EXIT_CODE = "pod-container-running-failed.stage.kwok.x-k8s.io/exit-code"
+# gangctl's own stage (integrations/kwok/stages/pod-restart-all-containers.yaml): the pod's containers
+# are restarted in place until each has this many restarts, the last run ending with the exit code given.
+RESTART_ALL = "pod-restart-all-containers.stage.gangctl.io/restarts"
+RESTART_ALL_EXIT_CODE = "pod-restart-all-containers.stage.gangctl.io/exit-code"
 COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
 # KWOK completes a pod between `delay` and `jitter-delay`; when jitter-delay is not above delay it uses
 # jitter-delay alone (5 s by default), so both are always set.
