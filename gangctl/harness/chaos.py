@@ -34,6 +34,7 @@ FAIL_EXIT_CODE = "pod-container-running-failed.stage.kwok.x-k8s.io/exit-code"
 # are restarted in place until each has this many restarts, the last run ending with the exit code given.
 RESTART_ALL = "pod-restart-all-containers.stage.gangctl.io/restarts"
 RESTART_ALL_EXIT_CODE = "pod-restart-all-containers.stage.gangctl.io/exit-code"
+RESTART_ALL_AT = "pod-restart-all-containers.stage.gangctl.io/delay"   # a duration, or a time (RFC 3339) to wait for
 COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
 # KWOK completes a pod between `delay` and `jitter-delay`; when jitter-delay is not above delay it uses
 # jitter-delay alone (5 s by default), so both are always set.
