@@ -525,10 +525,10 @@ async def _recover_once(kube: Kube, ns: str, name: str, pods: int, gpus: int, ti
             sem = asyncio.Semaphore(32)
 
             async def restart(pod: dict) -> None:
-                code = "3" if pod["metadata"]["name"] == victim[0] else "1"
+                code = 3 if pod["metadata"]["name"] == victim[0] else 1
                 async with sem:
-                    await kube.merge_patch(PODS.path(ns, pod["metadata"]["name"]), {"metadata": {"annotations": {
-                        chaos.RESTART_ALL: "1", chaos.RESTART_ALL_EXIT_CODE: code, chaos.RESTART_ALL_AT: when}}})
+                    await kube.merge_patch(PODS.path(ns, pod["metadata"]["name"]),
+                                           {"metadata": {"annotations": chaos.restart_all(1, code, when)}})
             await asyncio.gather(*(restart(p) for p in listed))
             result["annotated_ahead_s"] = round(failed_at[0] - time.monotonic(), 2)   # negative: too late, not valid
             if result["annotated_ahead_s"] <= 0:

@@ -35,11 +35,22 @@ FAIL_EXIT_CODE = "pod-container-running-failed.stage.kwok.x-k8s.io/exit-code"
 RESTART_ALL = "pod-restart-all-containers.stage.gangctl.io/restarts"
 RESTART_ALL_EXIT_CODE = "pod-restart-all-containers.stage.gangctl.io/exit-code"
 RESTART_ALL_AT = "pod-restart-all-containers.stage.gangctl.io/delay"   # a duration, or a time (RFC 3339) to wait for
+COMPLETE_WEIGHT = "pod-complete.stage.kwok.x-k8s.io/weight"
 COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
 # KWOK completes a pod between `delay` and `jitter-delay`; when jitter-delay is not above delay it uses
 # jitter-delay alone (5 s by default), so both are always set.
 COMPLETE_JITTER = "pod-complete.stage.kwok.x-k8s.io/jitter-delay"
 GPU = "nvidia.com/gpu"
+
+
+def restart_all(restarts: int, exit_code: int, at: str | None = None) -> dict[str, str]:
+    """A pod's annotations asking gangctl's KWOK stage to restart its containers in place until each has
+    `restarts` restarts, the last run ending with `exit_code`, at time `at` (RFC 3339; None: at once).
+    KWOK picks one of the stages that match a pod at random by their weights, and pod-complete (weight
+    1) matches a running Job pod too: its weight is 0 here, so the restart is never left to chance
+    (once the restarts are done, pod-complete is the only stage that matches and runs as before)."""
+    out = {RESTART_ALL: str(restarts), RESTART_ALL_EXIT_CODE: str(exit_code), COMPLETE_WEIGHT: "0"}
+    return out | ({RESTART_ALL_AT: at} if at else {})
 
 
 # --- plans (pure) -----------------------------------------------------------------------------------

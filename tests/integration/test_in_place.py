@@ -143,8 +143,8 @@ async def test_kwok_gang_on_nodes_that_declare_the_feature_restarts_in_place_unt
 
         async def restart_all(times: int) -> None:
             for p in pods:   # rank 1 fails with 3; rank 0's worker then loses its peer, as torchrun's does
-                await kube.merge_patch(PODS.path(namespace, p["metadata"]["name"]), {"metadata": {"annotations": {
-                    chaos.RESTART_ALL: str(times), chaos.RESTART_ALL_EXIT_CODE: "3" if index(p) == 1 else "1"}}})
+                await kube.merge_patch(PODS.path(namespace, p["metadata"]["name"]), {"metadata": {
+                    "annotations": chaos.restart_all(times, 3 if index(p) == 1 else 1)}})
 
         await restart_all(1)
 
