@@ -60,3 +60,13 @@ def test_auditor_records_two_live_pods_for_one_index():
     a.check_event("DELETED", pod("a", 0))
     a.check_event("MODIFIED", pod("b", 0))
     assert len(a.violations) == 1
+
+
+def test_restart_all_asks_gangctls_kwok_stage_by_the_names_it_reads_and_leaves_nothing_to_chance():
+    from gangctl.config import REPO_ROOT
+    from gangctl.harness.chaos import COMPLETE_WEIGHT, RESTART_ALL, RESTART_ALL_AT, RESTART_ALL_EXIT_CODE, restart_all
+    assert restart_all(2, 3) == {RESTART_ALL: "2", RESTART_ALL_EXIT_CODE: "3", COMPLETE_WEIGHT: "0"}
+    assert restart_all(1, 1, "2026-11-30T03:00:00.000000Z")[RESTART_ALL_AT] == "2026-11-30T03:00:00.000000Z"
+    stage = (REPO_ROOT / "integrations" / "kwok" / "stages" / "pod-restart-all-containers.yaml").read_text()
+    for name in (RESTART_ALL, RESTART_ALL_EXIT_CODE, RESTART_ALL_AT):
+        assert f'"{name}"' in stage, f"the stage does not read {name}"
