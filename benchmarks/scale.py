@@ -24,8 +24,13 @@ scenario after the other, and the cluster is deleted at the end (`--keep` leaves
   `backoffLimit: 0` and pods with a 2 s termination grace, so a failed pod fails the attempt and the
   gang is recreated: gangctl deletes its
   node Job and makes it again, Trainer's JobSet restarts its Jobs). Time from the pod seen Failed
-  to every pod of the new attempt Running, and to the new attempt's first pod created. Each round's
+  to every pod of the new attempt Running, and to the new attempt's first pod created. On gangctl's
+  cluster the same recovery is also measured in place (a runtime with `gangctl.io/restart: InPlace`,
+  rounds alternating with recreate; the nodes then declare RestartAllContainersOnContainerExits and
+  gangctl's own KWOK stage restarts every pod's containers at one moment): to every pod Running
+  again with one restart more, and to the restart charged in the TrainJob's status. Each round's
   job is deleted (and its pods gone) before the next, so every failure is a first failure.
+  `--record` with `--scenarios p4` alone publishes P4 (its medians are over `--p4-rounds`).
 - **P3** cold start: the controller is stopped and started again, twice: with what P1 and P2
   left, and after filler pods bring the cluster to `--p3-pods` pods (created directly with a
   nodeName, so KWOK runs them without the scheduler; gangctl's pod template without the GPU request,
