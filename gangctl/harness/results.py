@@ -121,7 +121,8 @@ BENCHMARKS: dict[str, Benchmark] = {b.script.removesuffix(".py"): b for b in (
               "5,000 KWOK nodes × 8 GPUs per side. P1: one TrainJob of 1,024 pods × 8 GPUs (time to all "
               "bound, against a floor with no controller); P2: 2,000 TrainJobs × 8 pods, 16 creates in "
               "flight (TrainJobs/s to the 2,000th child Job; requests per TrainJob); P3: the controller "
-              "restarted with 60,000 pods cached (process start → ready, RSS). Goals: issue 12.",
+              "restarted with 60,000 pods cached (process start → ready, RSS); P4: the 1,024-pod gang "
+              "recovering from one failed pod, in place and recreated. Goals: issues 12 and 38.",
               _CONTROLLER),
 )}
 
