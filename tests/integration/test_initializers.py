@@ -105,7 +105,9 @@ async def test_initializers_run_in_order_then_the_trainer(kube, controller, name
 
     async def complete() -> bool:
         return is_true(await get_trainjob(kube, namespace, "init"), "Complete")
-    await eventually(complete, 90, "the TrainJob Complete after its initializers and its trainer")
+    # three steps in turn, each a Job whose pod waits for its volume, is scheduled, made Running by KWOK
+    # (1-6 s) and completed; about 40 s on an idle machine, twice that beside the backends' clusters
+    await eventually(complete, 180, "the TrainJob Complete after its initializers and its trainer")
     jobs = {j["metadata"]["name"]: j for j in await jobs_in(kube, namespace)}
     done = {name: next(c["lastTransitionTime"] for c in j["status"]["conditions"] if c["type"] == "Complete")
             for name, j in jobs.items()}

@@ -160,7 +160,11 @@ def kwok_pytorchjob(name: str, namespace: str) -> dict:
     template = {"metadata": {"annotations": {KWOK_COMPLETE_DELAY: "3600s", KWOK_COMPLETE_JITTER: "3600s"}},
                 "spec": on_kwok_nodes({"containers": [{"name": "pytorch", "image": "pytorch/pytorch:2.7.1",
                                                        "command": ["torchrun", "t.py"],
-                                                       "resources": {"limits": {"nvidia.com/gpu": "1"}}}]})}
+                                                       "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                                       # a trainer that exits on SIGTERM: KWOK removes a deleted pod at a
+                                       # random moment within its grace (30 s by default), and the gang
+                                       # is made again under the same names only once the old pods are gone
+                                       "terminationGracePeriodSeconds": 2})}
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
             "metadata": {"name": name, "namespace": namespace, "annotations": {STALL_TIMEOUT_ANNOTATION: f"{TIMEOUT}s"}},
             "spec": {"runPolicy": {"backoffLimit": 1}, "pytorchReplicaSpecs": {
@@ -213,8 +217,8 @@ async def test_a_pytorchjob_reports_through_the_endpoint_and_is_restarted_then_f
         async def remade() -> bool:
             pod = await master()
             return pod is not None and pod["metadata"]["uid"] != first["metadata"]["uid"]
-        # KWOK deletes each old pod at a random moment within its 30 s grace period, and a pod made
-        # again may wait for gangctl's 20 s gang retry before Coscheduling binds the pair
+        # KWOK deletes each old pod within its 2 s grace, and a pod made again may wait for gangctl's
+        # 20 s gang retry before Coscheduling binds the pair
         await eventually(remade, TIMEOUT + 120, "the stalled gang made anew")
         job = await kube.get(PYTORCHJOBS.path(namespace, "hangs"))
         restarts = json.loads(job["metadata"]["annotations"][RESTARTS_ANNOTATION])
