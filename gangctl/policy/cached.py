@@ -59,8 +59,8 @@ def _container_status(cs: dict) -> dict:
         terminated = (cs.get(which) or {}).get("terminated")
         if terminated:
             out[which] = {"terminated": _pick(terminated, _TERMINATED)}
-        elif cs.get(which):
-            out[which] = {intern(k): {} for k in cs[which]}  # running / waiting: only which one
+        elif cs.get(which):   # running / waiting: which one, and when a running one started (stall silence)
+            out[which] = {intern(k): _pick(v, ("startedAt",)) if k == "running" else {} for k, v in cs[which].items()}
     return out
 
 

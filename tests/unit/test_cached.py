@@ -118,3 +118,11 @@ def test_a_cached_pod_is_a_fraction_of_the_served_one():
     full = sum(len(json.dumps(p)) for p in PODS)
     cached = sum(len(json.dumps(pod_view(p))) for p in PODS)
     assert cached < full / 3, (cached, full)
+
+
+def test_a_running_containers_start_survives_and_the_stall_reads_it_from_the_cached_pod():
+    from gangctl.policy.decide_pytorchjob import _started
+    pod = full_pod(0)
+    assert pod_view(pod)["status"]["containerStatuses"][0]["state"] == {"running": {"startedAt": stamp(80)}}
+    assert _started(pod_view(pod)) == _started(pod) == stamp(80)
+
