@@ -200,6 +200,27 @@ async def trainjob_state(kube: Kube, namespace: str, name: str) -> str:
     return "\n".join(lines)
 
 
+async def namespace_state(kube: Kube, namespace: str) -> str:
+    """What a failed wait on a TrainJob's children shows: every Job of the namespace with its counts and
+    conditions, every pod with its node, phase and scheduling condition, every claim with its phase."""
+    lines = []
+    for job in await jobs_in(kube, namespace):
+        status = job.get("status") or {}
+        lines.append(f"job {job['metadata']['name']} created={job['metadata']['creationTimestamp']} "
+                     f"active={status.get('active', 0)} ready={status.get('ready', 0)} "
+                     f"succeeded={status.get('succeeded', 0)} failed={status.get('failed', 0)} "
+                     f"conditions={[(c.get('type'), c.get('status'), c.get('reason')) for c in status.get('conditions') or []]}")
+    for pod in (await kube.get(PODS.path(namespace)))["items"]:
+        scheduled = next((c for c in pod["status"].get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+        lines.append(f"pod {pod['metadata']['name']} node={pod['spec'].get('nodeName')} phase={pod['status'].get('phase')} "
+                     f"deleting={bool(pod['metadata'].get('deletionTimestamp'))} "
+                     f"scheduled={scheduled.get('status')} {scheduled.get('reason', '')} {scheduled.get('message', '')}")
+    for claim in (await kube.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims"))["items"]:
+        lines.append(f"claim {claim['metadata']['name']} phase={(claim.get('status') or {}).get('phase')} "
+                     f"volume={claim['spec'].get('volumeName')}")
+    return "\n".join(lines)
+
+
 async def nodes_state(kube: Kube, nodes: list[str], logs: list[Path] = ()) -> str:
     """What holds `nodes`, for a failed wait on a placement: each node's allocatable GPUs, every pod
     of any namespace bound to one of them or pending, and the last lines of `logs` (a scheduler's) that

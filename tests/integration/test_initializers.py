@@ -13,7 +13,8 @@ import yaml
 from gangctl.api.resources import JOBS, PERSISTENT_VOLUME_CLAIMS, SERVICES, TRAINING_RUNTIMES
 from gangctl.config import REPO_ROOT
 from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, condition, eventually, gang_state,
-                                       get_trainjob, is_true, jobs_in, on_kwok_nodes, report_failed, submit, trainjob)
+                                       get_trainjob, is_true, jobs_in, namespace_state, on_kwok_nodes, report_failed, submit,
+                                       trainjob, trainjob_state)
 
 pytestmark = pytest.mark.integration
 RUNTIME = yaml.safe_load((REPO_ROOT / "deploy/runtimes/torch-kwok-gpu.yaml").read_text())
@@ -107,7 +108,11 @@ async def test_initializers_run_in_order_then_the_trainer(kube, controller, name
         return is_true(await get_trainjob(kube, namespace, "init"), "Complete")
     # three steps in turn, each a Job whose pod waits for its volume, is scheduled, made Running by KWOK
     # (1-6 s) and completed; about 40 s on an idle machine, twice that beside the backends' clusters
-    await eventually(complete, 180, "the TrainJob Complete after its initializers and its trainer")
+    try:
+        await eventually(complete, 180, "the TrainJob Complete after its initializers and its trainer")
+    except AssertionError as err:
+        raise AssertionError(f"{err}:\n{await trainjob_state(kube, namespace, 'init')}\n"
+                             f"{await namespace_state(kube, namespace)}") from None
     jobs = {j["metadata"]["name"]: j for j in await jobs_in(kube, namespace)}
     done = {name: next(c["lastTransitionTime"] for c in j["status"]["conditions"] if c["type"] == "Complete")
             for name, j in jobs.items()}
