@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import time
 import urllib.request
 
 import pytest
@@ -19,7 +17,7 @@ from gangctl.api.resources import Resource
 from gangctl.cluster.lifecycle import local_cluster
 from gangctl.kube.informer import Informer
 from tests.integration.conftest import APISERVER_RESTARTS
-from tests.integration.helpers import eventually
+from tests.integration.helpers import eventually, restart_apiserver, restart_apiserver_clients
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -68,16 +66,8 @@ async def test_expired_watch_relists_and_loses_no_change(kube, namespace, cluste
         await kube.create(CONFIGMAPS.path(namespace), configmap("added-while-away", namespace))
         cluster = local_cluster(cluster_settings)
         await asyncio.to_thread(compact_etcd, cluster.state_dir)
-        down = time.time()
-        await asyncio.to_thread(cluster.restart_component, "kube-apiserver", signal.SIGTERM, 10)
-
-        async def apiserver_ready() -> bool:
-            try:
-                return await kube.text("/readyz", timeout=2) == "ok"
-            except Exception:  # noqa: BLE001 - not listening yet
-                return False
-        await eventually(apiserver_ready, 120, "kube-apiserver ready again", interval=0.1)
-        APISERVER_RESTARTS.append((down, time.time()))  # the controller's 403s while RBAC refills are excused
+        APISERVER_RESTARTS.append(await restart_apiserver(kube, cluster))  # the controller's 403s meanwhile are excused
+        await restart_apiserver_clients(cluster)   # the next tests' PV binding and scheduling are not held up
         heard.clear()
         task = asyncio.create_task(informer.run())
 

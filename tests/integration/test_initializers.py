@@ -5,16 +5,18 @@ failing initializer fails the TrainJob with its reason."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
 import yaml
 
 from gangctl.api.resources import JOBS, PERSISTENT_VOLUME_CLAIMS, SERVICES, TRAINING_RUNTIMES
+from gangctl.cluster.local import LocalCluster
 from gangctl.config import REPO_ROOT
 from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, condition, eventually, gang_state,
-                                       get_trainjob, is_true, jobs_in, namespace_state, on_kwok_nodes, report_failed, submit,
-                                       trainjob, trainjob_state)
+                                       get_trainjob, is_true, jobs_in, namespace_state, on_kwok_nodes, report_failed,
+                                       submit, trainjob, trainjob_state)
 
 pytestmark = pytest.mark.integration
 RUNTIME = yaml.safe_load((REPO_ROOT / "deploy/runtimes/torch-kwok-gpu.yaml").read_text())
@@ -83,7 +85,7 @@ async def volume_for(kube, volumes: list[str], namespace: str, claim: str) -> st
     return name
 
 
-async def test_initializers_run_in_order_then_the_trainer(kube, controller, namespace, volumes):
+async def test_initializers_run_in_order_then_the_trainer(kube, controller, namespace, volumes, cluster_settings):
     rt = await make_runtime(kube, namespace, "with-init", ttl=8)
     pv = await volume_for(kube, volumes, namespace, "initializer-init")
     tj = trainjob("init", namespace, nodes=2, runtime=rt, runtime_kind="TrainingRuntime", run_for="2s")
@@ -111,8 +113,11 @@ async def test_initializers_run_in_order_then_the_trainer(kube, controller, name
     try:
         await eventually(complete, 180, "the TrainJob Complete after its initializers and its trainer")
     except AssertionError as err:
+        logs = LocalCluster(cluster_settings, Path("/nonexistent")).logs_dir
+        said = [f"{log.name}: {line[:400]}" for log in [*sorted(logs.glob("*.log")), controller.log_path]
+                for line in log.read_text(errors="replace").splitlines() if namespace in line]
         raise AssertionError(f"{err}:\n{await trainjob_state(kube, namespace, 'init')}\n"
-                             f"{await namespace_state(kube, namespace)}") from None
+                             f"{await namespace_state(kube, namespace)}\n" + "\n".join(said[-40:])) from None
     jobs = {j["metadata"]["name"]: j for j in await jobs_in(kube, namespace)}
     done = {name: next(c["lastTransitionTime"] for c in j["status"]["conditions"] if c["type"] == "Complete")
             for name, j in jobs.items()}

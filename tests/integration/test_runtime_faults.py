@@ -15,7 +15,8 @@ from gangctl.api.resources import JOBS, TRAINJOBS
 from gangctl.kube.client import ApiError
 from gangctl.model.names import RESULT_FINALIZER
 from tests.integration.conftest import APISERVER_RESTARTS, wait_ready
-from tests.integration.helpers import condition, eventually, gang_state, get_trainjob, is_running, is_true, jobs_in, submit, trainjob
+from tests.integration.helpers import (condition, eventually, gang_state, get_trainjob, is_running, is_true, jobs_in,
+                                       restart_apiserver, restart_apiserver_clients, submit, trainjob)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -296,16 +297,7 @@ async def test_five_apiserver_restarts_mid_run_lose_and_duplicate_nothing(kube, 
     for restart in range(5):
         # SIGTERM (graceful, up to 10 s to drain) and SIGKILL (a crash) in turn: the real kube-apiserver.
         sig = signal.SIGTERM if restart % 2 == 0 else signal.SIGKILL
-        down = time.time()
-        await asyncio.to_thread(cluster.restart_component, "kube-apiserver", sig, 10)
-
-        async def apiserver_ready() -> bool:
-            try:
-                return await kube.text("/readyz", timeout=2) == "ok"
-            except Exception:  # noqa: BLE001 - not listening yet
-                return False
-        await eventually(apiserver_ready, 180, "kube-apiserver ready again", interval=0.1)
-        APISERVER_RESTARTS.append((down, time.time()))  # its RBAC caches refill: 403s excused meanwhile
+        APISERVER_RESTARTS.append(await restart_apiserver(kube, cluster, sig))  # RBAC refills: 403s excused meanwhile
         back = time.monotonic()
         probe = f"after-{restart}"
 
@@ -335,6 +327,7 @@ async def test_five_apiserver_restarts_mid_run_lose_and_duplicate_nothing(kube, 
         await eventually(all_complete, 120, "every TrainJob Complete", interval=1)
     finally:
         audit.stop()
+        await restart_apiserver_clients(cluster)   # the next tests meet components that are not backing off
     for tj in (await kube.get(TRAINJOBS.path(namespace)))["items"]:
         status = tj["status"]
         assert not (status.get("restarts") or {}).get("user"), f"{tj['metadata']['name']}: nothing charged"
