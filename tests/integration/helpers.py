@@ -37,13 +37,6 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float, what:
         await asyncio.sleep(interval)
 
 
-# The local cluster's own clients of kube-apiserver. Their client-go reflectors back off after an
-# outage, up to [30, 60) s, and keep that backoff until two quiet minutes pass: measured after an etcd
-# compaction and an apiserver restart, a pod on a pre-bound claim waited 15 to 105 s for the PV
-# controller and then the scheduler (growing with each restart), and 0.2 to 2.7 s with them restarted.
-APISERVER_CLIENTS = ("kube-controller-manager", "kube-scheduler", "kwok-controller")
-
-
 async def restart_apiserver(kube: Kube, cluster: LocalCluster, sig: int = signal.SIGTERM) -> tuple[float, float]:
     """Restart the real kube-apiserver (`sig`, SIGKILL after 10 s) and wait for its /readyz; returns
     (down, ready) wall-clock times, for the window in which the controller's 403s are excused."""
@@ -59,11 +52,36 @@ async def restart_apiserver(kube: Kube, cluster: LocalCluster, sig: int = signal
     return down, time.time()
 
 
-async def restart_apiserver_clients(cluster: LocalCluster) -> None:
-    """After a test restarted the shared cluster's apiserver: restart its own clients too, so the next
-    test meets a cluster as it found it, not components still backing off (see APISERVER_CLIENTS)."""
-    for name in APISERVER_CLIENTS:
-        await asyncio.to_thread(cluster.restart_component, name, signal.SIGTERM, 10)
+async def volume_pod_scheduled(kube: Kube, namespace: str, timeout: float = 240) -> float:
+    """After a test restarted the shared cluster's apiserver: wait until the cluster's own clients have
+    caught up, so the next test meets the cluster as it found it. client-go's reflectors in
+    kube-controller-manager and kube-scheduler back off after an outage, up to [30, 60) s, and keep that
+    backoff for two quiet minutes: measured after an etcd compaction and an apiserver restart, a pod on a
+    pre-bound claim waited 15 to 105 s (the PV controller binding the claim, then the scheduler). The probe
+    is that pod: a PV reserved for a claim, the claim, a pod on a KWOK node mounting it; returns the seconds
+    until it is bound to a node. The PV is deleted after; the claim and pod go with `namespace`."""
+    pv, claim = f"{namespace}-probe", "probe"
+    await kube.create("/api/v1/persistentvolumes", {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                 "hostPath": {"path": f"/tmp/gangctl-test-pv/{pv}"}, "persistentVolumeReclaimPolicy": "Retain",
+                 "claimRef": {"namespace": namespace, "name": claim}}})
+    try:
+        await kube.create(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                     "resources": {"requests": {"storage": "1Gi"}}}})
+        await kube.create(PODS.path(namespace), {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": claim},
+                                                 "spec": on_kwok_nodes({
+                                                     "containers": [{"name": "c", "image": "probe",
+                                                                     "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
+                                                     "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]})})
+
+        async def scheduled() -> bool:
+            return bool((await kube.get(PODS.path(namespace, claim)))["spec"].get("nodeName"))
+        return await eventually(scheduled, timeout, "a pod on a pre-bound claim scheduled after the apiserver restart")
+    finally:
+        await kube.delete(f"/api/v1/persistentvolumes/{pv}")
 
 
 RECONCILES = "gangctl_reconcile_duration_seconds_count"  # reconciles finished (the histogram's count)

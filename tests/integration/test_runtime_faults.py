@@ -16,7 +16,7 @@ from gangctl.kube.client import ApiError
 from gangctl.model.names import RESULT_FINALIZER
 from tests.integration.conftest import APISERVER_RESTARTS, wait_ready
 from tests.integration.helpers import (condition, eventually, gang_state, get_trainjob, is_running, is_true, jobs_in,
-                                       restart_apiserver, restart_apiserver_clients, submit, trainjob)
+                                       restart_apiserver, submit, trainjob)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -327,7 +327,6 @@ async def test_five_apiserver_restarts_mid_run_lose_and_duplicate_nothing(kube, 
         await eventually(all_complete, 120, "every TrainJob Complete", interval=1)
     finally:
         audit.stop()
-        await restart_apiserver_clients(cluster)   # the next tests meet components that are not backing off
     for tj in (await kube.get(TRAINJOBS.path(namespace)))["items"]:
         status = tj["status"]
         assert not (status.get("restarts") or {}).get("user"), f"{tj['metadata']['name']}: nothing charged"
