@@ -52,6 +52,15 @@ async def restart_apiserver(kube: Kube, cluster: LocalCluster, sig: int = signal
     return down, time.time()
 
 
+def reserved_volume(name: str, namespace: str, claim: str) -> dict:
+    """A 1 GiB PersistentVolume reserved for `claim` (claimRef), as an admin pre-provisions one (the
+    local cluster has no provisioner); kube-controller-manager's PV controller binds them."""
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                     "hostPath": {"path": f"/tmp/gangctl-test-pv/{name}"}, "persistentVolumeReclaimPolicy": "Retain",
+                     "claimRef": {"namespace": namespace, "name": claim}}}
+
+
 async def volume_pod_scheduled(kube: Kube, namespace: str, timeout: float = 240) -> float:
     """After a test restarted the shared cluster's apiserver: wait until the cluster's own clients have
     caught up, so the next test meets the cluster as it found it. client-go's reflectors in
@@ -61,11 +70,7 @@ async def volume_pod_scheduled(kube: Kube, namespace: str, timeout: float = 240)
     is that pod: a PV reserved for a claim, the claim, a pod on a KWOK node mounting it; returns the seconds
     until it is bound to a node. The PV is deleted after; the claim and pod go with `namespace`."""
     pv, claim = f"{namespace}-probe", "probe"
-    await kube.create("/api/v1/persistentvolumes", {
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
-                 "hostPath": {"path": f"/tmp/gangctl-test-pv/{pv}"}, "persistentVolumeReclaimPolicy": "Retain",
-                 "claimRef": {"namespace": namespace, "name": claim}}})
+    await kube.create("/api/v1/persistentvolumes", reserved_volume(pv, namespace, claim))
     try:
         await kube.create(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", {
             "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
@@ -240,12 +245,16 @@ async def trainjob_state(kube: Kube, namespace: str, name: str) -> str:
     status = (await get_trainjob(kube, namespace, name)).get("status") or {}
     lines = [f"conditions {[(c.get('type'), c.get('status'), c.get('reason')) for c in status.get('conditions') or []]}",
              f"elastic {status.get('elastic')}"]
-    for pod in await pods_of(kube, namespace, name):
-        scheduled = next((c for c in pod["status"].get("conditions") or [] if c.get("type") == "PodScheduled"), {})
-        lines.append(f"{pod['metadata']['name']} node={pod['spec'].get('nodeName')} phase={pod['status'].get('phase')} "
-                     f"deleting={bool(pod['metadata'].get('deletionTimestamp'))} "
-                     f"scheduled={scheduled.get('status')} {scheduled.get('reason', '')} {scheduled.get('message', '')}")
+    lines += [pod_line(pod) for pod in await pods_of(kube, namespace, name)]
     return "\n".join(lines)
+
+
+def pod_line(pod: dict) -> str:
+    """A pod's node, phase and scheduling condition, for a failed wait's message."""
+    scheduled = next((c for c in pod["status"].get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+    return (f"{pod['metadata']['name']} node={pod['spec'].get('nodeName')} phase={pod['status'].get('phase')} "
+            f"deleting={bool(pod['metadata'].get('deletionTimestamp'))} "
+            f"scheduled={scheduled.get('status')} {scheduled.get('reason', '')} {scheduled.get('message', '')}")
 
 
 async def namespace_state(kube: Kube, namespace: str) -> str:
@@ -258,11 +267,7 @@ async def namespace_state(kube: Kube, namespace: str) -> str:
                      f"active={status.get('active', 0)} ready={status.get('ready', 0)} "
                      f"succeeded={status.get('succeeded', 0)} failed={status.get('failed', 0)} "
                      f"conditions={[(c.get('type'), c.get('status'), c.get('reason')) for c in status.get('conditions') or []]}")
-    for pod in (await kube.get(PODS.path(namespace)))["items"]:
-        scheduled = next((c for c in pod["status"].get("conditions") or [] if c.get("type") == "PodScheduled"), {})
-        lines.append(f"pod {pod['metadata']['name']} node={pod['spec'].get('nodeName')} phase={pod['status'].get('phase')} "
-                     f"deleting={bool(pod['metadata'].get('deletionTimestamp'))} "
-                     f"scheduled={scheduled.get('status')} {scheduled.get('reason', '')} {scheduled.get('message', '')}")
+    lines += ["pod " + pod_line(pod) for pod in (await kube.get(PODS.path(namespace)))["items"]]
     for claim in (await kube.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims"))["items"]:
         lines.append(f"claim {claim['metadata']['name']} phase={(claim.get('status') or {}).get('phase')} "
                      f"volume={claim['spec'].get('volumeName')}")

@@ -14,9 +14,10 @@ import yaml
 from gangctl.api.resources import JOBS, PERSISTENT_VOLUME_CLAIMS, SERVICES, TRAINING_RUNTIMES
 from gangctl.cluster.local import LocalCluster
 from gangctl.config import REPO_ROOT
+from tests.integration.conftest import CONTROL_PLANE
 from tests.integration.helpers import (KWOK_COMPLETE_DELAY, KWOK_COMPLETE_JITTER, condition, eventually, gang_state,
                                        get_trainjob, is_true, jobs_in, namespace_state, on_kwok_nodes, report_failed,
-                                       submit, trainjob, trainjob_state)
+                                       reserved_volume, submit, trainjob)
 
 pytestmark = pytest.mark.integration
 RUNTIME = yaml.safe_load((REPO_ROOT / "deploy/runtimes/torch-kwok-gpu.yaml").read_text())
@@ -72,16 +73,10 @@ async def volumes(kube):
 
 
 async def volume_for(kube, volumes: list[str], namespace: str, claim: str) -> str:
-    """A PersistentVolume reserved for `claim` (the local cluster has no provisioner), as an admin
-    pre-provisions one; the PV controller binds them."""
+    """A PersistentVolume reserved for `claim`, deleted when the test ends (the `volumes` fixture)."""
     name = f"{namespace}-{claim}"
     volumes.append(name)
-    await kube.create("/api/v1/persistentvolumes", {
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
-                 "hostPath": {"path": f"/tmp/gangctl-test-pv/{name}"},
-                 "persistentVolumeReclaimPolicy": "Retain",
-                 "claimRef": {"namespace": namespace, "name": claim}}})
+    await kube.create("/api/v1/persistentvolumes", reserved_volume(name, namespace, claim))
     return name
 
 
@@ -114,10 +109,15 @@ async def test_initializers_run_in_order_then_the_trainer(kube, controller, name
         await eventually(complete, 180, "the TrainJob Complete after its initializers and its trainer")
     except AssertionError as err:
         logs = LocalCluster(cluster_settings, Path("/nonexistent")).logs_dir
-        said = [f"{log.name}: {line[:400]}" for log in [*sorted(logs.glob("*.log")), controller.log_path]
+        said = [f"{log.name}: {line[:400]}"   # the components' and the controller's logs (not the audit log)
+                for log in [*(logs / f"{c}.log" for c in CONTROL_PLANE), controller.log_path] if log.exists()
                 for line in log.read_text(errors="replace").splitlines() if namespace in line]
-        raise AssertionError(f"{err}:\n{await trainjob_state(kube, namespace, 'init')}\n"
-                             f"{await namespace_state(kube, namespace)}\n" + "\n".join(said[-40:])) from None
+        tj = await get_trainjob(kube, namespace, "init")
+        conditions = [(c.get("type"), c.get("status"), c.get("reason"))
+                      for c in (tj.get("status") or {}).get("conditions") or []]
+        raise AssertionError(f"{err} (conditions {conditions}, gang {gang_state(tj)}):\n"
+                             f"{await namespace_state(kube, namespace)}\n"
+                             + "\n".join(said[-40:])) from None
     jobs = {j["metadata"]["name"]: j for j in await jobs_in(kube, namespace)}
     done = {name: next(c["lastTransitionTime"] for c in j["status"]["conditions"] if c["type"] == "Complete")
             for name, j in jobs.items()}
