@@ -777,8 +777,10 @@ def place(s: Snapshot, intent: PlacementIntent | None, template: dict, observed:
     ever hold blocks it as `Unsatisfiable` on every backend (the nodes are listed for that check)."""
     if (pin := placement.kept(template, ((observed or {}).get("spec") or {}).get("template"))) is not None:
         return Placing(pin)   # placed by gangctl when the Job was made: it stays there
-    if intent is None or s.topology is None:
+    if s.topology is None:
         return Placing(template)
+    if intent is None:
+        return _packed(s, template, observed, backend, floor, held)
     try:
         intent = intent.on(s.topology)
     except TopologyError as err:
@@ -798,6 +800,25 @@ def place(s: Snapshot, intent: PlacementIntent | None, template: dict, observed:
     if isinstance(chosen, dict):
         return Placing(chosen, intent)
     return Placing(template, intent, blocked=chosen)
+
+
+def _packed(s: Snapshot, template: dict, observed: dict | None, backend, floor: placement.Floor,
+            held: bool) -> Placing:
+    """A gang that asks for no level, on a cluster with a topology, whose scheduler would scatter it
+    (coscheduling, native): pinned by preferred node affinity where `placement.packing` puts it, the
+    narrowest domain that holds its floor now, as Kueue's TAS places a pod set without a topology
+    request. Gangs that ask nothing then leave whole racks to the gangs that ask for one. Never a
+    reason to wait: when no domain holds it now it goes unpinned, as without a topology."""
+    intent = placement.packing(s.topology)
+    if held or placement.places_itself(backend, intent, s.topology) or (observed is not None
+                                                                         and not _may_pin(observed)):
+        return Placing(template)
+    if s.cluster is None:
+        return Placing(template, blocked=placement.NeedNodes())
+    nodes = node_rooms(s.cluster.nodes, s.cluster.pods, template.get("spec"))
+    chosen = placement.pin(template, intent, s.topology, floor, placement.reserve(nodes, list(s.cluster.reserved)))
+    placed = isinstance(chosen, dict) and placement.mark_of(chosen) != placement.ANYWHERE
+    return Placing(chosen if placed else template)
 
 
 def with_annotations(template: dict, annotations: Mapping[str, str]) -> dict:

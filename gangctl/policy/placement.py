@@ -308,6 +308,13 @@ class NeedNodes:
     """The decision needs the cluster's nodes and their pods to choose (the caller lists them)."""
 
 
+def packing(topology: Topology) -> PlacementIntent:
+    """Where gangctl puts a gang that asks for no level (where its scheduler would scatter it): as if
+    it preferred the widest level, so `choose` takes the narrowest domain that holds its floor now,
+    the fullest first (fewest GPUs stranded), and spreads only when no widest domain holds it."""
+    return PlacementIntent(preferred=topology.levels[0].node_label)
+
+
 def places_itself(backend, intent: PlacementIntent, topology: Topology) -> bool:
     """Whether the backend's scheduler takes this intent (levels as node labels) on its own objects."""
     return bool(base.placement_spec(backend, intent, topology) or base.placement_annotations(backend, intent))

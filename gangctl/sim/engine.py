@@ -450,6 +450,8 @@ class Simulation:
     def _place(self, job: SimJob, pods: int) -> Placement | None:
         """Where `pods` pods of the job go now, as its backend (or gangctl's choice) places its intent."""
         if job.asked is None:
+            if self.placer is not None:
+                return self.placer.pack(self.cluster, pods, job.spec.gpus_per_node, job.gpu_type)
             return self.cluster.place(pods, job.spec.gpus_per_node, job.gpu_type)
         own = job.asked.own and self._recheck
         now = self.clock.now

@@ -13,6 +13,9 @@ the controller's own test (`gangctl.policy.placement.places_itself`):
   them (`Cluster.rooms`), and the gang is pinned to the domain it names; a preferred gang no domain
   holds is pinned to the fewest domains of its level that hold it together (the most room first).
 gangctl chooses at the moment the gang fits (the simulator has no schedule timeout to re-choose after).
+A gang that asks for nothing is packed by gangctl's choice too where its scheduler would scatter it
+(`pack`: `gangctl.policy.placement.packing`, as the controller does on coscheduling and native); on
+Kueue, Volcano and KAI their scheduler places it as the cluster's packing says.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 
 from gangctl.model.topology import KUEUE_PREFERRED, KUEUE_REQUIRED, PlacementIntent, Topology, TopologyLevel
 from gangctl.plugins.base import GangBackend
-from gangctl.policy.placement import Floor, Placed, choose, places_itself
+from gangctl.policy.placement import Floor, Placed, choose, packing, places_itself
 from gangctl.sim.model import GPU, Ask, Cluster, Level, Placement
 from gangctl.sim.scenario import PlacementMode, PlacementShare
 
@@ -40,6 +43,7 @@ class Placer:
     def __init__(self, levels: list[Level], shares: list[PlacementShare], backend: GangBackend) -> None:
         self.levels = levels
         self.topology = Topology(levels=[TopologyLevel(name=lv.name, node_label=lv.label) for lv in levels])
+        self.packs = not places_itself(backend, packing(self.topology), self.topology)   # gangctl packs the rest
         self.choices: list[tuple[float, Asked]] = []
         bound = 0.0
         for share in shares:
@@ -78,3 +82,13 @@ class Placer:
         if chosen.domain is None:   # preferred, and its level's domains cannot hold it together
             return cluster.place(pods, gpus_per_pod, gpu_type)
         return cluster.place_in(chosen.domains, pods, gpus_per_pod)
+
+    def pack(self, cluster: Cluster, pods: int, gpus_per_pod: int, gpu_type: str | None) -> Placement | None:
+        """Place a gang that asks for nothing: where gangctl's packing pins it (`packs`), else, or when
+        no domain holds it now, as the cluster's packing places any gang."""
+        if self.packs:
+            chosen = choose(cluster.rooms(gpu_type), self.topology, packing(self.topology),
+                            Floor(pods, {GPU: gpus_per_pod}))
+            if isinstance(chosen, Placed) and chosen.domain is not None:
+                return cluster.place_in(chosen.domains, pods, gpus_per_pod)
+        return cluster.place(pods, gpus_per_pod, gpu_type)

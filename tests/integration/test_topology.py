@@ -1,7 +1,7 @@
 """gangctl's own topology placement on the real cluster (issue 36): the shared cluster's coscheduling
 backend has no placement of its own, so gangctl pins each gang with a required rack to a rack with
-room, makes a gang wait naming the best rack when none has room, and fails at once a gang no rack can
-ever hold. Eight KWOK GPU nodes get two test racks of four hosts (labels of this test's own, removed
+room, makes a gang wait naming the best rack when none has room, fails at once a gang no rack can
+ever hold, and packs gangs that ask for nothing into the fullest rack that holds them. Eight KWOK GPU nodes get two test racks of four hosts (labels of this test's own, removed
 after it), and the topology is stored where `gangctl policy apply` stores it."""
 from __future__ import annotations
 
@@ -104,6 +104,29 @@ async def test_gangs_with_a_required_rack_fill_racks_wait_for_one_and_start_when
     assert [(r["domain"], r["hosts"], r["hosts_with_room"]) for r in shown["domains"]] == [
         ("t0", 4, 1), ("t1", 4, 1)], shown["domains"]
     assert shown["level"] == "rack" and shown["next_domain"] == "", shown
+
+
+async def test_gangs_that_ask_for_no_rack_are_packed_into_the_fullest_rack_that_holds_them(kube, namespace, racks):
+    """A gang that asks for nothing is pinned (preferred node affinity) to the narrowest, fullest domain
+    that holds it, as Kueue's TAS places a pod set without a topology request: the racks stay whole for
+    the gangs that need one, where kube-scheduler alone would scatter it over any free nodes."""
+    async def running(name: str) -> None:
+        async def ready() -> bool:
+            return is_running(await get_trainjob(kube, namespace, name))
+        await eventually(ready, 90, f"{name} running")
+
+    await submit(kube, rack_job("held", namespace, 3))
+    await running("held")
+    (fuller,) = await racks_of(kube, namespace, "held", racks)
+    (emptier,) = {"t0", "t1"} - {fuller}
+    await submit(kube, trainjob("one", namespace, nodes=1))
+    await running("one")
+    assert await racks_of(kube, namespace, "one", racks) == {fuller}, "the last free host of the fuller rack"
+    await submit(kube, trainjob("two", namespace, nodes=2))
+    await running("two")
+    assert await racks_of(kube, namespace, "two", racks) == {emptier}
+    marks = {p["metadata"]["annotations"].get(PLACEMENT_ANNOTATION) for p in await pods_of(kube, namespace, "two")}
+    assert marks == {f"{RACK}={emptier}"}, marks
 
 
 async def test_a_gang_no_rack_can_hold_fails_at_once_with_the_numbers(kube, namespace, racks):

@@ -133,6 +133,23 @@ def test_gangctls_own_placement_pins_the_gang_where_its_choice_says():
     assert racks_of(c, placer.place(c, asked, 2, 8, None)) == {expected.domain} == {"p-rack-0002"}
 
 
+@pytest.mark.parametrize("backend, packs", [("coscheduling", True), ("native", True), ("kueue", False),
+                                             ("volcano", False), ("kai", False)])
+def test_a_gang_that_asks_for_nothing_is_packed_by_gangctl_where_its_scheduler_would_scatter_it(backend, packs):
+    """The controller pins such a gang (preferred) to the narrowest, fullest domain on coscheduling and
+    native; elsewhere the scheduler places it as the cluster's packing says."""
+    placer = Placer(LEVELS, [], BACKENDS[backend])
+    assert placer.packs is packs
+    packed, plain = cluster(16), cluster(16)
+    for c in (packed, plain):
+        take(c, [0, 8, 9])   # rack 0 has 3 free hosts, rack 2 has 2, racks 1 and 3 have 4
+    placement = placer.pack(packed, 2, 8, None)
+    if packs:
+        assert racks_of(packed, placement) == {"p-rack-0002"}
+    else:
+        assert placement == plain.place(2, 8, None)
+
+
 def test_jobs_are_drawn_by_a_stable_hash_in_their_shares():
     shares = Scenario.model_validate(_scenario_doc(placement=[
         {"level": "rack", "mode": "required", "share": 0.3}])).workload.placement

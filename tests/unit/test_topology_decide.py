@@ -97,6 +97,45 @@ def test_a_preferred_rack_is_a_preferred_node_affinity():
     assert not node_terms(job)
 
 
+def preferred_terms(job: dict) -> list[dict]:
+    affinity = job["spec"]["template"]["spec"].get("affinity") or {}
+    return affinity.get("nodeAffinity", {}).get("preferredDuringSchedulingIgnoredDuringExecution", [])
+
+
+def test_a_gang_that_asks_for_no_level_is_packed_into_the_fullest_rack_that_holds_it():
+    """As Kueue's TAS places a pod set without a topology request: the racks left whole are there for
+    the next gang that requires one. Preferred, so the scheduler may still go elsewhere."""
+    rt = runtime({})
+    assert decide(snap(rt)).wants_nodes, "the nodes are listed before its Job is made"
+    job = applied_job(decide(snap(rt, view=cluster(busy=("r1-h0",)))))   # room for 4 in r0, for 3 in r1
+    assert preferred_terms(job) == [{"weight": 100, "preference": {"matchExpressions": [
+        {"key": RACK, "operator": "In", "values": ["r1"]}]}}]
+    assert not node_terms(job)
+    assert job["spec"]["template"]["metadata"]["annotations"][PLACEMENT_ANNOTATION] == f"{RACK}=r1"
+    again = decide(snap(rt, node_job={**job, "status": {"startTime": "2026-11-28T11:59:00Z"}}, view=None))
+    assert not again.wants_nodes, "a Job whose pods started keeps its template"
+
+
+def test_a_gang_that_asks_for_no_level_never_waits_for_a_domain():
+    every_host = tuple(f"r{r}-h{h}" for r in range(2) for h in range(4))
+    plan = decide(snap(runtime({}), view=cluster(busy=every_host)))
+    job = applied_job(plan)
+    assert not preferred_terms(job) and not node_terms(job)
+    assert PLACEMENT_ANNOTATION not in (job["spec"]["template"]["metadata"].get("annotations") or {})
+    assert st.gang_state(plan.status).get("reason") != WAITING
+
+
+@pytest.mark.parametrize("backend, packs", [("native", True), ("kueue", False), ("volcano", False), ("kai", False)])
+def test_gangctl_packs_a_gang_that_asks_for_nothing_only_where_its_scheduler_would_scatter_it(backend, packs):
+    """Kueue's TAS, Volcano and KAI place such a gang themselves; kube-scheduler's native gangs spread it."""
+    rt = runtime({}, gang=GANG_POLICIES[backend])
+    assert decide(snap(rt, groups={backend: None})).wants_nodes is packs
+    plan = decide(snap(rt, view=cluster(busy=("r1-h0",)), groups={backend: None}))
+    jobs = [s.obj for s in plan.steps if isinstance(s, Apply) and s.resource == JOBS]
+    assert [bool(preferred_terms(job)) for job in jobs] == [packs] * len(jobs)
+    assert jobs or not packs, "gangctl makes the Job it packed"
+
+
 def test_no_rack_with_room_now_waits_naming_the_best_rack_and_creates_nothing():
     busy = ("r0-h0", "r0-h1", "r1-h0", "r1-h1", "r1-h2")
     plan = decide(snap(runtime({KUEUE_REQUIRED: RACK}), view=cluster(busy=busy)))
@@ -307,6 +346,20 @@ def test_a_pytorchjob_with_a_required_rack_is_placed_as_one_gang():
     [again] = [s.obj for s in later.steps if isinstance(s, Create) and s.resource == PODS]
     assert again["metadata"]["name"] == "ddp-worker-2" and node_terms({"spec": {"template": again}}) == [
         {"matchExpressions": [{"key": RACK, "operator": "In", "values": ["r1"]}]}]
+
+
+def test_a_pytorchjob_that_asks_for_no_level_is_packed_with_its_master():
+    from gangctl.policy import decide_pytorchjob as dp
+
+    obj = pytorchjob(workers=1)
+    assert dp.decide(pj_snap(obj)).wants_nodes
+    plan = dp.decide(pj_snap(obj, cluster(busy=("r0-h0", "r1-h0", "r1-h1"))))   # room for 3 in r0, 2 in r1
+    pods = [s.obj for s in plan.steps if isinstance(s, Create) and s.resource == PODS]
+    assert len(pods) == 2
+    for pod in pods:
+        assert preferred_terms({"spec": {"template": pod}})[0]["preference"]["matchExpressions"] == [
+            {"key": RACK, "operator": "In", "values": ["r1"]}]
+        assert pod["metadata"]["annotations"][PLACEMENT_ANNOTATION] == f"{RACK}=r1"
 
 
 def test_a_pytorchjob_no_rack_can_hold_fails_with_the_numbers():
