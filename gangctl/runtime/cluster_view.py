@@ -7,8 +7,12 @@ gang is about to be placed, every Node and every pod bound to one.
   treated as absent (no gang is placed by topology) rather than stopping the controller.
 - Nodes and pods are listed only when a decision asks (`Plan.wants_nodes`: a gang with a placement
   intent whose backend cannot place it), in pages, pods by field selector (bound, not finished), and reused for `max_age` seconds so a burst of gangs costs
-  one listing. Gangs placed within one listing do not see each other's pods yet: the later one may be
-  refused by its scheduler and waits (documented in docs/topology.md).
+  one listing. Gangs gangctl pinned within one listing are counted by their reservations
+  (`placement.pinned_gangs`); pods bound by others since are not seen until the next listing: such
+  a gang may be refused by its scheduler and is placed again (documented in docs/topology.md). A
+  listing never outlives capacity the controller saw freed (`forget`): its pods or gang objects
+  deleted, a job finished. Reused after that, it would count the freed nodes as taken and send the
+  next gang elsewhere (a packed gang to the emptier rack, a rack gang to wait).
 """
 from __future__ import annotations
 
@@ -54,19 +58,27 @@ def _parse(cm: dict) -> Topology | None:
 
 
 class ClusterLister:
-    """Nodes and bound unfinished pods, listed on demand and shared for `max_age` seconds."""
+    """Nodes and bound unfinished pods, listed on demand and shared for `max_age` seconds, or until
+    capacity is freed (`forget`)."""
 
     def __init__(self, kube: Kube, max_age: float = 2.0):
         self.kube = kube
         self.max_age = max_age
-        self._view: tuple[float, ClusterView] | None = None
+        self._view: tuple[float, int, ClusterView] | None = None   # listed at (monotonic time, generation)
+        self._generation = 0
         self._lock = asyncio.Lock()
+
+    def forget(self) -> None:
+        """Capacity was freed: a listing begun before now is not reused (one in flight included)."""
+        self._generation += 1
 
     async def __call__(self) -> ClusterView:
         async with self._lock:
-            if self._view is None or time.monotonic() - self._view[0] > self.max_age:
+            if (self._view is None or self._view[1] != self._generation
+                    or time.monotonic() - self._view[0] > self.max_age):
+                generation = self._generation
                 nodes = [n async for page in self.kube.list_pages(NODES.path()) for n in page["items"]]
                 pods = [p async for page in self.kube.list_pages(PODS.path(), field_selector=BOUND_UNFINISHED)
                         for p in page["items"]]
-                self._view = (time.monotonic(), ClusterView(tuple(nodes), tuple(pods)))
-            return self._view[1]
+                self._view = (time.monotonic(), generation, ClusterView(tuple(nodes), tuple(pods)))
+            return self._view[2]

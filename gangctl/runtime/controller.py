@@ -127,7 +127,8 @@ class Controller:
                                      field_manager=settings.field_manager, scheduler_name=settings.scheduler_name)
         self.reconciler.gate = self.gate
         self.reconciler.topology = TopologySource(self.policy_configmaps)
-        self.reconciler.list_cluster = ClusterLister(kube)
+        self.cluster_lister = ClusterLister(kube)
+        self.reconciler.list_cluster = self.cluster_lister
         self.reconciler.on_capacity_freed = self.capacity_changed
         self.reconciler.requeue_after = self.queue.add_after
         self._retry_timer: asyncio.TimerHandle | None = None
@@ -224,7 +225,9 @@ class Controller:
                 self.queue.add(JobKey.of(tj))
 
     def capacity_changed(self) -> None:
-        """Retry waiting gangs shortly; a burst of deletions leads to one retry."""
+        """Retry waiting gangs shortly; a burst of deletions leads to one retry. The nodes listed for
+        gangctl's own placement are stale from now on."""
+        self.cluster_lister.forget()
         if self._retry_timer is None:
             def fire() -> None:
                 self._retry_timer = None

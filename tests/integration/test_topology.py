@@ -10,11 +10,12 @@ import json
 import pytest
 import pytest_asyncio
 
-from gangctl.api.resources import CONFIGMAPS, NODES, PYTORCHJOBS, TRAINJOBS, object_path
-from gangctl.cluster.local import KWOK_NODE_SELECTOR
+from gangctl.api.resources import CONFIGMAPS, NODES, PODS, PYTORCHJOBS, TRAINJOBS, object_path
+from gangctl.cluster.local import KWOK_NODE_SELECTOR, KWOK_TOLERATION
 from gangctl.model.topology import KUEUE_REQUIRED, Topology
 from gangctl.plugins.quota_objects import POLICY_NAMESPACE, TOPOLOGY_CONFIGMAP, stored_topology
 from gangctl.policy.placement import PLACEMENT_ANNOTATION, UNSATISFIABLE, WAITING
+from gangctl.runtime.cluster_view import ClusterLister
 from tests.integration.helpers import (condition, eventually, gang_state, gangctl_cli, get_trainjob, holds_no_node,
                                        is_running, pods_of, submit, trainjob)
 
@@ -177,3 +178,29 @@ async def test_a_pytorchjob_with_a_required_rack_runs_its_master_and_workers_in_
     in_racks = {racks.get(p["spec"]["nodeName"], "elsewhere") for p in pods}
     assert len(in_racks) == 1 and in_racks <= {"t0", "t1"}, in_racks
     assert {p["metadata"]["annotations"][PLACEMENT_ANNOTATION] for p in pods} == {f"{RACK}={in_racks.pop()}"}
+
+
+async def test_the_nodes_listed_for_placement_are_listed_again_once_capacity_was_freed(kube, namespace):
+    """gangctl's placement reuses one listing of nodes and bound pods for a burst of gangs, but never
+    past capacity it saw freed: a listing that still counts a deleted pod would send the next gang to
+    another rack (or make a rack gang wait) while the freed rack is empty."""
+    lister = ClusterLister(kube, max_age=600)
+    selector = ",".join(f"{k}={v}" for k, v in KWOK_NODE_SELECTOR.items())
+    node = (await kube.get(NODES.path(), labelSelector=selector))["items"][-1]["metadata"]["name"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "holder", "namespace": namespace},
+           "spec": {"nodeName": node, "tolerations": [dict(KWOK_TOLERATION)],
+                    "containers": [{"name": "c", "image": "none", "resources": {"requests": {"nvidia.com/gpu": "8"},
+                                                                                "limits": {"nvidia.com/gpu": "8"}}}]}}
+    await kube.create(PODS.path(namespace), pod)
+
+    def holders(view) -> list[str]:
+        return [p["spec"]["nodeName"] for p in view.pods if p["metadata"]["namespace"] == namespace]
+    assert holders(await lister()) == [node]
+    await kube.request("DELETE", PODS.path(namespace, "holder"), body={"gracePeriodSeconds": 0})
+
+    async def gone() -> bool:
+        return not (await kube.get(PODS.path(namespace)))["items"]
+    await eventually(gone, 30, "the pod deleted")
+    assert holders(await lister()) == [node], "within max_age, with nothing freed that it was told of, reused"
+    lister.forget()   # what the controller does when it sees one of its pods deleted or a job finish
+    assert holders(await lister()) == [], "listed again: the freed node counts as free"
