@@ -12,6 +12,8 @@ Kueue's Topology and flavor and KAI's Topology from. Durations and gaps are divi
 
 Per backend: required gangs that ran over more than one rack (goal: 0 on every backend), racks per
 multi-pod gang that prefers one (gangctl's own choice on coscheduling against Kueue's TAS: goal no more),
+the stranded GPUs (free, but in racks and blocks that hold none of the gangs waiting for a required level;
+the mean over the run, sampled as the simulator samples its own),
 the queueing delay's p50 and p95 over all jobs (goal: coscheduling's p95 no more than Kueue's), the time
 until the last finished, and beside each the simulator's model of the same replay with the same backend
 (its mean over draws). Every backend runs `--rounds` times (default 3), the backends' order reversed every
@@ -38,7 +40,7 @@ from gangctl.harness import results as published, rounds  # noqa: E402
 from benchmarks.local import cluster_with_controller  # noqa: E402
 
 SCENARIO = REPO_ROOT / "simulations/topology-racks.yaml"
-FIGURES = ("violations", "preferred_racks", "wait_p50", "wait_p95", "last_finish")
+FIGURES = ("violations", "preferred_racks", "stranded_gpus", "wait_p50", "wait_p95", "last_finish")
 
 
 def say(msg: str) -> None:
@@ -53,12 +55,14 @@ def figures(result: dict, per_job: list[dict]) -> dict:
     return {"backend": result["backend"], "jobs": result["jobs"], "done": result["real"]["jobs"]["done"],
             "violations": real["required_violations"],
             "preferred_racks": r2((real["by_ask"].get("preferred rack") or {}).get("mean_domains")),
+            "stranded_gpus": r2(real["stranded_gpus_mean"]),
             "wait_p50": r2(result["real"]["queue_delay_seconds"]["p50"]),
             "wait_p95": r2(result["real"]["queue_delay_seconds"]["p95"]),
             "last_finish": round(max(ends), 1) if ends else None,
             "measured_latency": result["measured_latency"],   # what the model was given from this run
             "model": {"violations": model["required_violations"],
                       "preferred_racks": r2((model["by_ask"].get("preferred rack") or {}).get("mean_domains")),
+                      "stranded_gpus": r2(model["stranded_gpus_mean"]),
                       "wait_p50": r2(result["model"]["queue_delay_seconds"]["p50"]),
                       "wait_p95": r2(result["model"]["queue_delay_seconds"]["p95"])},
             "passed": result["passed"]}
@@ -86,15 +90,16 @@ def one_backend(backend: str, args) -> dict:
 
 
 def median_rows(runs: dict[str, list[dict]]) -> tuple[list[str], list[list]]:
-    columns = ["backend", "jobs done", "required over >1 rack", "racks per preferred gang", "wait p50 (s)",
-               "wait p95 (s)", "last finished (s)", "model: racks per preferred gang", "model: wait p95 (s)"]
+    columns = ["backend", "jobs done", "required over >1 rack", "racks per preferred gang", "stranded GPUs (mean)",
+               "wait p50 (s)", "wait p95 (s)", "last finished (s)", "model: racks per preferred gang",
+               "model: stranded GPUs", "model: wait p95 (s)"]
     rows = []
     for backend, rs in runs.items():
         s = rounds.aggregate(rs, FIGURES)
-        m = rounds.aggregate([r["model"] for r in rs], ("preferred_racks", "wait_p95"))
+        m = rounds.aggregate([r["model"] for r in rs], ("preferred_racks", "stranded_gpus", "wait_p95"))
         rows.append([backend, " ".join(f"{r['done']}/{r['jobs']}" for r in rs),
-                     " ".join(str(r["violations"]) for r in rs), s["preferred_racks"], s["wait_p50"], s["wait_p95"],
-                     s["last_finish"], m["preferred_racks"], m["wait_p95"]])
+                     " ".join(str(r["violations"]) for r in rs), s["preferred_racks"], s["stranded_gpus"], s["wait_p50"],
+                     s["wait_p95"], s["last_finish"], m["preferred_racks"], m["stranded_gpus"], m["wait_p95"]])
     return columns, rows
 
 

@@ -10,9 +10,9 @@ gang is about to be placed, every Node and every pod bound to one.
   one listing. Gangs gangctl pinned within one listing are counted by their reservations
   (`placement.pinned_gangs`); pods bound by others since are not seen until the next listing: such
   a gang may be refused by its scheduler and is placed again (documented in docs/topology.md). A
-  listing never outlives capacity the controller saw freed (`forget`): its pods or gang objects
-  deleted, a job finished. Reused after that, it would count the freed nodes as taken and send the
-  next gang elsewhere (a packed gang to the emptier rack, a rack gang to wait).
+  listing never outlives capacity the controller saw freed (`forget`): its pods finished or
+  deleted, its gang objects deleted. Reused after that, it would count the freed nodes as taken
+  and send the next gang elsewhere (a packed gang to the emptier rack, a rack gang to wait).
 """
 from __future__ import annotations
 

@@ -195,6 +195,8 @@ class Controller:
         meta = obj["metadata"]
         if event == "DELETED" and obj.get("kind") in ("Pod", "PodGroup"):
             self.capacity_changed()
+        elif obj.get("kind") == "Pod" and (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            self.cluster_lister.forget()   # its node's room is free (its gang retries when its job is released)
         if event == "DELETED" and obj.get("kind") == "Job":
             self.reconciler.forget_job(meta.get("uid", ""))
         self._add_owners(meta["namespace"], meta.get("labels") or {})

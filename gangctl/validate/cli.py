@@ -153,7 +153,8 @@ async def _run(sc, policy, all_jobs, count, compression, kubeconfig, timeout, re
     cp = local_control_plane(latency["bind_seconds"], latency["finish_seconds"], retry_seconds,
                              latency.get("ready_seconds", 0.0))
     model = expected(p.scenario.model_copy(update={"control_plane": cp}), p.policy, p.sim_jobs)
-    topology = ({"real_topology": _real_topology(placer, p.sim_jobs, subs, placed, nodes, outcomes),
+    topology = ({"real_topology": _real_topology(placer, p.sim_jobs, subs, placed, nodes, outcomes,
+                                                 p.scenario.sample_seconds),
                  "topology_levels": [lv.model_dump() for lv in levels]} if placer else {})
     return {"per_job": per_job_rows(p.sim_jobs, outcomes, ideal.outcomes, model.outcomes), **topology,
             "scenario": sc.name, "backend": backend, "jobs": len(subs), "compression": compression,
@@ -175,17 +176,24 @@ def replay_placer(scenario):
     return Placer(scenario.cluster.levels(), scenario.workload.placement, BACKENDS[scenario.backend.value])
 
 
-def _real_topology(placer, sim_jobs, subs, pods, nodes, outcomes) -> dict:
-    from gangctl.validate.topology import domains_by_trainjob, real_topology
+def _real_topology(placer, sim_jobs, subs, pods, nodes, outcomes, sample_seconds: float) -> dict:
+    from gangctl.validate.topology import (GangSpan, domains_by_trainjob, pods_by_trainjob, real_topology,
+                                           stranded_gpus_mean)
 
     levels = placer.levels
     name_of = {s.job_id: s.trainjob["metadata"]["name"] for s in subs}
     asked = {j.id: placer.ask_of(j.id) for j in sim_jobs}
     label_of = {name_of[j]: levels[a.ask.level if a else len(levels) - 1].label for j, a in asked.items()}
     spans = domains_by_trainjob(pods, nodes, label_of)
-    return real_topology({j: a.kind if a else "" for j, a in asked.items()}, {j.id: j.num_nodes for j in sim_jobs},
-                         {j: spans[name_of[j]] for j in asked if name_of[j] in spans}, outcomes,
-                         [lv.name for lv in levels])
+    summary = real_topology({j: a.kind if a else "" for j, a in asked.items()}, {j.id: j.num_nodes for j in sim_jobs},
+                            {j: spans[name_of[j]] for j in asked if name_of[j] in spans}, outcomes,
+                            [lv.name for lv in levels])
+    ran_on, outcome_of_job = pods_by_trainjob(pods), {o.job_id: o for o in outcomes}
+    gangs = [GangSpan(tuple(ran_on.get(name_of[j.id], ())), j.gpus_per_node, o.submitted, o.bound, o.finished,
+                      levels[a.ask.level].label if (a := asked[j.id]) and a.ask.required else None, j.num_nodes)
+             for j in sim_jobs if (o := outcome_of_job.get(j.id)) is not None]
+    return {**summary, "stranded_gpus_mean": stranded_gpus_mean(nodes, [lv.label for lv in levels], gangs,
+                                                                sample_seconds)}
 
 
 async def _replay(kube, subs, run_id, timeout, quiet):
@@ -292,7 +300,8 @@ def _print_topology(real: dict, model: dict) -> None:
                       _num((m.get("queue_delay_seconds") or {}).get("p95")))
     out.print(table)
     out.print(f"required gangs over more than one domain: real {real['required_violations']}, "
-              f"model {model['required_violations']} (over all draws)")
+              f"model {model['required_violations']} (over all draws); stranded GPUs (mean over the run): "
+              f"real {_num(real.get('stranded_gpus_mean'))}, model {_num(model.get('stranded_gpus_mean'))}")
 
 
 def _band_cells(result: dict) -> list[str]:

@@ -4,13 +4,18 @@ For each replayed job: the domains its pods ran in, at the level its intent name
 level for a job that asks nothing), read from the bound pods' nodes and the nodes' labels. Grouped
 by kind of ask as the simulator's summary groups them (`gangctl.sim.metrics.topology_summary`):
 the jobs, the multi-pod gangs, the mean domains they spanned, their queueing delay, and the required
-gangs that spanned more than one domain.
+gangs that spanned more than one domain. And the stranded GPUs over the run (`stranded_gpus_mean`),
+by the simulator's definition (`gangctl.sim.model.Cluster.stranded_gpus`), rebuilt from each gang's
+pods' nodes and its bound and finished times.
 """
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
+from gangctl.model.admission import GPU
 from gangctl.model.names import TRAINJOB_NAME
 from gangctl.validate.measure import RealOutcome, stats
 
@@ -27,6 +32,89 @@ def domains_by_trainjob(pods: Iterable[Mapping], nodes: Iterable[Mapping],
         if name in label_of and node:
             seen.setdefault(name, set()).add(labels.get(node, {}).get(label_of[name], "?"))
     return {name: len(values) for name, values in seen.items()}
+
+
+@dataclass(frozen=True)
+class GangSpan:
+    """One replayed gang as the real run had it: the node of each of its pods (one entry per pod), the
+    GPUs each pod took, when it was submitted, bound and finished (seconds, one clock for all; None:
+    never), and the node label of the level it requires (None: it requires none)."""
+    nodes: tuple[str, ...]
+    gpus_per_pod: int
+    submitted: float
+    bound: float | None
+    finished: float | None
+    required: str | None = None
+    pods: int = 0                    # its floor: the pods it waits for (0: as many as `nodes`)
+
+
+def pods_by_trainjob(pods: Iterable[Mapping]) -> dict[str, list[str]]:
+    """TrainJob name -> the nodes its bound pods ran on (one entry per pod; failed pods left out: a
+    replayed gang's pods run once)."""
+    out: dict[str, list[str]] = {}
+    for pod in pods:
+        name = (pod["metadata"].get("labels") or {}).get(TRAINJOB_NAME)
+        node = (pod.get("spec") or {}).get("nodeName")
+        if name and node and (pod.get("status") or {}).get("phase") != "Failed":
+            out.setdefault(name, []).append(node)
+    return out
+
+
+def stranded_gpus_mean(nodes: Iterable[Mapping], levels: Sequence[str], gangs: Iterable[GangSpan],
+                       sample_seconds: float) -> float:
+    """The free GPUs in narrowest-level domains that hold none of the gangs waiting for a required
+    level, sampled every `sample_seconds` from the first submission to the last finish, as the
+    simulator samples its own (`levels`: the node labels, widest first). A gang occupies its pods'
+    nodes from bound to finished and waits from submitted to bound; with no required gang waiting
+    nothing is stranded. Nodes without every level's label are in no domain."""
+    gangs = list(gangs)
+    nodes = list(nodes)
+    labels = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}) for n in nodes}
+    capacity = {n["metadata"]["name"]: _gpus((n.get("status") or {}).get("allocatable") or {}) for n in nodes
+                if all(lv in labels[n["metadata"]["name"]] for lv in levels)}
+    if not gangs or not levels or not capacity:
+        return 0.0
+    start = min(g.submitted for g in gangs)
+    end = max((g.finished for g in gangs if g.finished is not None), default=start)
+    samples = [start + i * sample_seconds for i in range(max(1, math.ceil((end - start) / sample_seconds)))]
+    total = 0
+    for t in samples:
+        free = dict(capacity)
+        for g in gangs:
+            if g.bound is not None and g.bound <= t and (g.finished is None or t < g.finished):
+                for node in g.nodes:
+                    if node in free:
+                        free[node] -= g.gpus_per_pod
+        waiting: dict[tuple[str, int], int] = {}
+        for g in gangs:
+            if g.required and g.submitted <= t and (g.bound is None or t < g.bound):
+                key, pods = (g.required, g.gpus_per_pod), g.pods or len(g.nodes)
+                waiting[key] = min(pods, waiting.get(key, pods))
+        total += _stranded(free, labels, levels, waiting)
+    return total / len(samples)
+
+
+def _stranded(free: Mapping[str, int], labels: Mapping[str, Mapping[str, str]], levels: Sequence[str],
+              waiting: Mapping[tuple[str, int], int]) -> int:
+    if not waiting:
+        return 0
+    members: dict[tuple[str, str], list[str]] = {}
+    for node in free:
+        for label in levels:
+            members.setdefault((label, labels[node][label]), []).append(node)
+    useful = {(label, value) for (label, gpp), pods in waiting.items()
+              for (lv, value), names in members.items() if lv == label
+              and sum(max(0, free[n]) // gpp for n in names) >= pods}
+    narrowest, wanted = levels[-1], {label for label, _ in waiting}
+    return sum(sum(free[n] for n in names) for (label, value), names in members.items() if label == narrowest
+               and not any((w, labels[names[0]][w]) in useful for w in wanted))
+
+
+def _gpus(resources: Mapping) -> int:
+    try:
+        return int(str(resources.get(GPU, 0)))
+    except ValueError:
+        return 0
 
 
 def real_topology(kinds: Mapping[str, str], pods_of: Mapping[str, int], domains: Mapping[str, int],

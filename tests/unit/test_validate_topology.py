@@ -14,7 +14,8 @@ from gangctl.sim.topology import Placer
 from gangctl.sim.traces import TraceJob
 from gangctl.validate.measure import RealOutcome
 from gangctl.validate.plan import topology_levels
-from gangctl.validate.topology import domains_by_trainjob, mean_topology, real_topology
+from gangctl.validate.topology import (GangSpan, domains_by_trainjob, mean_topology, pods_by_trainjob, real_topology,
+                                      stranded_gpus_mean)
 
 SHAPE = Shape(2, 2, 4)
 
@@ -95,3 +96,67 @@ def test_the_models_draws_are_averaged():
     mean = mean_topology([draw(1.0, 10, 0), draw(2.0, 20, 1)])
     assert mean["by_ask"]["none"]["mean_domains"] == 1.5 and mean["by_ask"]["none"]["queue_delay_seconds"]["p95"] == 15
     assert mean["required_violations"] == 1 and mean["stranded_gpus_mean"] == 4.0
+
+
+# --- stranded GPUs, real side: SHAPE is 2 blocks x 2 racks x 4 hosts of 8 GPUs; racks r0..r3 hold
+# gpu-node-000..003, 004..007, 008..011, 012..015 (block b0: r0, r1).
+LEVELS = ["topology.gangctl.io/block", "topology.gangctl.io/rack"]
+
+
+def rack_nodes(rack: int, count: int) -> tuple[str, ...]:
+    return tuple(f"gpu-node-{rack * 4 + i:03d}" for i in range(count))
+
+
+def test_nothing_is_stranded_while_no_gang_waits_for_a_required_rack():
+    busy = GangSpan(rack_nodes(0, 3), 8, 0, 0, 10)
+    preferred_waiting = GangSpan(rack_nodes(1, 4), 8, 0, 5, 10)    # waits 5 s, requires nothing
+    assert stranded_gpus_mean(NODES, LEVELS, [busy, preferred_waiting], 1.0) == 0
+
+
+def test_free_gpus_in_racks_that_cannot_hold_the_waiting_rack_gang_are_stranded():
+    """Each rack has 3 hosts busy (8 free GPUs in each of the 4 racks) while a gang of 2 hosts that
+    requires a rack waits from 0 to 10 s: all 32 free GPUs are stranded, then it is bound (nothing)."""
+    busy = [GangSpan(rack_nodes(r, 3), 8, 0, 0, 20) for r in range(4)]
+    waiting = GangSpan(rack_nodes(0, 1) + rack_nodes(1, 1), 8, 0, 10, 20, required=LEVELS[1], pods=2)
+    # sampled at 0, 5, 10, 15: stranded 32, 32, then the gang is bound (0, 0)
+    assert stranded_gpus_mean(NODES, LEVELS, [*busy, waiting], 5.0) == 16.0
+
+
+def test_a_rack_that_holds_the_waiting_gang_strands_nothing_and_a_block_counts_its_racks_together():
+    """Rack r3 is free: it holds the waiting rack gang, so only r0-r2's free GPUs are stranded (24).
+    A gang that requires a block of 2 hosts is held by either block (two racks with a free host each)."""
+    busy = [GangSpan(rack_nodes(r, 3), 8, 0, 0, 10) for r in range(3)]
+    rack_gang = GangSpan(rack_nodes(3, 4), 8, 0, None, None, required=LEVELS[1], pods=4)
+    assert stranded_gpus_mean(NODES, LEVELS, [*busy, rack_gang], 5.0) == 24.0
+    block_gang = GangSpan((), 8, 0, None, None, required=LEVELS[0], pods=2)
+    assert stranded_gpus_mean(NODES, LEVELS, [*busy, block_gang], 5.0) == 0.0
+
+
+def test_each_trainjobs_pods_nodes_are_read_failed_pods_left_out():
+    failed = pod("a", "gpu-node-007") | {"status": {"phase": "Failed"}}
+    assert pods_by_trainjob([pod("a", "gpu-node-000"), pod("a", "gpu-node-001"), pod("b", None), failed]) == {
+        "a": ["gpu-node-000", "gpu-node-001"]}
+
+
+def test_the_real_side_counts_stranded_gpus_as_the_simulator_does():
+    """Random occupancies of SHAPE and random waiting gangs: the real side's count at one instant
+    equals the simulator's own (`Cluster.stranded_gpus`) on the same state."""
+    import random
+
+    from gangctl.sim.model import Cluster, Level, NodePool
+
+    rng = random.Random(36)
+    for _ in range(200):
+        sim = Cluster([NodePool("p", SHAPE.nodes, 8)], levels=[Level("block", 8), Level("rack", 4)])
+        busy = {i: rng.choice((0, 0, 2, 4, 8)) for i in range(SHAPE.nodes)}
+        gangs = [GangSpan((f"gpu-node-{i:03d}",), gpus, 0, 0, 10) for i, gpus in busy.items() if gpus]
+        for i, gpus in busy.items():
+            if gpus:
+                sim.reserve([(i, 1)], gpus)
+        waiting: dict[tuple, int] = {}
+        for _ in range(rng.randint(0, 3)):
+            level, gpp, pods = rng.randint(0, 1), rng.choice((2, 4, 8)), rng.randint(1, 6)
+            gangs.append(GangSpan((), gpp, 0, None, None, required=LEVELS[level], pods=pods))
+            key = (sim.domain_of[0].gpu_type, level, gpp)
+            waiting[key] = min(pods, waiting.get(key, pods))
+        assert stranded_gpus_mean(NODES, LEVELS, gangs, 100.0) == sim.stranded_gpus(waiting), (busy, waiting)
