@@ -64,8 +64,8 @@ def stranded_gpus_mean(nodes: Iterable[Mapping], levels: Sequence[str], gangs: I
                        sample_seconds: float) -> float:
     """The free GPUs in narrowest-level domains that hold none of the gangs waiting for a required
     level, sampled every `sample_seconds` from the first submission to the last finish, as the
-    simulator samples its own (`levels`: the node labels, widest first). A gang occupies its pods'
-    nodes from bound to finished and waits from submitted to bound; with no required gang waiting
+    simulator samples its own (`levels`: the node labels, widest first). A gang waits from submitted
+    to bound and occupies its pods' nodes from bound (`_occupancy`); with no required gang waiting
     nothing is stranded. Nodes without every level's label are in no domain."""
     gangs = list(gangs)
     nodes = list(nodes)
@@ -77,14 +77,11 @@ def stranded_gpus_mean(nodes: Iterable[Mapping], levels: Sequence[str], gangs: I
     start = min(g.submitted for g in gangs)
     end = max((g.finished for g in gangs if g.finished is not None), default=start)
     samples = [start + i * sample_seconds for i in range(max(1, math.ceil((end - start) / sample_seconds)))]
+    held = _occupancy(gangs, capacity)
     total = 0
     for t in samples:
-        free = dict(capacity)
-        for g in gangs:
-            if g.bound is not None and g.bound <= t and (g.finished is None or t < g.finished):
-                for node in g.nodes:
-                    if node in free:
-                        free[node] -= g.gpus_per_pod
+        free = {node: cap - sum(gpus for since, until, gpus in held.get(node, ()) if since <= t < until)
+                for node, cap in capacity.items()}
         waiting: dict[tuple[str, int], int] = {}
         for g in gangs:
             if g.required and g.submitted <= t and (g.bound is None or t < g.bound):
@@ -92,6 +89,34 @@ def stranded_gpus_mean(nodes: Iterable[Mapping], levels: Sequence[str], gangs: I
                 waiting[key] = min(pods, waiting.get(key, pods))
         total += _stranded(free, labels, levels, waiting)
     return total / len(samples)
+
+
+def _occupancy(gangs: list[GangSpan], capacity: Mapping[str, int]) -> dict[str, list[tuple[float, float, int]]]:
+    """Node -> (from, until, GPUs) of each pod on it. A pod holds its node from its gang's bound time
+    until its gang was seen finished, or until a later pod was bound there that needed its room: the
+    scheduler binds only into free room, so the earlier pod had exited by then (a gang is seen
+    finished about a second after its pods exit). The earliest bound gives way first."""
+    by_node: dict[str, list[tuple[float, float, int]]] = {}
+    for g in gangs:
+        if g.bound is None:
+            continue
+        for node in g.nodes:
+            if node in capacity:
+                by_node.setdefault(node, []).append((g.bound, math.inf if g.finished is None else g.finished,
+                                                     g.gpus_per_pod))
+    out: dict[str, list[tuple[float, float, int]]] = {}
+    for node, pods in by_node.items():
+        done: list[tuple[float, float, int]] = []
+        active: list[tuple[float, float, int]] = []
+        for since, until, gpus in sorted(pods):
+            done += [a for a in active if a[1] <= since]
+            active = [a for a in active if a[1] > since]
+            while active and sum(a[2] for a in active) + gpus > capacity[node]:
+                first = active.pop(0)
+                done.append((first[0], since, first[2]))
+            active.append((since, until, gpus))
+        out[node] = done + active
+    return out
 
 
 def _stranded(free: Mapping[str, int], labels: Mapping[str, Mapping[str, str]], levels: Sequence[str],

@@ -160,3 +160,15 @@ def test_the_real_side_counts_stranded_gpus_as_the_simulator_does():
             key = (sim.domain_of[0].gpu_type, level, gpp)
             waiting[key] = min(pods, waiting.get(key, pods))
         assert stranded_gpus_mean(NODES, LEVELS, gangs, 100.0) == sim.stranded_gpus(waiting), (busy, waiting)
+
+
+def test_a_pod_gives_its_node_up_when_a_later_pod_is_bound_into_its_room():
+    """Gang a (rack r0's 4 hosts) is seen finished at 10 s, but gang b was bound onto two of its hosts
+    at 6 s: a's pods there had exited. While a rack gang of 3 waits, r0's free GPUs are never counted
+    below none (at 8 s, a and b would both hold the two hosts), and 2 hosts are free from 10 s."""
+    a = GangSpan(rack_nodes(0, 4), 8, 0, 0, 10)
+    b = GangSpan(rack_nodes(0, 2), 8, 5, 6, 30)
+    others = [GangSpan(rack_nodes(r, 4), 8, 0, 0, 30) for r in (1, 2, 3)]
+    waiting = GangSpan((), 8, 0, None, None, required=LEVELS[1], pods=3)
+    # samples 0, 4, 8 ... 28: r0 free 0, 0, 0, then 16 five times (3 pods never fit)
+    assert stranded_gpus_mean(NODES, LEVELS, [a, b, *others, waiting], 4.0) == 80 / 8
